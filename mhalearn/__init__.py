@@ -1,0 +1,39 @@
+"""mhalearn: learning a single multi-head attention layer from examples.
+
+The public API is re-exported here; see DESIGN.md for the maths and the parts.
+"""
+
+from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
+from .model import MultiHeadAttention, match_heads, parameter_error, relative_error
+from .teachers import (
+    TEACHER_FAMILIES,
+    NondegeneracyReport,
+    TeacherFamily,
+    get_family,
+    make_teacher,
+    nondegeneracy,
+    register_family,
+    sample_teacher,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MultiHeadAttention",
+    "NondegeneracyReport",
+    "TEACHER_FAMILIES",
+    "TeacherFamily",
+    "add_label_noise",
+    "boolean_inputs",
+    "draw_inputs",
+    "gaussian_inputs",
+    "get_family",
+    "make_dataset",
+    "make_teacher",
+    "match_heads",
+    "nondegeneracy",
+    "parameter_error",
+    "register_family",
+    "relative_error",
+    "sample_teacher",
+]

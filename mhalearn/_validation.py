@@ -1,0 +1,121 @@
+"""Input validation shared by every public entry point (DESIGN.md §6).
+
+Every check raises ``ValueError`` naming the argument, what was expected and
+what was received, so that a user's mistake is reported where it was made and
+not as a shape error deep inside a Numba kernel.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+
+def as_float_array(value, name: str, ndim: int) -> np.ndarray:
+    """Return ``value`` as a C-contiguous float64 array of rank ``ndim`` with finite entries."""
+    try:
+        array = np.asarray(value)
+    except Exception as error:  # pragma: no cover - exotic inputs
+        raise ValueError(f"{name}: expected an array, received {type(value).__name__} ({error})") from None
+    if array.dtype == object or not (
+        np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.bool_)
+    ):
+        raise ValueError(f"{name}: expected a numeric array, received dtype {array.dtype}")
+    if np.iscomplexobj(array):
+        raise ValueError(f"{name}: expected real values, received dtype {array.dtype}")
+    if array.ndim != ndim:
+        raise ValueError(f"{name}: expected an array of rank {ndim}, received shape {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float64)
+    if not np.all(np.isfinite(array)):
+        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
+    return array
+
+
+def check_parameters(thetas, ws) -> tuple[np.ndarray, np.ndarray]:
+    """Validate attention and projection matrices, both of shape ``(m, d, d)``."""
+    thetas = as_float_array(thetas, "thetas", 3)
+    ws = as_float_array(ws, "ws", 3)
+    if thetas.shape[0] < 1:
+        raise ValueError(f"thetas: expected heads >= 1, received shape {thetas.shape}")
+    if thetas.shape[1] != thetas.shape[2]:
+        raise ValueError(f"thetas: expected shape (heads, dim, dim), received {thetas.shape}")
+    if ws.shape != thetas.shape:
+        raise ValueError(f"ws: expected shape {thetas.shape} to match thetas, received {ws.shape}")
+    return thetas, ws
+
+
+def check_inputs(X, dim: int | None = None, name: str = "X") -> np.ndarray:
+    """Validate a batch of sequences of shape ``(n, k, d)`` with n, k >= 1."""
+    X = as_float_array(X, name, 3)
+    n, k, d = X.shape
+    if n < 1 or k < 1 or d < 1:
+        raise ValueError(f"{name}: expected shape (samples, length, dim) with all sizes >= 1, received {X.shape}")
+    if dim is not None and d != dim:
+        raise ValueError(f"{name}: expected token dimension {dim} to match the parameters, received shape {X.shape}")
+    return X
+
+
+def check_pair(X, Y, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate inputs and labels of identical shape ``(n, k, d)``."""
+    X = check_inputs(X, dim)
+    Y = check_inputs(Y, X.shape[2], name="Y")
+    if Y.shape != X.shape:
+        raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+    return X, Y
+
+
+def check_boolean(X: np.ndarray, name: str = "X") -> None:
+    """Raise unless every entry of ``X`` is +1 or -1."""
+    if not np.all(np.abs(X) == 1.0):
+        raise ValueError(
+            f"{name}: expected Boolean entries in {{-1, +1}}, received values such as "
+            f"{X[np.abs(X) != 1.0][:3].tolist()} (pass allow_non_boolean=True to opt in)"
+        )
+
+
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    """Return ``value`` as an int, raising unless it is an integer >= ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an integer >= {minimum}, received {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, received {value}")
+    return int(value)
+
+
+def check_real(value, name: str, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """Return ``value`` as a finite float in the stated interval."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+        raise ValueError(f"{name}: expected a finite real number, received {value!r}")
+    value = float(value)
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{name}: expected a value {'>' if low_open else '>='} {low}, received {value}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise ValueError(f"{name}: expected a value {'<' if high_open else '<='} {high}, received {value}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Raise unless ``value`` is one of ``choices``, listing the valid ones."""
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {sorted(choices)}, received {value!r}")
+    return value
+
+
+def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
+    """Raise when there are fewer scalar equations than unknowns."""
+    if samples < unknowns:
+        raise ValueError(
+            f"{name}: expected at least {unknowns} scalar labels for the {unknowns} unknowns, received {samples}"
+        )
+
+
+def as_generator(rng) -> np.random.Generator:
+    """Accept ``None``, a seed or a ``Generator`` and return a ``Generator``."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
+        return np.random.default_rng(rng)
+    raise ValueError(f"rng: expected None, an integer seed or a numpy.random.Generator, received {rng!r}")

@@ -1,0 +1,1 @@
+"""Learners of a multi-head attention layer, one module per family (DESIGN.md §4)."""

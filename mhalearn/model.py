@@ -1,0 +1,152 @@
+"""The multi-head attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i (DESIGN.md §1)."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from . import kernels
+from ._validation import check_inputs, check_parameters
+
+#: Version written into saved models; ``load`` refuses any other.
+FORMAT_VERSION = 1
+_FORMAT_TAG = "mhalearn.MultiHeadAttention"
+
+
+class MultiHeadAttention:
+    """A single multi-head attention layer with explicit parameters.
+
+    Parameters
+    ----------
+    thetas : array of shape (m, d, d)
+        Attention (query–key product) matrices Θ_i.
+    ws : array of shape (m, d, d)
+        Projection (value–output) matrices W_i.
+
+    Attributes
+    ----------
+    heads : int
+        Number of heads m.
+    dim : int
+        Token dimension d.
+
+    Notes
+    -----
+    ``F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i`` with the softmax taken row-wise, for
+    X of shape (k, d).  Parameters are identifiable up to the order of heads
+    (Chen & Li, *Provably learning a multi-head attention layer*).
+    """
+
+    def __init__(self, thetas, ws):
+        self.thetas, self.ws = check_parameters(thetas, ws)
+
+    @property
+    def heads(self) -> int:
+        return self.thetas.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.thetas.shape[1]
+
+    def __repr__(self) -> str:
+        return f"MultiHeadAttention(heads={self.heads}, dim={self.dim})"
+
+    def predict(self, X) -> np.ndarray:
+        """Outputs F(X), shape (n, k, d), for inputs X of shape (n, k, d)."""
+        X = check_inputs(X, self.dim)
+        return kernels.forward(X, self.thetas, self.ws)
+
+    __call__ = predict
+
+    def attention(self, X) -> np.ndarray:
+        """Attention weights softmax(X Θ_i Xᵀ), shape (n, m, k, k)."""
+        X = check_inputs(X, self.dim)
+        return kernels.attention(X, self.thetas)
+
+    @property
+    def projection_sum(self) -> np.ndarray:
+        """W_Σ = Σ_i W_i, the output map when every head attends alike."""
+        return self.ws.sum(axis=0)
+
+    def copy(self) -> "MultiHeadAttention":
+        return MultiHeadAttention(self.thetas.copy(), self.ws.copy())
+
+    # ------------------------------------------------------------------ I/O
+    def save(self, path) -> None:
+        """Write the parameters to an ``.npz`` file carrying a format version."""
+        with open(path, "wb") as handle:
+            np.savez(handle, format=np.array(_FORMAT_TAG), version=np.array(FORMAT_VERSION),
+                     thetas=self.thetas, ws=self.ws)
+
+    @classmethod
+    def load(cls, path) -> "MultiHeadAttention":
+        """Read a model written by :meth:`save`; anything else raises ``ValueError``."""
+        if not os.path.isfile(path):
+            raise ValueError(f"path: expected an existing model file, received {path!r}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                contents = {key: data[key] for key in data.files}
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            raise ValueError(f"path: expected an mhalearn model (.npz), could not read {path!r}: {error}") from None
+        if "format" not in contents or str(contents["format"]) != _FORMAT_TAG:
+            raise ValueError(f"path: expected an mhalearn model file, {path!r} lacks the format tag")
+        version = int(contents.get("version", -1))
+        if version != FORMAT_VERSION:
+            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received version {version}")
+        if "thetas" not in contents or "ws" not in contents:
+            raise ValueError(f"path: model file {path!r} lacks thetas or ws")
+        return cls(contents["thetas"], contents["ws"])
+
+
+# --------------------------------------------------------------------- metrics
+
+def relative_error(model, reference, X) -> float:
+    """Σ‖F̂(X) − F(X)‖² / Σ‖F(X)‖² of ``model`` against ``reference`` on inputs X.
+
+    Either argument may be a ``MultiHeadAttention`` or any object with
+    ``predict``.
+    """
+    X = check_inputs(X)
+    truth = reference.predict(X)
+    estimate = model.predict(X)
+    return float(np.sum((estimate - truth) ** 2) / np.sum(truth ** 2))
+
+
+def match_heads(model: MultiHeadAttention, reference: MultiHeadAttention) -> np.ndarray:
+    """Permutation ``perm`` with model head ``perm[j]`` matched to reference head ``j``.
+
+    The matching minimises Σ_j ‖Θ̂_perm[j] − Θ_j‖² + ‖Ŵ_perm[j] − W_j‖² (Hungarian
+    assignment, :func:`scipy.optimize.linear_sum_assignment`).
+    """
+    if model.heads != reference.heads or model.dim != reference.dim:
+        raise ValueError(
+            f"model: expected {reference.heads} heads of dim {reference.dim} to match the reference, "
+            f"received {model.heads} heads of dim {model.dim}"
+        )
+    cost = (
+        ((reference.thetas[:, None] - model.thetas[None]) ** 2).sum(axis=(2, 3))
+        + ((reference.ws[:, None] - model.ws[None]) ** 2).sum(axis=(2, 3))
+    )
+    rows, cols = linear_sum_assignment(cost)
+    return cols[np.argsort(rows)]
+
+
+def parameter_error(model: MultiHeadAttention, reference: MultiHeadAttention) -> dict:
+    """Head-matched relative parameter errors.
+
+    Returns a dict with ``theta`` = ‖Θ̂ − Θ‖_F/‖Θ‖_F and ``w`` = ‖Ŵ − W‖_F/‖W‖_F
+    (over all heads, after the best matching), ``total`` for both stacked, and
+    ``matching`` (the permutation from :func:`match_heads`).
+    """
+    perm = match_heads(model, reference)
+    thetas, ws = model.thetas[perm], model.ws[perm]
+    theta_err = np.linalg.norm(thetas - reference.thetas) / np.linalg.norm(reference.thetas)
+    w_err = np.linalg.norm(ws - reference.ws) / np.linalg.norm(reference.ws)
+    total = np.sqrt(
+        (np.linalg.norm(thetas - reference.thetas) ** 2 + np.linalg.norm(ws - reference.ws) ** 2)
+        / (np.linalg.norm(reference.thetas) ** 2 + np.linalg.norm(reference.ws) ** 2)
+    )
+    return {"theta": float(theta_err), "w": float(w_err), "total": float(total), "matching": perm.tolist()}
