@@ -1,1 +1,38 @@
-"""Learners of a multi-head attention layer, one module per family (DESIGN.md §4)."""
+"""Learners of a multi-head attention layer, one module per family (DESIGN.md §4).
+
+:data:`LEARNERS` maps the names used by experiments and the CLI (``sculpt``,
+``gradient``, ``moment``) to estimator classes.  Every class takes ``heads``
+as its first argument and ``random_state`` as a keyword, and offers
+``fit(X, Y, teacher=None) -> self``, ``predict``, ``score``, ``model_`` and
+``report_``.
+"""
+
+from __future__ import annotations
+
+from .._validation import check_choice
+
+LEARNERS: dict[str, type] = {}
+
+
+def register_learner(name: str):
+    """Class decorator adding a learner to :data:`LEARNERS` under ``name``."""
+    def decorate(cls):
+        if name in LEARNERS:
+            raise ValueError(f"learner: name {name!r} is already registered")
+        LEARNERS[name] = cls
+        return cls
+    return decorate
+
+
+def get_learner(name: str) -> type:
+    """The learner class called ``name``; unknown names list the valid ones."""
+    check_choice(name, "learner", LEARNERS)
+    return LEARNERS[name]
+
+
+def make_learner(name: str, heads: int, **params):
+    """Construct the named learner with ``heads`` and keyword hyper-parameters."""
+    return get_learner(name)(heads, **params)
+
+
+__all__ = ["LEARNERS", "get_learner", "make_learner", "register_learner"]
