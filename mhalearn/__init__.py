@@ -5,6 +5,15 @@ The public API is re-exported here; see DESIGN.md for the maths and the parts.
 
 from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
 from .model import MultiHeadAttention, match_heads, parameter_error, relative_error
+from .learners import (
+    LEARNERS,
+    GradientLearner,
+    MomentLearner,
+    SculptLearner,
+    format_phase_table,
+    get_learner,
+    make_learner,
+)
 from .teachers import (
     TEACHER_FAMILIES,
     NondegeneracyReport,
@@ -19,6 +28,13 @@ from .teachers import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "LEARNERS",
+    "GradientLearner",
+    "MomentLearner",
+    "SculptLearner",
+    "format_phase_table",
+    "get_learner",
+    "make_learner",
     "MultiHeadAttention",
     "NondegeneracyReport",
     "TEACHER_FAMILIES",

@@ -36,3 +36,14 @@ def make_learner(name: str, heads: int, **params):
 
 
 __all__ = ["LEARNERS", "get_learner", "make_learner", "register_learner"]
+
+# Importing the modules registers the learners.
+from .gradient import GradientLearner  # noqa: E402
+
+__all__ += ["GradientLearner"]
+from .sculpt import SculptLearner, format_phase_table  # noqa: E402
+
+__all__ += ["SculptLearner", "format_phase_table"]
+from .moment import MomentLearner  # noqa: E402
+
+__all__ += ["MomentLearner"]

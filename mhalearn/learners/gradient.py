@@ -1,0 +1,131 @@
+"""GradientLearner: what a practitioner would do (DESIGN.md §4.2)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .. import kernels
+from .._validation import check_choice, check_positive_int, check_real
+from ..model import MultiHeadAttention
+from . import register_learner
+from ._common import (
+    AttentionLearner,
+    lbfgs_refine,
+    random_parameters,
+    solve_projections,
+    teacher_errors,
+    validation_error,
+)
+
+
+@register_learner("gradient")
+class GradientLearner(AttentionLearner):
+    """Random initialisation and gradient descent on the squared loss.
+
+    Minimises ½‖F(X) − Y‖²/n over (Θ, W) with the Numba gradient, either by
+    full-batch L-BFGS (SciPy) or by mini-batch Adam, from ``restarts``
+    random starts; each run stops early when the validation error stalls, and
+    the run with the lowest validation error is kept.
+
+    Parameters
+    ----------
+    heads : int
+        Number of heads m.
+    method : {"lbfgs", "adam"}
+        Optimiser.  L-BFGS reaches machine-precision fits on noiseless data;
+        Adam is the stochastic method practitioners use at scale.
+    restarts : int
+        Independent random starts; the cost grows linearly.
+    max_iter : int
+        L-BFGS iterations, or Adam epochs, per restart.
+    init_scale : float
+        Frobenius norm of the random initial Θ_i (W starts at the least
+        squares solution given Θ).
+    learning_rate, batch_size : Adam step size and mini-batch size.
+    validation_fraction : float
+        Share of examples held out for early stopping and restart selection.
+    patience : int
+        Validation checks without improvement before a run stops (0: never).
+    random_state : None, int or Generator
+        Seeds the split and the initialisations.
+    """
+
+    def __init__(self, heads: int, *, method: str = "lbfgs", restarts: int = 1,
+                 max_iter: int = 3000, init_scale: float = 1.0, learning_rate: float = 0.01,
+                 batch_size: int = 64, validation_fraction: float = 0.2, patience: int = 20,
+                 random_state=None):
+        self.heads = heads
+        self.method = method
+        self.restarts = restarts
+        self.max_iter = max_iter
+        self.init_scale = init_scale
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.random_state = random_state
+
+    def _fit(self, X, Y, X_val, Y_val, rng, teacher):
+        check_choice(self.method, "method", ("lbfgs", "adam"))
+        restarts = check_positive_int(self.restarts, "restarts")
+        max_iter = check_positive_int(self.max_iter, "max_iter")
+        init_scale = check_real(self.init_scale, "init_scale", low=0.0, low_open=True)
+        patience = check_positive_int(self.patience, "patience", minimum=0)
+        runs = []
+        best_model, best_val = None, np.inf
+        for restart in range(restarts):
+            start = time.perf_counter()
+            thetas = random_parameters(self.heads, X.shape[2], rng, init_scale)
+            ws, _ = solve_projections(X, Y, thetas)
+            if self.method == "lbfgs":
+                model, history = lbfgs_refine(X, Y, thetas, ws, max_iter=max_iter, X_val=X_val,
+                                              Y_val=Y_val, patience=patience)
+            else:
+                model, history = adam_descent(X, Y, thetas, ws, rng, epochs=max_iter,
+                                              learning_rate=check_real(self.learning_rate, "learning_rate", 0.0, low_open=True),
+                                              batch_size=check_positive_int(self.batch_size, "batch_size"),
+                                              X_val=X_val, Y_val=Y_val, patience=patience)
+            val = validation_error(model, X_val, Y_val)
+            runs.append({"restart": restart, "val_error": val, "seconds": time.perf_counter() - start,
+                         "iterations": history.get("iterations"),
+                         "val_history": history["val_error"], **teacher_errors(model, teacher)})
+            if val < best_val:
+                best_model, best_val = model, val
+        return best_model, {"method": self.method, "runs": runs, "val_error": best_val,
+                            **teacher_errors(best_model, teacher)}
+
+
+def adam_descent(X, Y, thetas, ws, rng, *, epochs: int, learning_rate: float, batch_size: int,
+                 X_val, Y_val, patience: int, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-12) -> tuple[MultiHeadAttention, dict]:
+    """Mini-batch Adam (Kingma & Ba) on ½‖F − Y‖²/n, validated once per epoch."""
+    params = np.stack([thetas, ws])  # (2, m, d, d)
+    first = np.zeros_like(params)
+    second = np.zeros_like(params)
+    n = X.shape[0]
+    step = 0
+    best_val, best_params, stale = np.inf, params.copy(), 0
+    history = {"val_error": []}
+    for epoch in range(epochs):
+        order = rng.permutation(n)
+        for begin in range(0, n, batch_size):
+            batch = order[begin:begin + batch_size]
+            _, dth, dw = kernels.loss_and_grad(X[batch], Y[batch], params[0], params[1])
+            grad = np.stack([dth, dw])
+            step += 1
+            first = beta1 * first + (1 - beta1) * grad
+            second = beta2 * second + (1 - beta2) * grad ** 2
+            params -= learning_rate * (first / (1 - beta1 ** step)) / (
+                np.sqrt(second / (1 - beta2 ** step)) + eps)
+        val = validation_error(MultiHeadAttention(params[0], params[1]), X_val, Y_val)
+        history["val_error"].append(val)
+        if val < best_val * (1 - 1e-3):
+            best_val, best_params, stale = val, params.copy(), 0
+        else:
+            stale += 1
+            if patience and stale >= patience:
+                break
+    history["iterations"] = epoch + 1
+    return MultiHeadAttention(best_params[0], best_params[1]), history
