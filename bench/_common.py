@@ -28,3 +28,21 @@ def best_time(function, repeats: int = 5, min_seconds: float = 0.2) -> float:
             function()
         best = min(best, (time.perf_counter() - start) / calls)
     return best
+
+
+def load_jsonl(path):
+    """Rows already written by an interrupted run (empty when the file is absent)."""
+    import json
+
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def median_of(rows, key):
+    """Median of ``row[key]`` over rows that have it (nan when none do)."""
+    import numpy as np
+
+    values = [row[key] for row in rows if row.get(key) is not None]
+    return float(np.median(values)) if values else float("nan")

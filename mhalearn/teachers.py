@@ -194,3 +194,7 @@ register_family(TeacherFamily(
     "shared", "heads with a common component (ρ = 0.5), ‖Θ_i‖_F = 3",
     lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=3.0, shared=0.5, rng=rng,
                                            gram_floor=0.1)))
+register_family(TeacherFamily(
+    "low-sample", "default teachers with n = 2·m·d² examples, as many as the unknowns (Θ and W)",
+    lambda heads, dim, rng: sample_teacher(heads, dim, rng=rng),
+    samples=lambda heads, dim, length: 2 * heads * dim * dim))
