@@ -9,6 +9,7 @@ import numpy as np
 from scipy.linalg import lstsq, subspace_angles
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
+from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._validation import (
@@ -62,7 +63,11 @@ class AttentionLearner(BaseEstimator):
         n_val = max(1, int(round(fraction * n)))
         val, train = order[:n_val], order[n_val:]
         start = time.perf_counter()
-        model, report = self._fit(X[train], Y[train], X[val], Y[val], rng, teacher)
+        # The Numba kernels own the cores.  OpenBLAS threads spin after each
+        # small BLAS call and steal them (measured: loss_and_grad 14× slower
+        # on a loaded 2-core machine), and the learners' BLAS calls are small.
+        with threadpool_limits(limits=1, user_api="blas"):
+            model, report = self._fit(X[train], Y[train], X[val], Y[val], rng, teacher)
         report["total_seconds"] = time.perf_counter() - start
         self.model_ = model
         self.report_ = report
