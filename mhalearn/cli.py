@@ -1,0 +1,482 @@
+"""The ``mhalearn`` command (DESIGN.md §5).
+
+Subcommands::
+
+    mhalearn demo                     plant an m = 2 teacher, learn it with SculptLearner, draw a figure
+    mhalearn learn --learner NAME     one learner on one planted instance; the model is saved to a file
+    mhalearn sweep NAME --db PATH     run (or resume) a named experiment into a SQLite results file
+    mhalearn plot NAME --db PATH --out DIR   render an experiment's figures from its results
+    mhalearn bench [SCRIPT ...]       run the benchmark scripts in bench/
+
+``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
+as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
+results).  Bad input (unknown experiment, learner or family names, a file
+that is not a results file) is reported in one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import re
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+
+#: Shapes and seed of the demo instance (DESIGN.md §5: m = 2, d = k = 8).
+DEMO_SETTING = dict(learner="sculpt", heads=2, dim=8, length=8, samples=1000, family="random", noise=0.0,
+                    seed=0, test_samples=2000)
+
+
+# ------------------------------------------------------------------ progress
+
+class StepProgress:
+    """A progress bar over named steps whose elapsed time keeps ticking during a long step.
+
+    Parameters
+    ----------
+    steps : sequence of str
+        Names of the steps, in order.
+    enabled : bool
+        Draw the bar (False for ``--quiet``).
+    """
+
+    def __init__(self, steps: Sequence[str], *, enabled: bool = True, desc: str = "mhalearn"):
+        from tqdm.auto import tqdm
+
+        self._desc = desc
+        self._bar = tqdm(total=len(steps), desc=desc, unit="step", disable=not enabled, dynamic_ncols=True,
+                         bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
+                                    "[{elapsed} elapsed, ETA {remaining}]")
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        if enabled:
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._bar.refresh()
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Show ``name`` as the current step; advance the bar when the block ends."""
+        self._bar.set_description_str(f"{self._desc}: {name}", refresh=True)
+        yield
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker.is_alive():
+            self._ticker.join()
+        self._bar.set_description_str(f"{self._desc}: done", refresh=False)
+        self._bar.close()
+
+    def __enter__(self) -> "StepProgress":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _say(args, *lines: str) -> None:
+    """Print unless ``--quiet``."""
+    if not args.quiet:
+        for line in lines:
+            print(line)
+
+
+# ------------------------------------------------------------ learner flags
+
+def _parameter_help(cls: type) -> dict[str, str]:
+    """One-line help per hyper-parameter, read from the class's NumPy docstring."""
+    doc = inspect.getdoc(cls) or ""
+    section = re.search(r"Parameters\n-+\n(.*?)(?:\n\S.*\n-+\n|\Z)", doc, re.S)
+    helps: dict[str, str] = {}
+    if not section:
+        return helps
+    lines = section.group(1).splitlines()
+    for index, line in enumerate(lines):
+        match = re.match(r"^([A-Za-z_][\w, ]*?)\s*:\s*(.*)$", line)
+        if not match:
+            continue
+        description = []
+        for following in lines[index + 1:]:
+            if not following.startswith(" "):
+                break
+            description.append(following.strip())
+        kind = match.group(2).strip()
+        text = " ".join(description)
+        text = f"{text} [{kind}]" if text and kind else (text or kind)
+        for name in match.group(1).split(","):
+            helps[name.strip()] = text
+    return helps
+
+
+def _literal(text: str):
+    """Parse a flag value as a Python literal (number, None, tuple …), else keep the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def learner_hyperparameters(cls: type) -> list[inspect.Parameter]:
+    """Keyword hyper-parameters of a learner class (everything but ``heads`` and ``random_state``)."""
+    return [parameter for name, parameter in inspect.signature(cls.__init__).parameters.items()
+            if name not in ("self", "heads", "random_state")
+            and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
+
+
+def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> None:
+    from .learners import get_learner
+
+    cls = get_learner(learner)
+    helps = _parameter_help(cls)
+    group = parser.add_argument_group(f"hyper-parameters of the {learner!r} learner ({cls.__name__})")
+    for parameter in learner_hyperparameters(cls):
+        flag = "--" + parameter.name.replace("_", "-")
+        default = parameter.default
+        description = helps.get(parameter.name, "")
+        if isinstance(default, bool):
+            group.add_argument(flag, dest=f"hp_{parameter.name}", action=argparse.BooleanOptionalAction,
+                               default=default, help=f"{description} (default: {default})")
+        else:
+            kind = type(default) if isinstance(default, (int, float, str)) else _literal
+            group.add_argument(flag, dest=f"hp_{parameter.name}", type=kind, default=default,
+                               metavar=parameter.name.upper(), help=f"{description} (default: {default!r})")
+
+
+# ------------------------------------------------------------------- parser
+
+def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; with ``learner`` the ``learn`` subcommand also gets its hyper-parameter flags."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--quiet", action="store_true", help="no progress bars or commentary, only results")
+
+    parser = argparse.ArgumentParser(
+        prog="mhalearn", description="Learn a single multi-head attention layer from examples.",
+        epilog="Run `mhalearn COMMAND --help` for a command's options.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"mhalearn {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser("demo", parents=[common], help="learn a planted m = 2 teacher with SculptLearner",
+                               description="Plant an m = 2 teacher (d = k = 8), learn it with SculptLearner, "
+                                           "print the phase table and the test error, and write a figure.")
+    demo.add_argument("--samples", type=int, default=DEMO_SETTING["samples"], help="training examples n")
+    demo.add_argument("--seed", type=int, default=DEMO_SETTING["seed"], help="seeds teacher, data and learner")
+    demo.add_argument("--out", type=Path, default=Path("."), help="directory of the figure mhalearn-demo.png")
+
+    learn = commands.add_parser("learn", parents=[common], help="one learner on one planted instance",
+                                description="Plant a teacher, draw examples, fit one learner, report its errors "
+                                            "and save the learned model (.npz).  `--learner NAME --help` lists "
+                                            "that learner's hyper-parameters.")
+    learn.add_argument("--learner", default="sculpt", help="registered learner name (default: sculpt)")
+    learn.add_argument("--heads", "-m", type=int, default=2, help="heads m of teacher and learner")
+    learn.add_argument("--dim", "-d", type=int, default=8, help="token dimension d")
+    learn.add_argument("--length", "-k", type=int, default=8, help="tokens per sequence k")
+    learn.add_argument("--samples", "-n", type=int, default=2000, help="training examples n")
+    learn.add_argument("--family", default="random", help="teacher family (default: random)")
+    learn.add_argument("--noise", type=float, default=0.0, help="std of Gaussian label noise")
+    learn.add_argument("--seed", type=int, default=0, help="seeds teacher, data and learner")
+    learn.add_argument("--test-samples", type=int, default=2000, help="fresh inputs for the test error")
+    learn.add_argument("--out", type=Path, default=Path("model.npz"), help="file for the learned model")
+    learn.add_argument("--teacher-out", type=Path, default=None, help="also save the planted teacher here")
+    if learner is not None:
+        _add_hyperparameter_flags(learn, learner)
+
+    sweep = commands.add_parser("sweep", parents=[common], help="run or resume a named experiment",
+                                description="Compute the cells of a named experiment missing from the results "
+                                            "file; a killed sweep resumes where it stopped.")
+    sweep.add_argument("experiment", metavar="NAME", help="experiment name")
+    sweep.add_argument("--db", type=Path, required=True, help="SQLite results file (created if missing)")
+    sweep.add_argument("--quick", action="store_true", help="the small grid (about a minute)")
+    sweep.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU cores)")
+    sweep.add_argument("--backend", choices=("local", "dask"), default="local", help="where cells run")
+    sweep.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 (with --backend dask)")
+    sweep.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failures")
+
+    plot = commands.add_parser("plot", parents=[common], help="figures of an experiment from its results",
+                               description="Render an experiment's PNG figures (and a table of the numbers "
+                                           "they show) from the rows stored in the results file.")
+    plot.add_argument("experiment", metavar="NAME", help="experiment name")
+    plot.add_argument("--db", type=Path, required=True, help="SQLite results file written by `mhalearn sweep`")
+    plot.add_argument("--out", type=Path, required=True, help="output directory")
+
+    bench = commands.add_parser("bench", parents=[common], help="run the benchmark scripts in bench/",
+                                description="Run the scripts in the repository's bench/ directory "
+                                            "(all of them, or those named).")
+    bench.add_argument("scripts", nargs="*", metavar="SCRIPT", help="script names, e.g. kernels (default: all)")
+    bench.add_argument("--list", action="store_true", help="list the scripts and exit")
+    bench.add_argument("--quick", action="store_true", help="pass --quick to each script")
+
+    commands.add_parser("experiments", parents=[common], help="list the named experiments")
+    return parser
+
+
+def _learner_requested(argv: Sequence[str]) -> str | None:
+    """The ``--learner`` of a ``learn`` command line, so its hyper-parameter flags can be added."""
+    if "learn" not in argv:
+        return None
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--learner", default="sculpt")
+    known, _ = peek.parse_known_args(argv[list(argv).index("learn") + 1:])
+    return known.learner
+
+
+# ----------------------------------------------------------------- commands
+
+def _phase_table(estimator) -> str | None:
+    """The learner module's ``format_phase_table(report_)`` when it has one."""
+    module = sys.modules.get(type(estimator).__module__)
+    formatter = getattr(module, "format_phase_table", None)
+    report = getattr(estimator, "report_", None)
+    if formatter is None or not report:
+        return None
+    return formatter(report)
+
+
+def _format_metrics(metrics: dict) -> str:
+    parts = [f"test error {metrics['test_error']:.3e}", f"train error {metrics['train_error']:.3e}",
+             f"Θ error {metrics['theta_error']:.3g}", f"W error {metrics['w_error']:.3g}",
+             f"fit {metrics['fit_seconds']:.1f} s"]
+    if metrics.get("candidates") is not None:
+        parts.append(f"{metrics['candidates']} candidates scored")
+    return ", ".join(parts)
+
+
+def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: str):
+    """Shared by ``demo`` and ``learn``: plant, fit and measure under a step progress bar, then report."""
+    from .experiments.learning import fit_timed, measure, plant_instance
+    from .learners import get_learner
+
+    estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
+    shape = {key: setting[key] for key in ("heads", "dim", "length", "samples", "family", "noise", "seed")}
+    with StepProgress(["plant", "fit", "measure"], enabled=not args.quiet, desc=description) as progress:
+        with progress.step(f"planting a {setting['family']} teacher, drawing n = {setting['samples']}"):
+            teacher, X, Y, X_test = plant_instance(**shape, test_samples=setting["test_samples"])
+        with progress.step(f"fitting {setting['learner']}"):
+            fit_seconds = fit_timed(estimator, X, Y, teacher)
+        with progress.step("measuring"):
+            metrics = measure(estimator, teacher, X, Y, X_test, fit_seconds)
+    table = _phase_table(estimator)
+    if table:
+        _say(args, table)
+    print(f"{setting['learner']} on {setting['family']} teacher (m = {setting['heads']}, d = {setting['dim']}, "
+          f"k = {setting['length']}, n = {setting['samples']}, noise = {setting['noise']}): "
+          + _format_metrics(metrics))
+    return estimator, teacher, metrics
+
+
+def command_demo(args) -> int:
+    """``mhalearn demo``: the package's main job on one planted m = 2 instance."""
+    from .experiments.figures import save_figure
+    from .learners import LEARNERS
+
+    if "sculpt" not in LEARNERS:
+        raise ValueError(f"learner: the demo needs 'sculpt', which is not registered (registered: "
+                         f"{sorted(LEARNERS) or 'none'})")
+    setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
+    _say(args, f"Planting an m = {setting['heads']} teacher (d = k = {setting['dim']}), drawing "
+               f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
+    estimator, teacher, metrics = _learn_and_report(args, setting, {}, description="demo")
+    figure = save_figure(demo_figure(estimator.model_, teacher, metrics, length=setting["length"],
+                                     seed=setting["seed"]),
+                         Path(args.out) / "mhalearn-demo.png")
+    print(f"final test error {metrics['test_error']:.3e}; figure written to {figure}")
+    return 0
+
+
+def demo_figure(model, teacher, metrics: dict, *, length: int, seed: int = 0):
+    """Teacher vs learned attention maps on one test sequence, and predicted vs true outputs.
+
+    Parameters
+    ----------
+    model, teacher : MultiHeadAttention
+        The learned layer and the planted one (same heads and dim).
+    metrics : dict
+        Metrics from :func:`mhalearn.experiments.learning.measure`.
+    length : int
+        Tokens per test sequence k.
+    seed : int
+        Seeds the test inputs drawn for the figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import numpy as np
+
+    from .data import boolean_inputs
+    from .experiments.figures import plt  # pyplot on the Agg backend
+    from .model import match_heads
+
+    X = boolean_inputs(500, length, teacher.dim, np.random.default_rng(seed + 1))
+    order = match_heads(model, teacher)
+    true_attention = teacher.attention(X[:1])[0]
+    learned_attention = model.attention(X[:1])[0][order]
+    heads = teacher.heads
+    fig = plt.figure(figsize=(3.0 * heads + 5.0, 5.6), layout="constrained")
+    grid = fig.add_gridspec(2, heads + 1, width_ratios=[1] * heads + [1.5])
+    for head in range(heads):
+        for row, (attention, who) in enumerate(((true_attention, "teacher"), (learned_attention, "learned"))):
+            ax = fig.add_subplot(grid[row, head])
+            image = ax.imshow(attention[head], vmin=0, vmax=1, cmap="viridis")
+            ax.set_title(f"{who} head {head + 1}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if head == 0:
+                ax.set_ylabel("query token")
+            if row == 1:
+                ax.set_xlabel("key token")
+    fig.colorbar(image, ax=fig.axes, location="left", shrink=0.7, label="attention weight")
+    scatter = fig.add_subplot(grid[:, heads])
+    truth, estimate = teacher.predict(X).ravel(), model.predict(X).ravel()
+    scatter.scatter(truth, estimate, s=2, alpha=0.3)
+    limits = [min(truth.min(), estimate.min()), max(truth.max(), estimate.max())]
+    scatter.plot(limits, limits, color="0.4", lw=1, ls="--")
+    scatter.set_xlabel("teacher output F(X)")
+    scatter.set_ylabel("learned output F̂(X)")
+    scatter.set_title(f"test outputs: relative error {metrics['test_error']:.2e}", fontsize=9)
+    fig.suptitle("attention on one test sequence (heads matched to the teacher's)", fontsize=10)
+    return fig
+
+
+def command_learn(args) -> int:
+    """``mhalearn learn``: one learner, one planted instance, model saved."""
+    hyperparams = {key[3:]: value for key, value in vars(args).items() if key.startswith("hp_")}
+    setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
+                   family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
+    estimator, teacher, _ = _learn_and_report(args, setting, hyperparams, description="learn")
+    estimator.model_.save(args.out)
+    print(f"model saved to {args.out}")
+    if args.teacher_out is not None:
+        teacher.save(args.teacher_out)
+        print(f"teacher saved to {args.teacher_out}")
+    return 0
+
+
+def command_sweep(args) -> int:
+    """``mhalearn sweep``: run or resume a named experiment."""
+    from .experiments.runner import run_sweep
+
+    summary = run_sweep(args.experiment, args.db, quick=args.quick, workers=args.workers, backend=args.backend,
+                        scheduler=args.scheduler, progress=not args.quiet, retry_failed=args.retry_failed)
+    print(summary)
+    return EXIT_FAILURE if summary.failed else 0
+
+
+def command_plot(args) -> int:
+    """``mhalearn plot``: figures and the numbers they show."""
+    from .experiments import get_experiment
+    from .experiments.store import ResultStore
+
+    experiment = get_experiment(args.experiment)
+    with ResultStore(args.db, create=False) as store:
+        rows = store.rows(args.experiment)
+        failed = store.count(args.experiment, status="failed")
+    if not rows:
+        raise ValueError(f"db: {str(args.db)!r} holds no finished rows of {args.experiment!r}; run "
+                         f"`mhalearn sweep {args.experiment} --db {args.db}` first")
+    paths = experiment.plot(rows, Path(args.out))
+    _say(args, f"{args.experiment}: {len(rows)} rows" + (f" ({failed} failed cells left out)" if failed else ""))
+    for path in paths:
+        print(path)
+        if path.suffix == ".txt" and not args.quiet:
+            print(path.read_text())
+    return 0
+
+
+def bench_directory() -> Path:
+    """The repository's ``bench/`` directory (present in a source checkout)."""
+    directory = Path(__file__).resolve().parent.parent / "bench"
+    if not directory.is_dir():
+        raise ValueError(f"bench: no bench/ directory next to the package ({directory}); the benchmarks "
+                         "ship with the source checkout")
+    return directory
+
+
+def bench_scripts() -> dict[str, Path]:
+    """Benchmark scripts by name (``bench/NAME.py``, helpers starting with ``_`` left out)."""
+    return {path.stem: path for path in sorted(bench_directory().glob("*.py")) if not path.name.startswith("_")}
+
+
+def command_bench(args) -> int:
+    """``mhalearn bench``: list or run the benchmark scripts."""
+    from ._validation import check_choice
+
+    scripts = bench_scripts()
+    if args.list:
+        for name, path in scripts.items():
+            print(f"{name:<16} {path}")
+        return 0
+    chosen = [check_choice(name.removesuffix(".py"), "bench script", scripts) for name in args.scripts] or list(scripts)
+    failures = []
+    for index, name in enumerate(chosen, 1):
+        command = [sys.executable, str(scripts[name])] + (["--quick"] if args.quick else [])
+        _say(args, f"[{index}/{len(chosen)}] {' '.join(command[1:])}")
+        start = time.perf_counter()
+        result = subprocess.run(command, cwd=scripts[name].parent.parent)  # scripts write to bench/…
+        _say(args, f"[{index}/{len(chosen)}] {name}: exit {result.returncode} after "
+                   f"{time.perf_counter() - start:.1f} s")
+        if result.returncode:
+            failures.append(name)
+    if failures:
+        print(f"bench: {len(failures)} script(s) failed: {', '.join(failures)}", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
+def command_experiments(args) -> int:
+    """``mhalearn experiments``: the registered experiment names."""
+    from .experiments import EXPERIMENTS
+
+    for name, experiment in sorted(EXPERIMENTS.items()):
+        print(f"{name:<20} {experiment.description}")
+    return 0
+
+
+COMMANDS = {"demo": command_demo, "learn": command_learn, "sweep": command_sweep, "plot": command_plot,
+            "bench": command_bench, "experiments": command_experiments}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``mhalearn`` console script; returns the exit status.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name (default: ``sys.argv[1:]``).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(_learner_requested(argv))
+        args = parser.parse_args(argv)
+        if args.command in ("sweep", "plot", "experiments"):
+            import mhalearn.experiments  # noqa: F401  registers the named experiments
+        return COMMANDS[args.command](args)
+    except ValueError as error:
+        print(f"mhalearn: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RuntimeError as error:
+        print(f"mhalearn: error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("mhalearn: interrupted (finished sweep cells are saved; run the same command to resume)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Plotting helpers shared by the experiments' figures (matplotlib, Agg, PNG).
+
+The experiments summarise seeds by the median and the interquartile band;
+these helpers group stored rows, compute those summaries, draw them, and
+write PNG files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: experiments render files, never windows
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+#: Colours, markers and line styles of the learners and models, stable across figures.
+_PALETTE = plt.get_cmap("tab10").colors
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+_LINESTYLES = ("-", "--", "-.", ":")
+
+
+def style_for(name: str, names: Sequence[str]) -> dict:
+    """Colour, marker and line style for ``name``, the same in every figure given the same ``names``.
+
+    Markers and line styles differ as well as colours so that curves which
+    coincide (learners converging to the same solution) stay distinguishable.
+    """
+    index = list(names).index(name)
+    return {"color": _PALETTE[index % len(_PALETTE)], "marker": _MARKERS[index % len(_MARKERS)],
+            "linestyle": _LINESTYLES[index % len(_LINESTYLES)]}
+
+
+def dodge(name: str, names: Sequence[str], width: float = 0.06) -> float:
+    """A small offset per name, to draw coinciding points side by side."""
+    return (list(names).index(name) - (len(names) - 1) / 2) * width
+
+
+def set_grid_ticks(ax, values: Sequence[float], axis: str = "x") -> None:
+    """Ticks at the grid's values, labelled as plain numbers (also on log axes)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(FixedLocator(sorted(values)))
+    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    target.set_minor_locator(NullLocator())
+
+
+def group_rows(rows: Iterable[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
+    """Rows grouped by the values of ``keys``, groups in sorted key order."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[tuple(row[key] for key in keys)].append(row)
+    return dict(sorted(groups.items(), key=lambda item: tuple(map(_sort_key, item[0]))))
+
+
+def _sort_key(value):
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def median_quartiles(values: Iterable[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile) of the finite ``values``; NaNs when none."""
+    array = np.asarray([value for value in values if value is not None and math.isfinite(value)], dtype=float)
+    if array.size == 0:
+        return (math.nan, math.nan, math.nan)
+    low, median, high = np.percentile(array, [25, 50, 75])
+    return float(low), float(median), float(high)
+
+
+def summarize_curve(rows: Iterable[dict], x_key: str, y_key: str) -> list[dict]:
+    """Per value of ``x_key``: ``x``, ``count``, ``q1``, ``median``, ``q3`` of ``y_key``, sorted by x."""
+    curve = []
+    for (x,), group in group_rows(rows, [x_key]).items():
+        q1, median, q3 = median_quartiles(row.get(y_key) for row in group)
+        curve.append({"x": x, "count": len(group), "q1": q1, "median": median, "q3": q3})
+    return curve
+
+
+def plot_band(ax, curve: list[dict], *, label: str, style: dict, x_offset: float = 0.0) -> None:
+    """Draw the median line of ``curve`` with its interquartile band.
+
+    ``x_offset`` shifts the points multiplicatively on a log x axis
+    (x·2^offset) and additively otherwise.
+    """
+    if not curve:
+        return
+    x = np.array([point["x"] for point in curve], dtype=float)
+    x = x * 2.0 ** x_offset if ax.get_xscale() == "log" else x + x_offset
+    ax.plot(x, [point["median"] for point in curve], label=label, lw=1.6, ms=5, **style)
+    ax.fill_between(x, [point["q1"] for point in curve], [point["q3"] for point in curve],
+                    color=style["color"], alpha=0.18, lw=0)
+
+
+def new_figure(panels: int, *, width: float = 4.2, height: float = 3.8, sharey: bool = False):
+    """A figure with ``panels`` axes side by side (``axes`` always a list)."""
+    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), sharey=sharey, squeeze=False,
+                             layout="constrained")
+    return fig, list(axes[0])
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (parents created) and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def write_tables(path: Path, tables: Sequence[tuple[str, Sequence[str], Iterable[Sequence]]]) -> Path:
+    """Write aligned plain-text tables (the numbers a figure shows) and return the path.
+
+    ``tables`` holds ``(title, header, lines)`` triples, written one after the other.
+    """
+    blocks = []
+    for title, header, lines in tables:
+        rows = [[_format_cell(value) for value in line] for line in lines]
+        widths = [max([len(str(name))] + [len(row[i]) for row in rows]) for i, name in enumerate(header)]
+        text = [title, " ".join(str(name).rjust(width) for name, width in zip(header, widths))]
+        text += [" ".join(value.rjust(width) for value, width in zip(row, widths)) for row in rows]
+        blocks.append("\n".join(text))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(blocks) + "\n")
+    return path
+
+
+def _format_cell(value) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        if math.isinf(value):
+            return "not reached" if value > 0 else "-inf"
+        return f"{value:.3g}"
+    return str(value)

@@ -1,0 +1,394 @@
+"""The learning experiments ``error-vs-samples`` and ``heads-dependence`` (DESIGN.md §5).
+
+Both plant a teacher from a registered family, draw ``samples`` noisy
+examples from it, fit a registered learner, and measure the relative error
+Σ‖F̂(X) − F(X)‖²/Σ‖F(X)‖² on fresh test inputs against the noiseless teacher.
+
+``error-vs-samples``
+    learners × m ∈ {1, 2, 3} × n on a log grid × seeds, d = k = 8.  Figure:
+    test error vs n per learner on log–log axes (median and interquartile
+    band over seeds), one panel per m.
+``heads-dependence``
+    learners × m ∈ {1, …, 5} × n on a log grid × seeds, d = k = 6.  Figure:
+    fit time vs m, candidates scored by the net search vs m, and samples to
+    reach ε vs m, where samples-to-ε is the smallest n whose median test
+    error over seeds is ≤ ε (:func:`samples_to_epsilon`).
+
+A cell is a deterministic function of its parameters: the teacher depends
+on (family, m, d, k, seed) only, so every learner and every n of a seed
+faces the same teacher; the training set depends on the cell's n as well,
+and the learner gets ``random_state=seed``.  Grids leave out the (m, n)
+whose n·k·d labels are fewer than twice the 2·m·d² unknowns.  Learners that
+are not registered are left out of the grid with a warning (a resumed sweep
+picks them up once they exist, as new cells).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from .. import learners as learner_registry
+from .._validation import check_positive_int, check_real
+from ..data import draw_inputs, make_dataset
+from ..model import parameter_error, relative_error
+from ..teachers import get_family, make_teacher
+from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
+                      summarize_curve, write_tables)
+from .registry import Experiment, register_experiment
+
+#: Learners compared by the experiments, in plotting order.
+LEARNER_NAMES = ("gradient", "moment", "sculpt")
+#: Test error that counts as "learned" for samples-to-ε.
+EPSILON = 1e-2
+#: Fresh test inputs per cell.
+TEST_SAMPLES = 1000
+
+#: The full and quick grids.  ``dim`` = ``length`` = token dimension d and tokens k.
+#: Sizes: the full sweeps take well under an hour on two cores (cells run single-threaded,
+#: 0.1–15 s each), the quick ones about a minute.
+_GRIDS = {
+    "error-vs-samples": {
+        False: dict(family="random", dim=8, length=8, noise=0.1, heads=(1, 2, 3),
+                    samples=(8, 16, 32, 64, 128, 256, 512, 1024, 2048), seeds=(0, 1, 2, 3, 4)),
+        True: dict(family="random", dim=6, length=6, noise=0.1, heads=(1, 2, 3),
+                   samples=(32, 256), seeds=(0, 1)),
+    },
+    "heads-dependence": {
+        False: dict(family="random", dim=6, length=6, noise=0.1, heads=(1, 2, 3, 4, 5),
+                    samples=(8, 16, 32, 64, 128, 256, 512, 1024), seeds=(0, 1, 2)),
+        True: dict(family="random", dim=4, length=4, noise=0.1, heads=(1, 2, 3, 4),
+                   samples=(16, 64, 256), seeds=(0,)),
+    },
+}
+#: A cell is in a grid only if its n·k·d scalar labels are at least this many times the
+#: 2·m·d² unknowns (with fewer, the learners' validation split leaves too few to fit).
+LABELS_PER_UNKNOWN = 2
+
+
+def available_learners() -> list[str]:
+    """The learners of :data:`LEARNER_NAMES` that are registered, warning about the others.
+
+    Raises ``ValueError`` when none is registered.
+    """
+    present = [name for name in LEARNER_NAMES if name in learner_registry.LEARNERS]
+    missing = [name for name in LEARNER_NAMES if name not in learner_registry.LEARNERS]
+    if not present:
+        raise ValueError(
+            f"learner: none of {list(LEARNER_NAMES)} is registered (registered: "
+            f"{sorted(learner_registry.LEARNERS) or 'none'}); the learning experiments need at least one")
+    if missing:
+        warnings.warn(f"learners {missing} are not registered yet and are left out of the grid",
+                      RuntimeWarning, stacklevel=2)
+    return present
+
+
+def _grid(name: str, quick: bool) -> list[dict]:
+    grid = _GRIDS[name][bool(quick)]
+    dim, length = grid["dim"], grid["length"]
+    return [
+        {"learner": learner, "family": grid["family"], "heads": heads, "dim": dim, "length": length,
+         "samples": samples, "noise": grid["noise"], "seed": seed}
+        for learner in available_learners()
+        for heads in grid["heads"]
+        for samples in grid["samples"]
+        if samples * length * dim >= LABELS_PER_UNKNOWN * 2 * heads * dim * dim
+        for seed in grid["seeds"]
+    ]
+
+
+def error_vs_samples_cells(quick: bool) -> list[dict]:
+    """The grid of ``error-vs-samples``: learners × m ∈ {1, 2, 3} × n × seeds."""
+    return _grid("error-vs-samples", quick)
+
+
+def heads_dependence_cells(quick: bool) -> list[dict]:
+    """The grid of ``heads-dependence``: learners × m × n × seeds."""
+    return _grid("heads-dependence", quick)
+
+
+# ---------------------------------------------------------------------- cells
+
+def _streams(family: str, heads: int, dim: int, length: int, samples: int, seed: int):
+    """Independent generators for the teacher, the training set and the test set."""
+    family_code = zlib.crc32(family.encode())
+    teacher_seq = np.random.SeedSequence([seed, family_code, heads, dim, length])
+    train_seq, test_seq = teacher_seq.spawn(2)
+    train_seq = np.random.SeedSequence([*train_seq.generate_state(2), samples])
+    return (np.random.default_rng(teacher_seq), np.random.default_rng(train_seq),
+            np.random.default_rng(test_seq))
+
+
+def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: str = "random",
+                   noise: float = 0.0, seed: int = 0, test_samples: int = TEST_SAMPLES):
+    """Plant a teacher and draw its training and test data, deterministically from the arguments.
+
+    Parameters
+    ----------
+    heads, dim, length, samples : int
+        m, d, k and n.
+    family : str
+        Registered teacher family (its input law is used).
+    noise : float
+        Standard deviation of the Gaussian label noise on the training set.
+    seed : int
+        Seeds the teacher (shared by every n and learner of the seed) and the data.
+    test_samples : int
+        Fresh test inputs.
+
+    Returns
+    -------
+    teacher : MultiHeadAttention
+    X, Y : arrays of shape (samples, length, dim)
+        Training inputs and noisy labels.
+    X_test : array of shape (test_samples, length, dim)
+    """
+    heads = check_positive_int(heads, "heads")
+    dim = check_positive_int(dim, "dim")
+    length = check_positive_int(length, "length")
+    samples = check_positive_int(samples, "samples")
+    test_samples = check_positive_int(test_samples, "test_samples")
+    noise = check_real(noise, "noise", low=0.0)
+    seed = check_positive_int(seed, "seed", minimum=0)
+    law = get_family(family).law
+    teacher_rng, train_rng, test_rng = _streams(family, heads, dim, length, samples, seed)
+    teacher = make_teacher(family, heads, dim, teacher_rng)
+    X, Y = make_dataset(teacher, samples, length, law=law, noise=noise, rng=train_rng)
+    return teacher, X, Y, draw_inputs(law, test_samples, length, dim, test_rng)
+
+
+def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray,
+            fit_seconds: float) -> dict:
+    """Metrics of a fitted learner against its planted teacher.
+
+    Returns
+    -------
+    dict
+        ``test_error`` (relative, on ``X_test`` against the noiseless
+        teacher), ``train_error`` (relative, against the noisy training
+        labels), ``theta_error`` and ``w_error`` (head-matched relative
+        parameter errors), ``fit_seconds``; and from the learner's report,
+        None when it has no such phase: ``candidates`` scored by the net
+        search, ``certified_rows`` found by sculpting, and ``span_distance``
+        of the chosen span to the teacher's.
+    """
+    parameters = parameter_error(estimator.model_, teacher)
+    report = getattr(estimator, "report_", None) or {}
+    candidates = _report_figure(report, "net", "candidates")
+    certified = _report_figure(report, "sculpt", "certified_rows")
+    return {
+        "test_error": relative_error(estimator.model_, teacher, X_test),
+        "train_error": float(np.sum((estimator.model_.predict(X) - Y) ** 2) / np.sum(Y ** 2)),
+        "theta_error": parameters["theta"],
+        "w_error": parameters["w"],
+        "fit_seconds": float(fit_seconds),
+        "candidates": None if candidates is None else int(candidates),
+        "certified_rows": None if certified is None else int(certified),
+        "span_distance": _report_figure(report, "span", "chosen_distance"),
+    }
+
+
+def _report_figure(report: dict, phase: str, name: str) -> float | None:
+    """``report[phase][name]`` as a finite float, or None when absent."""
+    entry = report.get(phase)
+    value = entry.get(name) if isinstance(entry, dict) else None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def fit_timed(estimator, X: np.ndarray, Y: np.ndarray, teacher=None) -> float:
+    """Fit ``estimator`` (passing the teacher for its report) and return the wall time in seconds."""
+    start = time.perf_counter()
+    estimator.fit(X, Y, teacher=teacher)
+    return time.perf_counter() - start
+
+
+def learn_planted(learner: str, *, heads: int, dim: int, length: int, samples: int,
+                  family: str = "random", noise: float = 0.0, seed: int = 0,
+                  test_samples: int = TEST_SAMPLES, hyperparams: dict | None = None):
+    """Plant a teacher, draw examples, fit a learner and measure it.
+
+    Parameters
+    ----------
+    learner : str
+        Registered learner name (unknown names raise ``ValueError`` listing the valid ones).
+    heads, dim, length, samples, family, noise, seed, test_samples
+        As in :func:`plant_instance`; the learner gets ``random_state=seed``.
+    hyperparams : dict, optional
+        Keyword hyper-parameters of the learner.
+
+    Returns
+    -------
+    fitted : learner
+        The fitted estimator (``model_``, ``report_``).
+    teacher : MultiHeadAttention
+        The planted teacher.
+    metrics : dict
+        See :func:`measure`.
+    """
+    estimator_class = learner_registry.get_learner(learner)
+    teacher, X, Y, X_test = plant_instance(heads=heads, dim=dim, length=length, samples=samples,
+                                           family=family, noise=noise, seed=seed, test_samples=test_samples)
+    estimator = estimator_class(heads, random_state=seed, **(hyperparams or {}))
+    fit_seconds = fit_timed(estimator, X, Y, teacher)
+    return estimator, teacher, measure(estimator, teacher, X, Y, X_test, fit_seconds)
+
+
+def run_learning_cell(cell: dict) -> dict:
+    """Compute one cell of either learning experiment (see :func:`learn_planted`)."""
+    _, _, metrics = learn_planted(
+        cell["learner"], heads=cell["heads"], dim=cell["dim"], length=cell["length"],
+        samples=cell["samples"], family=cell["family"], noise=cell["noise"], seed=cell["seed"])
+    return metrics
+
+
+# -------------------------------------------------------------------- figures
+
+def samples_to_epsilon(rows: list[dict], epsilon: float = EPSILON) -> dict[tuple, float]:
+    """Smallest n whose median test error over seeds is ≤ ``epsilon``, per (learner, heads).
+
+    Returns ``math.inf`` for a (learner, heads) that never reaches ε on the grid.
+    """
+    result = {}
+    for key, group in group_rows(rows, ["learner", "heads"]).items():
+        reached = [point["x"] for point in summarize_curve(group, "samples", "test_error")
+                   if point["median"] <= epsilon]
+        result[key] = float(min(reached)) if reached else math.inf
+    return result
+
+
+def _learners_in(rows: list[dict]) -> list[str]:
+    names = sorted({row["learner"] for row in rows})
+    return [name for name in LEARNER_NAMES if name in names] + [name for name in names
+                                                                  if name not in LEARNER_NAMES]
+
+
+def _setting(rows: list[dict]) -> str:
+    first = rows[0]
+    return f"{first['family']} teacher, d = {first['dim']}, k = {first['length']}, noise σ = {first['noise']}"
+
+
+def plot_error_vs_samples(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Test error vs n per learner (log–log, median and quartile band), one panel per m.
+
+    Writes ``error-vs-samples.png`` and ``error-vs-samples.txt`` (the plotted
+    numbers and samples-to-ε) in ``out_dir``.
+    """
+    if not rows:
+        raise ValueError("rows: expected stored results of error-vs-samples, received none (run the sweep first)")
+    out_dir = Path(out_dir)
+    names = _learners_in(rows)
+    heads_values = sorted({row["heads"] for row in rows})
+    samples_values = sorted({row["samples"] for row in rows})
+    fig, axes = new_figure(len(heads_values), sharey=True)
+    curves = []
+    for ax, heads in zip(axes, heads_values):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for name in names:
+            group = [row for row in rows if row["heads"] == heads and row["learner"] == name]
+            curve = summarize_curve(group, "samples", "test_error")
+            plot_band(ax, curve, label=name, style=style_for(name, names), x_offset=dodge(name, names))
+            curves += [(name, heads, p["x"], p["count"], p["q1"], p["median"], p["q3"]) for p in curve]
+        ax.axhline(EPSILON, color="0.5", ls=":", lw=1)
+        set_grid_ticks(ax, samples_values)
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_title(f"m = {heads}")
+        ax.set_xlabel("training samples n")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("relative test error")
+    axes[0].legend(title="learner", fontsize=8)
+    fig.suptitle(f"test error vs samples — {_setting(rows)}; median and quartiles over seeds; "
+                 f"dotted: ε = {EPSILON}", fontsize=9)
+    reach = [(name, heads, value) for (name, heads), value in samples_to_epsilon(rows).items()]
+    return [
+        save_figure(fig, out_dir / "error-vs-samples.png"),
+        write_tables(out_dir / "error-vs-samples.txt", [
+            ("relative test error over seeds", ["learner", "m", "n", "seeds", "q1", "median", "q3"], curves),
+            (f"samples to reach median test error ≤ {EPSILON}", ["learner", "m", "n_to_eps"], reach),
+        ]),
+    ]
+
+
+def plot_heads_dependence(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Fit time, candidates scored and samples-to-ε vs m, per learner.
+
+    Fit time and candidates are taken at the largest n of the grid (median
+    and quartile band over seeds).  Writes ``heads-dependence.png`` and
+    ``heads-dependence.txt`` in ``out_dir``.
+    """
+    if not rows:
+        raise ValueError("rows: expected stored results of heads-dependence, received none (run the sweep first)")
+    out_dir = Path(out_dir)
+    names = _learners_in(rows)
+    heads_values = sorted({row["heads"] for row in rows})
+    samples_values = sorted({row["samples"] for row in rows})
+    largest = samples_values[-1]
+    at_largest = [row for row in rows if row["samples"] == largest]
+    to_epsilon = samples_to_epsilon(rows)
+    fig, (time_ax, candidates_ax, epsilon_ax) = new_figure(3)
+    unreached_level = largest * 2
+    table = []
+    for name in names:
+        style = style_for(name, names)
+        mine = [row for row in at_largest if row["learner"] == name]
+        seconds = summarize_curve(mine, "heads", "fit_seconds")
+        plot_band(time_ax, seconds, label=name, style=style, x_offset=dodge(name, names))
+        candidates = summarize_curve([row for row in mine if row.get("candidates") is not None],
+                                     "heads", "candidates")
+        plot_band(candidates_ax, candidates, label=name, style=style, x_offset=dodge(name, names))
+        reached = [(heads, to_epsilon[(name, heads)]) for heads in heads_values if (name, heads) in to_epsilon]
+        x = np.array([heads for heads, _ in reached], dtype=float) + dodge(name, names, 0.1)
+        needed = np.array([value for _, value in reached])
+        epsilon_ax.plot(x, np.where(np.isfinite(needed), needed, np.nan), label=name, lw=1.6, ms=5, **style)
+        epsilon_ax.scatter(x[~np.isfinite(needed)], [unreached_level] * int(np.sum(~np.isfinite(needed))),
+                           marker="^", color=style["color"], s=45, zorder=3)
+        by_heads = {point["x"]: point for point in candidates}
+        table += [(name, point["x"], point["median"], point["q1"], point["q3"],
+                   by_heads[point["x"]]["median"] if point["x"] in by_heads else math.nan,
+                   to_epsilon.get((name, point["x"]), math.nan)) for point in seconds]
+    time_ax.set_ylabel(f"fit time at n = {largest} (s)")
+    candidates_ax.set_ylabel(f"candidates scored (net search) at n = {largest}")
+    epsilon_ax.set_ylabel(f"n to reach median test error ≤ {EPSILON}")
+    epsilon_ax.set_yscale("log")
+    set_grid_ticks(epsilon_ax, samples_values + [unreached_level], axis="y")
+    epsilon_ax.set_yticklabels([f"{value:g}" for value in samples_values] + ["not\nreached"])
+    epsilon_ax.set_ylim(samples_values[0] / 1.5, unreached_level * 1.5)
+    for ax in (time_ax, candidates_ax, epsilon_ax):
+        if ax is not epsilon_ax:
+            ax.set_yscale("log")
+        ax.set_xlabel("heads m")
+        ax.set_xticks(heads_values)
+        ax.grid(True, which="major", alpha=0.3)
+    time_ax.legend(title="learner", fontsize=8)
+    if not any(row.get("candidates") is not None for row in at_largest):
+        candidates_ax.text(0.5, 0.5, "no learner reported candidates", transform=candidates_ax.transAxes,
+                           ha="center")
+    fig.suptitle(f"dependence on the number of heads — {_setting(rows)}; median and quartiles over seeds",
+                 fontsize=9)
+    return [
+        save_figure(fig, out_dir / "heads-dependence.png"),
+        write_tables(out_dir / "heads-dependence.txt", [(
+            f"fit seconds and candidates at n = {largest} (median, quartiles over seeds); samples to ε = {EPSILON}",
+            ["learner", "m", "fit_s", "q1", "q3", "candidates", "n_to_eps"], table)]),
+    ]
+
+
+register_experiment(Experiment(
+    "error-vs-samples",
+    "test error vs number of samples per learner, m = 1, 2, 3 (log-log, median and quartiles over seeds)",
+    error_vs_samples_cells, run_learning_cell, plot_error_vs_samples))
+register_experiment(Experiment(
+    "heads-dependence",
+    "fit time, candidates scored and samples to reach ε as the number of heads m grows",
+    heads_dependence_cells, run_learning_cell, plot_heads_dependence))

@@ -1,0 +1,159 @@
+"""The ``mhalearn`` command: subcommands, clean errors for bad input, exit codes."""
+
+import subprocess
+import sys
+
+import pytest
+
+from mhalearn import MultiHeadAttention
+from mhalearn.cli import build_parser, learner_hyperparameters, main
+from mhalearn.experiments import EXPERIMENTS, Experiment
+from mhalearn.experiments.store import ResultStore
+from mhalearn.learners import LEARNERS
+
+from test_experiments import toy_cells, toy_plot, toy_run_cell
+
+
+@pytest.fixture
+def toy_experiment():
+    EXPERIMENTS["toy-cli"] = Experiment("toy-cli", "toy grid", toy_cells, toy_run_cell, toy_plot)
+    yield "toy-cli"
+    EXPERIMENTS.pop("toy-cli", None)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_unknown_experiment_lists_the_valid_ones_without_traceback(capsys, tmp_path):
+    for command in (["sweep", "no-such", "--db", str(tmp_path / "r.db")],
+                    ["plot", "no-such", "--db", str(tmp_path / "r.db"), "--out", str(tmp_path)]):
+        code, out, err = run(capsys, *command)
+        assert code == 2
+        assert err.startswith("mhalearn: error: experiment: expected one of [")
+        assert "'error-vs-samples'" in err and "'heads-dependence'" in err and "Traceback" not in err
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_unknown_learner_lists_the_valid_ones(capsys):
+    code, _, err = run(capsys, "learn", "--learner", "no-such")
+    assert code == 2 and "learner: expected one of [" in err
+    for name in LEARNERS:
+        assert repr(name) in err
+
+
+def test_unknown_family_is_reported_cleanly(capsys, tmp_path):
+    if "gradient" not in LEARNERS:
+        pytest.skip("needs the gradient learner")
+    code, _, err = run(capsys, "learn", "--learner", "gradient", "--family", "no-such", "--quiet",
+                       "--out", str(tmp_path / "m.npz"))
+    assert code == 2 and "family: expected one of [" in err and "'random'" in err
+
+
+def test_sweep_refuses_a_file_that_is_not_a_results_file(capsys, tmp_path, toy_experiment):
+    path = tmp_path / "thesis.db"
+    path.write_bytes(b"precious data \x00\x01\x02" * 100)
+    before = path.read_bytes()
+    code, _, err = run(capsys, "sweep", toy_experiment, "--db", str(path), "--quiet")
+    assert code == 2 and "not an SQLite database" in err
+    assert path.read_bytes() == before
+
+
+def test_plot_needs_an_existing_results_file(capsys, tmp_path, toy_experiment):
+    code, _, err = run(capsys, "plot", toy_experiment, "--db", str(tmp_path / "none.db"), "--out", str(tmp_path))
+    assert code == 2 and "no results file" in err
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_sweep_then_plot_through_the_command(capsys, tmp_path, toy_experiment):
+    db = tmp_path / "results.db"
+    code, out, _ = run(capsys, "sweep", toy_experiment, "--quick", "--db", str(db), "--workers", "1", "--quiet")
+    assert code == 0 and "9 cells, 0 already stored, 9 computed (0 failed)" in out
+    code, out, _ = run(capsys, "sweep", toy_experiment, "--quick", "--db", str(db), "--quiet")
+    assert code == 0 and "9 already stored, 0 computed" in out
+    code, out, _ = run(capsys, "plot", toy_experiment, "--db", str(db), "--out", str(tmp_path / "figs"))
+    assert code == 0 and "9 rows" in out
+    assert (tmp_path / "figs" / "toy.txt").read_text() == "9 rows\n"
+    with ResultStore(db, create=False) as store:
+        assert store.count(toy_experiment) == 9
+
+
+def test_dask_backend_needs_a_scheduler(capsys, tmp_path, toy_experiment):
+    code, _, err = run(capsys, "sweep", toy_experiment, "--db", str(tmp_path / "r.db"), "--backend", "dask")
+    assert code == 2 and "scheduler" in err
+
+
+@pytest.mark.skipif("gradient" not in LEARNERS, reason="needs the gradient learner")
+def test_learn_takes_the_learners_hyperparameters_as_flags_and_saves_the_model(capsys, tmp_path):
+    names = {parameter.name for parameter in learner_hyperparameters(LEARNERS["gradient"])}
+    assert "max_iter" in names and "heads" not in names and "random_state" not in names
+    args = build_parser("gradient").parse_args(["learn", "--learner", "gradient", "--max-iter", "40"])
+    assert args.hp_max_iter == 40
+    out_file = tmp_path / "model.npz"
+    code, out, _ = run(capsys, "learn", "--learner", "gradient", "-m", "1", "-d", "3", "-k", "3", "-n", "100",
+                       "--max-iter", "200", "--out", str(out_file), "--teacher-out", str(tmp_path / "t.npz"),
+                       "--quiet")
+    assert code == 0 and "test error" in out and f"model saved to {out_file}" in out
+    model = MultiHeadAttention.load(out_file)
+    assert (model.heads, model.dim) == (1, 3)
+    assert MultiHeadAttention.load(tmp_path / "t.npz").heads == 1
+
+
+def test_bench_lists_the_scripts(capsys):
+    code, out, _ = run(capsys, "bench", "--list")
+    assert code == 0 and "kernels" in out and "_common" not in out
+    code, _, err = run(capsys, "bench", "no-such-script")
+    assert code == 2 and "bench script: expected one of [" in err
+
+
+def test_console_script_reports_errors_with_exit_status_2():
+    result = subprocess.run([sys.executable, "-m", "mhalearn.cli", "sweep", "no-such", "--db", "x.db"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "experiment: expected one of" in result.stderr
+
+
+@pytest.mark.slow
+def test_quick_sweep_killed_with_sigkill_resumes_to_the_uninterrupted_rows(tmp_path):
+    """The acceptance run: `mhalearn sweep error-vs-samples --quick`, kill -9, resume, compare."""
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    def rows(path):
+        with ResultStore(path, create=False) as store:
+            return {record["cell_key"]: {key: value for key, value in record["metrics"].items()
+                                         if key != "fit_seconds"}
+                    for record in store.iter_records("error-vs-samples")}
+
+    command = [sys.executable, "-m", "mhalearn.cli", "sweep", "error-vs-samples", "--quick", "--quiet", "--db"]
+    killed = tmp_path / "killed.db"
+    process = subprocess.Popen(command + [str(killed)], start_new_session=True)
+    deadline = time.monotonic() + 600
+    count = 0
+    while time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.5)
+        try:
+            connection = sqlite3.connect(f"file:{killed}?mode=ro", uri=True)
+            count = connection.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            connection.close()
+        except sqlite3.Error:
+            continue
+        if count >= 10:
+            break
+    os.kill(process.pid, signal.SIGKILL)  # the coordinator only, as `kill -9 PID` does
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    partial = rows(killed)
+    assert 10 <= len(partial)
+    assert subprocess.run(command + [str(killed)], capture_output=True, text=True).returncode == 0
+    uninterrupted = tmp_path / "uninterrupted.db"
+    assert subprocess.run(command + [str(uninterrupted)], capture_output=True, text=True).returncode == 0
+    resumed, reference = rows(killed), rows(uninterrupted)
+    with ResultStore(killed, create=False) as store:
+        assert store.count("error-vs-samples") == len(reference) == len(resumed)  # no duplicates, none lost
+    assert resumed == reference  # same cells, same metrics (timing aside), partial rows kept
+    assert all(resumed[key] == value for key, value in partial.items())

@@ -1,0 +1,307 @@
+"""The results store, the resumable runner (local and Dask backends) and the learning experiments."""
+
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mhalearn.experiments import EXPERIMENTS, Experiment, get_experiment
+from mhalearn.experiments.learning import (
+    error_vs_samples_cells,
+    heads_dependence_cells,
+    plot_error_vs_samples,
+    plot_heads_dependence,
+    run_learning_cell,
+    samples_to_epsilon,
+)
+from mhalearn.experiments.runner import execute_cell, run_sweep
+from mhalearn.experiments.store import SCHEMA_VERSION, ResultStore, cell_key
+from mhalearn.learners import LEARNERS
+
+TOY = "toy-sweep"
+TESTS = Path(__file__).resolve().parent
+
+
+# --------------------------------------------------------- a test experiment
+# Module-level so the local backend's worker processes can unpickle them
+# (they import this module by name; the tests directory is on their sys.path).
+
+def toy_cells(quick: bool) -> list[dict]:
+    return [{"a": a, "b": b} for a in range(3 if quick else 4) for b in ("x", "y", "z")]
+
+
+def toy_run_cell(cell: dict) -> dict:
+    """Deterministic metrics from the cell; ``a == -1`` raises; ``pause`` sleeps first."""
+    if cell["a"] == -1:
+        raise ArithmeticError(f"cell {cell['b']} cannot be computed")
+    time.sleep(cell.get("pause", 0.0))
+    rng = np.random.default_rng([cell["a"], ord(cell["b"])])
+    return {"value": float(rng.standard_normal()), "square": cell["a"] ** 2}
+
+
+def toy_plot(rows: list[dict], out_dir: Path) -> list[Path]:
+    path = Path(out_dir) / "toy.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{len(rows)} rows\n")
+    return [path]
+
+
+def failing_cells(quick: bool) -> list[dict]:
+    return [{"a": a, "b": "x"} for a in (-1, 0, 1)]
+
+
+def sleepy_cells(quick: bool) -> list[dict]:
+    return [{"a": a, "b": "x", "pause": 0.25} for a in range(16)]
+
+
+@pytest.fixture
+def toy_experiments():
+    """Register the test experiments for the duration of one test."""
+    added = {
+        TOY: Experiment(TOY, "toy grid", toy_cells, toy_run_cell, toy_plot),
+        "toy-failing": Experiment("toy-failing", "one cell raises", failing_cells, toy_run_cell, toy_plot),
+        "toy-sleepy": Experiment("toy-sleepy", "slow cells", sleepy_cells, toy_run_cell, toy_plot),
+    }
+    EXPERIMENTS.update(added)
+    yield added
+    for name in added:
+        EXPERIMENTS.pop(name, None)
+
+
+def stored_keys(path) -> list[str]:
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [key for (key,) in connection.execute("SELECT cell_key FROM results")]
+    finally:
+        connection.close()
+
+
+def comparable_rows(path, experiment) -> list[tuple]:
+    """(params, metrics, status) of every row, sorted: what must agree across backends."""
+    with ResultStore(path, create=False) as store:
+        return sorted((json.dumps(r["params"], sort_keys=True), json.dumps(r["metrics"], sort_keys=True),
+                       r["status"]) for r in store.iter_records(experiment))
+
+
+# -------------------------------------------------------------------- store
+
+def test_cell_key_is_canonical():
+    assert cell_key("e", {"a": 1, "b": "x"}) == cell_key("e", {"b": "x", "a": 1})
+    assert cell_key("e", {"a": 1}) != cell_key("f", {"a": 1})
+    assert cell_key("e", {"a": 1}) != cell_key("e", {"a": 1.5})
+    with pytest.raises(ValueError, match="JSON scalar"):
+        cell_key("e", {"a": [1, 2]})
+    with pytest.raises(ValueError, match="finite"):
+        cell_key("e", {"a": float("nan")})
+
+
+def test_store_round_trip_unique_keys_and_wal(tmp_path):
+    path = tmp_path / "results.db"
+    with ResultStore(path) as store:
+        assert store.record("e", {"a": 1, "b": "x"}, {"err": 0.5}, seconds=1.5)
+        assert not store.record("e", {"b": "x", "a": 1}, {"err": 9.0})  # same cell: kept, not duplicated
+        assert store.record("e", {"a": 2, "b": "x"}, {}, status="failed", error="boom")
+        assert store.count("e") == 2 and store.count("e", status="failed") == 1
+        assert store.rows("e") == [{"a": 1, "b": "x", "err": 0.5}]
+        assert store.failures("e") == [{"params": {"a": 2, "b": "x"}, "error": "boom"}]
+        assert store.finished_keys("e", include_failed=False) == {cell_key("e", {"a": 1, "b": "x"})}
+        assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with ResultStore(path) as store:  # reopening keeps everything
+        assert store.count() == 2 and store.experiments() == ["e"]
+
+
+def test_store_refuses_foreign_files_without_modifying_them(tmp_path):
+    text = tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    foreign = tmp_path / "foreign.db"
+    connection = sqlite3.connect(foreign)
+    connection.execute("CREATE TABLE results (x)")
+    connection.execute("INSERT INTO results VALUES (1)")
+    connection.commit()
+    connection.close()
+    old_version = tmp_path / "old.db"
+    with ResultStore(old_version) as store:
+        store.connection.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+        store.connection.commit()
+    for path, message in ((text, "not an SQLite database"), (foreign, "without the mhalearn marker"),
+                          (old_version, f"schema version {SCHEMA_VERSION}")):
+        before = path.read_bytes()
+        listing = sorted(os.listdir(tmp_path))
+        with pytest.raises(ValueError, match=message):
+            ResultStore(path)
+        assert path.read_bytes() == before
+        assert sorted(os.listdir(tmp_path)) == listing  # no -wal or -shm files left behind either
+    with pytest.raises(ValueError, match="no results file"):
+        ResultStore(tmp_path / "missing.db", create=False)
+    assert not (tmp_path / "missing.db").exists()
+
+
+# ------------------------------------------------------------------- runner
+
+def test_sweep_resumes_computing_only_missing_cells(tmp_path, toy_experiments):
+    path = tmp_path / "results.db"
+    cells = toy_cells(False)
+    with ResultStore(path) as store:  # a sweep that stopped after five cells
+        for cell in cells[:5]:
+            outcome = execute_cell(toy_run_cell, cell)
+            store.record(TOY, outcome.cell, outcome.metrics, seconds=outcome.seconds)
+    summary = run_sweep(TOY, path, workers=2, progress=False)
+    assert (summary.total, summary.skipped, summary.computed, summary.failed) == (12, 5, 7, 0)
+    keys = stored_keys(path)
+    assert len(keys) == len(set(keys)) == 12
+    again = run_sweep(TOY, path, workers=2, progress=False)
+    assert (again.skipped, again.computed) == (12, 0)
+    quick = run_sweep(TOY, path, quick=True, workers=1, progress=False)  # the quick grid is a subset
+    assert (quick.total, quick.computed) == (9, 0)
+    expected = {cell_key(TOY, cell): toy_run_cell(cell) for cell in cells}
+    with ResultStore(path) as store:
+        for record in store.iter_records(TOY):
+            assert record["metrics"] == expected[record["cell_key"]]
+
+
+def test_failed_cells_are_recorded_not_fatal(tmp_path, toy_experiments):
+    path = tmp_path / "results.db"
+    summary = run_sweep("toy-failing", path, workers=1, progress=False)
+    assert (summary.computed, summary.failed) == (3, 1)
+    assert "ArithmeticError: cell x cannot be computed" in summary.errors[0]
+    with ResultStore(path) as store:
+        (failure,) = store.failures("toy-failing")
+        assert failure["params"] == {"a": -1, "b": "x"} and "Traceback" in failure["error"]
+        assert len(store.rows("toy-failing")) == 2
+    assert run_sweep("toy-failing", path, workers=1, progress=False).computed == 0
+    retried = run_sweep("toy-failing", path, workers=1, progress=False, retry_failed=True)
+    assert (retried.computed, retried.failed) == (1, 1)
+    assert len(stored_keys(path)) == 3
+
+
+def test_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path, toy_experiments):
+    path = tmp_path / "results.db"
+    script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_experiments as t; "
+              "from mhalearn.experiments import EXPERIMENTS, Experiment; "
+              "from mhalearn.experiments.runner import run_sweep; "
+              "EXPERIMENTS['toy-sleepy'] = Experiment('toy-sleepy', '', t.sleepy_cells, t.toy_run_cell, t.toy_plot); "
+              f"run_sweep('toy-sleepy', {str(path)!r}, workers=2, progress=False)")
+    process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if path.exists() and (tmp_path / "results.db-wal").exists():
+                try:
+                    if len(stored_keys(path)) >= 4:
+                        break
+                except sqlite3.OperationalError:
+                    pass
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGKILL)  # the coordinator and its workers
+    finally:
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    before = stored_keys(path)
+    assert 4 <= len(before) < 16
+    summary = run_sweep("toy-sleepy", path, workers=2, progress=False)
+    assert summary.skipped == len(before) and summary.computed == 16 - len(before)
+    after = stored_keys(path)
+    assert len(after) == len(set(after)) == 16 and set(before) <= set(after)
+
+
+def test_dask_backend_writes_the_same_rows_as_local(tmp_path, toy_experiments):
+    distributed = pytest.importorskip("dask.distributed")
+    run_sweep(TOY, tmp_path / "local.db", workers=2, progress=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://", host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        summary = run_sweep(TOY, tmp_path / "dask.db", backend="dask", scheduler=cluster.scheduler_address,
+                            progress=False)
+    assert (summary.computed, summary.failed) == (12, 0)
+    assert comparable_rows(tmp_path / "dask.db", TOY) == comparable_rows(tmp_path / "local.db", TOY)
+    assert len(comparable_rows(tmp_path / "dask.db", TOY)) == 12
+
+
+def test_runner_rejects_bad_arguments_before_touching_the_store(tmp_path, toy_experiments):
+    path = tmp_path / "results.db"
+    with pytest.raises(ValueError, match=r"experiment: expected one of .*'error-vs-samples'"):
+        run_sweep("no-such-experiment", path, progress=False)
+    with pytest.raises(ValueError, match="backend"):
+        run_sweep(TOY, path, backend="spark", progress=False)
+    with pytest.raises(ValueError, match="scheduler"):
+        run_sweep(TOY, path, backend="dask", progress=False)
+    with pytest.raises(ValueError, match="workers"):
+        run_sweep(TOY, path, workers=0, progress=False)
+    assert not path.exists()
+
+
+# ------------------------------------------------------ learning experiments
+
+def test_learning_experiments_are_registered_with_the_stated_grids():
+    assert {"error-vs-samples", "heads-dependence"} <= set(EXPERIMENTS)
+    assert get_experiment("error-vs-samples").run_cell is run_learning_cell
+    cells = error_vs_samples_cells(False)
+    assert {cell["heads"] for cell in cells} == {1, 2, 3}
+    assert {cell["learner"] for cell in cells} <= set(LEARNERS)
+    samples = sorted({cell["samples"] for cell in cells})
+    assert np.allclose(np.diff(np.log(samples)), np.log(2))  # a log grid
+    assert len(error_vs_samples_cells(True)) < len(cells)
+    assert max(cell["heads"] for cell in heads_dependence_cells(False)) >= 4
+    for grid in (cells, heads_dependence_cells(False)):
+        assert len({cell_key("e", cell) for cell in grid}) == len(grid)
+
+
+@pytest.mark.skipif("gradient" not in LEARNERS, reason="needs the gradient learner")
+def test_learning_cell_is_deterministic_and_learns_a_small_teacher():
+    cell = {"learner": "gradient", "family": "random", "heads": 1, "dim": 3, "length": 3, "samples": 200,
+            "noise": 0.0, "seed": 1}
+    first, second = run_learning_cell(cell), run_learning_cell(dict(cell))
+    assert set(first) == {"test_error", "train_error", "theta_error", "w_error", "fit_seconds", "candidates",
+                          "certified_rows", "span_distance"}
+    first.pop("fit_seconds"), second.pop("fit_seconds")
+    assert first == second
+    assert first["test_error"] < 1e-6  # noiseless, 1200 labels for 18 unknowns: the teacher is recovered
+
+
+def test_samples_to_epsilon_is_the_smallest_n_whose_median_reaches_epsilon():
+    rows = [{"learner": "a", "heads": 1, "samples": n, "seed": s, "test_error": (1.0 / n) * (1 + 0.1 * s)}
+            for n in (16, 32, 64, 128, 256) for s in range(3)]
+    rows += [{"learner": "a", "heads": 2, "samples": n, "seed": 0, "test_error": 0.5} for n in (16, 256)]
+    result = samples_to_epsilon(rows, 1e-2)
+    assert result[("a", 1)] == 128.0  # medians 1.1/n: 1.1/128 = 0.0086 ≤ 0.01 < 1.1/64
+    assert math.isinf(result[("a", 2)])
+
+
+def _synthetic_rows():
+    rows = []
+    for learner, scale in (("gradient", 1.0), ("sculpt", 0.5)):
+        for heads in (1, 2, 3):
+            for samples in (16, 64, 256):
+                for seed in range(3):
+                    rows.append({"learner": learner, "family": "random", "heads": heads, "dim": 4, "length": 4,
+                                 "samples": samples, "noise": 0.1, "seed": seed,
+                                 "test_error": scale * heads / samples * (1 + 0.2 * seed),
+                                 "fit_seconds": heads * (1 + seed), "candidates": 10 ** heads if scale < 1 else None})
+    return rows
+
+
+def test_figures_are_written_with_the_numbers_they_show(tmp_path):
+    rows = _synthetic_rows()
+    paths = plot_error_vs_samples(rows, tmp_path) + plot_heads_dependence(rows, tmp_path)
+    names = sorted(path.name for path in paths)
+    assert names == ["error-vs-samples.png", "error-vs-samples.txt", "heads-dependence.png",
+                     "heads-dependence.txt"]
+    for path in paths:
+        assert path.stat().st_size > 0
+        if path.suffix == ".png":
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "error-vs-samples.txt").read_text().splitlines()
+    # gradient, m = 2, n = 64: errors 2/64·(1, 1.2, 1.4) → median 0.0375
+    assert any(line.split()[:3] == ["gradient", "2", "64"] and line.split()[5] == "0.0375" for line in table)
+    heads_table = (tmp_path / "heads-dependence.txt").read_text().splitlines()
+    assert any(line.split() == ["sculpt", "3", "6", "4.5", "7.5", "1e+03", "256"]
+               for line in heads_table)
+    with pytest.raises(ValueError, match="run the sweep first"):
+        plot_error_vs_samples([], tmp_path)
