@@ -14,6 +14,16 @@ from .learners import (
     get_learner,
     make_learner,
 )
+from .learners.random_features import RandomFeatureAttention, RandomFeatureMLP
+from .random_feature_targets import (
+    RANDOM_FEATURE_TARGETS,
+    RandomFeatureTarget,
+    make_random_feature_target,
+    make_sequence_dataset,
+    sequence_inputs,
+    sphere_inputs,
+)
+from .sparse import AttentionStudent, MLPStudent, SparseBooleanTask
 from .teachers import (
     TEACHER_FAMILIES,
     NondegeneracyReport,
@@ -52,4 +62,15 @@ __all__ = [
     "register_family",
     "relative_error",
     "sample_teacher",
+    "RANDOM_FEATURE_TARGETS",
+    "RandomFeatureAttention",
+    "RandomFeatureMLP",
+    "RandomFeatureTarget",
+    "make_random_feature_target",
+    "make_sequence_dataset",
+    "sequence_inputs",
+    "sphere_inputs",
+    "AttentionStudent",
+    "MLPStudent",
+    "SparseBooleanTask",
 ]

@@ -11,24 +11,35 @@ features φ(X) ∈ R^p, so fitting is ridge regression:
 
 i.e. scikit-learn's ``Ridge(alpha=α)`` after scaling the centred features to
 unit mean squared norm (in kernel form: kernel ridge regression with penalty α
-on a Gram matrix whose diagonal averages 1).  The intercept b is not
-penalised; ``fit_intercept=False`` drops it (and the centring).
+on a Gram matrix whose diagonal averages 1), so α means the same for every
+model, n, M and d.  The intercept b is not penalised; ``fit_intercept=False``
+drops it (and the centring).
 
-The solver never holds more than a block of the n × p feature matrix when
-n > p: it accumulates the p × p Gram matrix ΦᵀΦ and Φᵀy block by block
-(shifted by the first block's means for accuracy) and solves the normal
-equations by Cholesky (``scipy.linalg.solve``, ``assume_a="pos"``).  When
-n ≤ p it solves the n × n dual system (ΦΦᵀ + λI)c = y, v = Φᵀc instead.
+Given several candidate α, the one minimising generalised cross-validation
+(Golub, Heath & Wahba 1979),
+
+    GCV(λ) = (RSS(λ)/n) / (1 − (tr H(λ) + [intercept])/n)²,   H = Φ(ΦᵀΦ + λI)⁻¹Φᵀ,
+
+is kept; one symmetric eigendecomposition gives every candidate's fit.
+
+Memory: when n > p the n × p feature matrix is never held, only a block of
+it: the solver accumulates the p × p Gram matrix ΦᵀΦ and Φᵀy block by block
+(shifted by the first block's means, for accuracy) and solves the normal
+equations by Cholesky (``scipy.linalg.solve``, ``assume_a="pos"``) or, for
+several α, by ``scipy.linalg.eigh``.  When n ≤ p it solves the n × n dual
+system (ΦΦᵀ + λI)c = y, v = Φᵀc instead.
 """
 
 from __future__ import annotations
 
+import numbers
 import time
 
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import NotFittedError
+from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._validation import (
@@ -56,6 +67,28 @@ def _random_state(value) -> np.random.Generator:
                          f"received {value!r}") from None
 
 
+def _check_alphas(alpha) -> tuple[float, ...]:
+    """α as a non-empty tuple of positive floats (a scalar gives a 1-tuple)."""
+    if isinstance(alpha, numbers.Real) and not isinstance(alpha, (bool, np.bool_)):
+        return (check_real(alpha, "alpha", low=0.0, low_open=True),)
+    if isinstance(alpha, (str, bytes)):
+        raise ValueError(f"alpha: expected a positive number or a non-empty sequence of them, received {alpha!r}")
+    try:
+        candidates = list(alpha)
+    except TypeError:
+        raise ValueError(f"alpha: expected a positive number or a non-empty sequence of them, "
+                         f"received {alpha!r}") from None
+    if not candidates:
+        raise ValueError("alpha: expected a positive number or a non-empty sequence of them, received []")
+    return tuple(check_real(value, "alpha", low=0.0, low_open=True) for value in candidates)
+
+
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: expected True or False, received {value!r}")
+    return bool(value)
+
+
 def _check_sequences(X, name: str = "X") -> np.ndarray:
     X = check_inputs(X, name=name)
     if X.shape[1] < 2:
@@ -77,88 +110,126 @@ def _row_blocks(samples: int, features: int):
     return [(start, min(samples, start + size)) for start in range(0, samples, size)]
 
 
-def _solve_positive(matrix: np.ndarray, rhs: np.ndarray, report: dict) -> np.ndarray:
-    """Solve matrix · x = rhs for a symmetric positive (semi)definite matrix.
+def _centred_system(features_of, samples: int, width: int, y: np.ndarray, fit_intercept: bool) -> dict:
+    """The centred normal system of the ridge problem, primal (p × p) or dual (n × n).
 
-    Cholesky first; if LAPACK reports the matrix numerically singular, fall
-    back to a least-squares solve and record the fallback in ``report``.
+    Returns a dict with ``route``, ``matrix`` (ΦcᵀΦc or ΦcΦcᵀ), ``rhs``
+    (Φcᵀyc or yc), ``features`` (Φc, dual only), ``feature_mean``,
+    ``target_mean`` and ``target_ss`` = ‖yc‖².
     """
+    if samples <= width:
+        Phi = features_of(0, samples)
+        feature_mean = Phi.mean(axis=0) if fit_intercept else np.zeros(width)
+        target_mean = float(y.mean()) if fit_intercept else 0.0
+        Phi -= feature_mean
+        targets = y - target_mean
+        return dict(route="dual", matrix=Phi @ Phi.T, rhs=targets, features=Phi,
+                    feature_mean=feature_mean, target_mean=target_mean, target_ss=float(targets @ targets))
+    gram = np.zeros((width, width))
+    moment = np.zeros(width)
+    feature_sum = np.zeros(width)
+    target_sum = target_ss = 0.0
+    feature_shift = target_shift = None
+    for start, stop in _row_blocks(samples, width):
+        block = features_of(start, stop)
+        if feature_shift is None:
+            feature_shift = block.mean(axis=0) if fit_intercept else np.zeros(width)
+            target_shift = float(y[start:stop].mean()) if fit_intercept else 0.0
+        block -= feature_shift
+        targets = y[start:stop] - target_shift
+        gram += block.T @ block
+        moment += block.T @ targets
+        feature_sum += block.sum(axis=0)
+        target_sum += targets.sum()
+        target_ss += targets @ targets
+    feature_mean, target_mean = feature_shift, target_shift
+    if fit_intercept:
+        feature_delta, target_delta = feature_sum / samples, target_sum / samples
+        gram -= samples * np.outer(feature_delta, feature_delta)
+        moment -= samples * target_delta * feature_delta
+        target_ss -= samples * target_delta ** 2
+        feature_mean, target_mean = feature_shift + feature_delta, target_shift + target_delta
+    return dict(route="primal", matrix=gram, rhs=moment, features=None, feature_mean=feature_mean,
+                target_mean=target_mean, target_ss=float(target_ss))
+
+
+def _solve_cholesky(matrix: np.ndarray, penalty: float, rhs: np.ndarray, report: dict) -> np.ndarray:
+    """(matrix + penalty·I)⁻¹ rhs by Cholesky; least squares if LAPACK finds it singular."""
+    shifted = matrix.copy()
+    shifted[np.diag_indices_from(shifted)] += penalty
     try:
-        solution = scipy.linalg.solve(matrix, rhs, assume_a="pos", check_finite=False)
+        solution = scipy.linalg.solve(shifted, rhs, assume_a="pos", check_finite=False)
         report["solver"] = "cholesky"
     except (np.linalg.LinAlgError, scipy.linalg.LinAlgError) as error:
-        solution = scipy.linalg.lstsq(matrix, rhs, check_finite=False)[0]
+        solution = scipy.linalg.lstsq(shifted, rhs, check_finite=False)[0]
         report["solver"] = "lstsq"
         report["solver_warning"] = f"Cholesky failed ({error}); used least squares"
     return solution
 
 
-def fit_ridge(features_of, samples: int, width: int, y: np.ndarray, alpha: float,
-              fit_intercept: bool = True) -> tuple[np.ndarray, float, dict]:
+def fit_ridge(features_of, samples: int, width: int, y: np.ndarray, alpha=1.0,
+              fit_intercept: bool = True) -> tuple[np.ndarray, float, float, dict]:
     """Ridge regression on features produced block by block.
 
     Parameters
     ----------
     features_of : callable ``(start, stop) -> array (stop − start, width)``,
-        the features of samples ``start..stop``.
+        the features of samples ``start..stop`` (a fresh array).
     samples, width : n and p.
     y : targets, shape (n,).
-    alpha : penalty α > 0 in units of the mean squared norm of the centred
-        features (see the module docstring).
+    alpha : positive float, or a sequence of them to choose from by GCV; the
+        penalty in units of the mean squared norm of the centred features,
+        λ = α·tr(ΦcᵀΦc)/n (see the module docstring).
     fit_intercept : fit an unpenalised intercept by centring.
 
     Returns
     -------
     coef : shape (p,).
     intercept : float (0 when ``fit_intercept`` is false).
-    report : dict with the route (``"primal"`` or ``"dual"``), the penalty λ
-        and the solver used.
+    alpha : the α used.
+    report : dict with the route (``"primal"`` or ``"dual"``), the penalty λ,
+        the solver and, for several α, their GCV scores.
     """
-    report: dict = {}
-    if samples <= width:
-        # Dual: (ΦcΦcᵀ + λI) c = yc, v = Φcᵀ c.  Φ has n·p <= p² entries.
-        Phi = features_of(0, samples)
-        feature_mean = Phi.mean(axis=0) if fit_intercept else np.zeros(width)
-        target_mean = float(y.mean()) if fit_intercept else 0.0
-        Phi = Phi - feature_mean
-        gram = Phi @ Phi.T
-        penalty = alpha * max(np.trace(gram) / samples, np.finfo(float).tiny)
-        gram[np.diag_indices_from(gram)] += penalty
-        coef = Phi.T @ _solve_positive(gram, y - target_mean, report)
-        report["route"] = "dual"
+    alphas = _check_alphas(alpha)
+    system = _centred_system(features_of, samples, width, y, fit_intercept)
+    # One BLAS thread for the factorisations: their level-2 phases (the
+    # tridiagonal reduction of eigh) with spinning OpenBLAS threads ran 30×
+    # slower on a loaded 2-core machine (22 s vs 0.7 s for n = 1024).
+    with threadpool_limits(limits=1, user_api="blas"):
+        coef_or_dual, chosen, report = _solve_system(system, samples, alphas, fit_intercept)
+    coef = system["features"].T @ coef_or_dual if system["route"] == "dual" else coef_or_dual
+    intercept = float(system["target_mean"] - system["feature_mean"] @ coef) if fit_intercept else 0.0
+    return coef, intercept, chosen, report
+
+
+def _solve_system(system: dict, samples: int, alphas: tuple, fit_intercept: bool):
+    """(matrix + λI)⁻¹ rhs for the given α, or for the GCV-best of several; see :func:`fit_ridge`."""
+    matrix, rhs = system["matrix"], system["rhs"]
+    scale = max(np.trace(matrix) / samples, np.finfo(float).tiny)
+    report: dict = {"route": system["route"]}
+    if len(alphas) == 1:
+        chosen = alphas[0]
+        solution = _solve_cholesky(matrix, chosen * scale, rhs, report)
     else:
-        # Primal: accumulate the centred p × p Gram matrix block by block.
-        gram = np.zeros((width, width))
-        moment = np.zeros(width)
-        feature_shift = target_shift = None
-        feature_sum = np.zeros(width)
-        target_sum = 0.0
-        for start, stop in _row_blocks(samples, width):
-            block = features_of(start, stop)
-            if feature_shift is None:
-                feature_shift = block.mean(axis=0) if fit_intercept else np.zeros(width)
-                target_shift = float(y[start:stop].mean()) if fit_intercept else 0.0
-            block -= feature_shift
-            targets = y[start:stop] - target_shift
-            gram += block.T @ block
-            moment += block.T @ targets
-            feature_sum += block.sum(axis=0)
-            target_sum += targets.sum()
-        if fit_intercept:
-            feature_delta, target_delta = feature_sum / samples, target_sum / samples
-            gram -= samples * np.outer(feature_delta, feature_delta)
-            moment -= samples * target_delta * feature_delta
-            feature_mean = feature_shift + feature_delta
-            target_mean = target_shift + target_delta
-        else:
-            feature_mean, target_mean = np.zeros(width), 0.0
-        penalty = alpha * max(np.trace(gram) / samples, np.finfo(float).tiny)
-        gram[np.diag_indices_from(gram)] += penalty
-        coef = _solve_positive(gram, moment, report)
-        report["route"] = "primal"
-    report["penalty"] = float(penalty)
-    intercept = float(target_mean - feature_mean @ coef) if fit_intercept else 0.0
-    return coef, intercept, report
+        eigenvalues, eigenvectors = scipy.linalg.eigh(matrix, check_finite=False)
+        eigenvalues = np.maximum(eigenvalues, 0.0)
+        projected = eigenvectors.T @ rhs
+        scores = []
+        for candidate in alphas:
+            penalty = candidate * scale
+            if system["route"] == "dual":  # residual = U diag(λ/(s+λ)) Uᵀ yc
+                rss = float(np.sum((penalty / (eigenvalues + penalty) * projected) ** 2))
+            else:  # ‖yc‖² − Σ_k w_k² (s_k + 2λ)/(s_k + λ)², w = Vᵀ Φcᵀ yc
+                rss = max(system["target_ss"] - float(np.sum(
+                    projected ** 2 * (eigenvalues + 2 * penalty) / (eigenvalues + penalty) ** 2)), 0.0)
+            dof = float(np.sum(eigenvalues / (eigenvalues + penalty))) + fit_intercept
+            scores.append((rss / samples) / max(1.0 - dof / samples, np.finfo(float).eps) ** 2)
+        chosen = alphas[int(np.argmin(scores))]
+        penalty = chosen * scale
+        solution = eigenvectors @ (projected / (eigenvalues + penalty))
+        report.update(solver="eigh", gcv=dict(zip(alphas, scores)))
+    report["penalty"] = float(chosen * scale)
+    return solution, chosen, report
 
 
 class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
@@ -169,17 +240,13 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
     feature count p) and ``_features(X)`` (the n × p feature matrix).
     """
 
-    def transform(self, X) -> np.ndarray:
-        """The random features φ(X), shape (n, p) (held in memory: use on moderate n)."""
-        self._check_fitted()
-        return self._features(self._check_X(X, fitted=True))
-
     def fit(self, X, y):
         """Fit the trainable weights by ridge regression.
 
         Parameters
         ----------
-        X : array of shape (n, N+1, d); row 0 of each sequence is the query.
+        X : array of shape (n, N+1, d); row 0 of each sequence is the query
+            x_0, rows 1..N the keys.
         y : array of shape (n,).
 
         Returns
@@ -187,15 +254,14 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self
         """
         self._check_params()
-        alpha = check_real(self.alpha, "alpha", low=0.0, low_open=True)
-        if not isinstance(self.fit_intercept, (bool, np.bool_)):
-            raise ValueError(f"fit_intercept: expected True or False, received {self.fit_intercept!r}")
+        alphas = _check_alphas(self.alpha)
+        _check_flag(self.fit_intercept, "fit_intercept")
         X = self._check_X(X, fitted=False)
         y = _check_targets(y, X.shape[0])
         start_time = time.perf_counter()
         width = self._draw(X, _random_state(self.random_state))
-        self.coef_, self.intercept_, report = fit_ridge(
-            lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, alpha,
+        self.coef_, self.intercept_, self.alpha_, report = fit_ridge(
+            lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, alphas,
             bool(self.fit_intercept))
         report.update(samples=X.shape[0], features=width, seconds=time.perf_counter() - start_time)
         self.report_ = report
@@ -210,6 +276,11 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
             out[start:stop] = self._features(X[start:stop]) @ self.coef_
         return out + self.intercept_
 
+    def transform(self, X) -> np.ndarray:
+        """The random features φ(X), shape (n, p), held in memory at once."""
+        self._check_fitted()
+        return self._features(self._check_X(X, fitted=True))
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "coef_"):
             raise NotFittedError(f"{type(self).__name__}: call fit before predict or transform")
@@ -221,28 +292,36 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     For a query x_0 and keys x_1..x_N in R^d (row 0 and rows 1..N of each
     input sequence),
 
-        f(x_{0:N}) = Σ_{h=1}^{M} (1/N) Σ_{j=1}^{N} σ(x_0ᵀ Q_h x_j) ⟨v_h, x_j⟩,
+        f(x_{0:N}) = Σ_{h=1}^{M} (1/N) Σ_{j=1}^{N} σ(x_0ᵀ Q_h x_j) (⟨v_h, x_j⟩ + c_h),
 
     with frozen Q_h = G_h/d + b·I/√d, G_h having i.i.d. standard Gaussian
     entries, b = 0 for ``qk_mean="zero"`` and b = 1 for ``qk_mean="identity"``
     (the biased sampler of the paper, which favours targets that depend on
     ⟨x_0, x_j⟩).  With ‖x‖ = √d the logit x_0ᵀ Q_h x_j has a random part of
-    unit variance and, for ``identity``, the part ⟨x_0, x_j⟩/√d.  The value
-    vectors v_h ∈ R^d are trainable; the model is linear in them, so fitting is
-    ridge regression on the M·d features
-    φ_h = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) x_j (see :func:`fit_ridge`).
+    unit variance and, for ``identity``, the part ⟨x_0, x_j⟩/√d.
+
+    The value vectors v_h ∈ R^d and value biases c_h (the paper's constant
+    coordinate x̃_j = [x_j; 1] in the values) are trainable; ``value_bias=False``
+    drops c_h.  Without it every term σ(z)⟨v, x_j⟩ is odd in exactly one of
+    x_0 and x_j (z is bilinear), so no such model, whatever M and n, fits any
+    part of a target odd in both (⟨x_0, x_j⟩, ⟨x_0, x_j⟩³) or even in both
+    (⟨x_0, x_j⟩²).  The model is linear in (v, c), so fitting is ridge
+    regression on the M·(d+1) (or M·d) features
+    φ_h = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) [x_j; 1] (see :func:`fit_ridge`).
 
     Parameters
     ----------
     heads : int
-        Number of heads M (the model has M·d trainable weights).
+        Number of heads M.
     qk_mean : {"zero", "identity"}
         Mean of the query–key matrices.
     activation : {"relu", "tanh"}
         σ.  The paper uses ReLU.
-    alpha : float > 0
+    alpha : float > 0 or sequence of them
         Ridge penalty in units of the mean squared norm of the centred
-        features.
+        features; several values are chosen from by GCV.
+    value_bias : bool
+        Give every head a trainable value bias c_h.
     fit_intercept : bool
         Fit an unpenalised intercept.
     random_state : None, int or numpy.random.Generator
@@ -252,18 +331,22 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     ----------
     query_keys_ : array (M, d, d), the frozen Q_h.
     values_ : array (M, d), the fitted value vectors v_h.
-    coef_ : array (M·d,), the same weights flattened.
+    value_biases_ : array (M,), the fitted c_h (zeros without ``value_bias``).
+    coef_ : array (M·(d+1),) or (M·d,), the weights in feature order
+        (head by head, v_h then c_h).
     intercept_ : float.
+    alpha_ : float, the α used.
     dim_ : int, the token dimension d.
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
-    def __init__(self, heads=64, *, qk_mean="zero", activation="relu", alpha=1.0,
+    def __init__(self, heads=64, *, qk_mean="zero", activation="relu", alpha=1.0, value_bias=True,
                  fit_intercept=True, random_state=None):
         self.heads = heads
         self.qk_mean = qk_mean
         self.activation = activation
         self.alpha = alpha
+        self.value_bias = value_bias
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
@@ -281,13 +364,16 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         self
         """
         super().fit(X, y)
-        self.values_ = self.coef_.reshape(self.query_keys_.shape[0], self.dim_)
+        weights = self.coef_.reshape(self.query_keys_.shape[0], -1)
+        self.values_ = weights[:, :self.dim_].copy()
+        self.value_biases_ = weights[:, self.dim_].copy() if self.value_bias else np.zeros(len(weights))
         return self
 
     def _check_params(self) -> None:
         check_positive_int(self.heads, "heads")
         check_choice(self.qk_mean, "qk_mean", QK_MEANS)
         check_choice(self.activation, "activation", ACTIVATIONS)
+        _check_flag(self.value_bias, "value_bias")
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = _check_sequences(X)
@@ -298,13 +384,22 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     def _draw(self, X, rng) -> int:
         dim = X.shape[2]
         heads = int(self.heads)
-        bias = 1.0 if self.qk_mean == "identity" else 0.0
-        self.query_keys_ = rng.standard_normal((heads, dim, dim)) / dim + bias * np.eye(dim) / np.sqrt(dim)
+        mean = 1.0 / np.sqrt(dim) if self.qk_mean == "identity" else 0.0
+        self.query_keys_ = rng.standard_normal((heads, dim, dim)) / dim + mean * np.eye(dim)
         self.dim_ = dim
-        return heads * dim
+        return heads * (dim + bool(self.value_bias))
 
     def _features(self, X) -> np.ndarray:
-        return kernels.attention_random_features(X, self.query_keys_, self.activation)
+        if not self.value_bias:
+            return kernels.attention_random_features(X, self.query_keys_, self.activation)
+        # Tokens [x; 1] with Q_h padded by a zero row and column: the logits are
+        # unchanged and the last coordinate of φ_h is (1/N) Σ_j σ(x_0ᵀ Q_h x_j).
+        n, length, dim = X.shape
+        tokens = np.ones((n, length, dim + 1))
+        tokens[:, :, :dim] = X
+        padded = np.zeros((self.query_keys_.shape[0], dim + 1, dim + 1))
+        padded[:, :dim, :dim] = self.query_keys_
+        return kernels.attention_random_features(tokens, padded, self.activation)
 
 
 class RandomFeatureMLP(_RandomFeatureRidge):
@@ -312,21 +407,26 @@ class RandomFeatureMLP(_RandomFeatureRidge):
 
     With x = vec(x_{0:N}) ∈ R^D, D = (N+1)·d,
 
-        f(x) = Σ_{k=1}^{p} a_k · ReLU(⟨w_k, x⟩),   w_k ~ N(0, I_D / D) frozen,
+        f(x) = Σ_{k=1}^{p} a_k · ReLU(⟨w_k, x⟩ + b_k),   w_k ~ N(0, I_D / D),  b_k ~ N(0, 1) frozen,
 
-    so ⟨w_k, x⟩ has unit variance when ‖x‖² = D.  The output weights a_k are
-    fitted by ridge regression (see :func:`fit_ridge`).  For the same
-    parameter count as :class:`RandomFeatureAttention` with M heads use
-    ``features = M·d``.  The model ignores the query/key structure: it is not
-    invariant to permuting the keys.
+    (b_k = 0 with ``bias=False``), so ⟨w_k, x⟩ has unit variance when
+    ‖x‖² = D; the biases are the first layer acting on the constant
+    coordinate of [x; √D].  Without them ReLU features of an input of fixed
+    norm span no odd polynomial of degree ≥ 3.  The output weights a_k are
+    fitted by ridge regression (see :func:`fit_ridge`).  For the same number
+    of trainable weights as :class:`RandomFeatureAttention` with M heads use
+    ``features = M·(d+1)`` (``M·d`` without value biases).  The model ignores
+    the query/key structure: it is not invariant to permuting the keys.
 
     Parameters
     ----------
     features : int
         Number of random features p (= trainable weights).
-    alpha : float > 0
+    alpha : float > 0 or sequence of them
         Ridge penalty in units of the mean squared norm of the centred
-        features.
+        features; several values are chosen from by GCV.
+    bias : bool
+        Give every random feature a frozen Gaussian bias b_k.
     fit_intercept : bool
         Fit an unpenalised intercept.
     random_state : None, int or numpy.random.Generator
@@ -335,20 +435,24 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     Attributes
     ----------
     weights_ : array (D, p), the frozen first layer (columns w_k).
+    offsets_ : array (p,), the frozen biases b_k (zeros without ``bias``).
     coef_ : array (p,), the fitted output weights a_k.
     intercept_ : float.
+    alpha_ : float, the α used.
     input_shape_ : tuple (N+1, d).
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
-    def __init__(self, features=1024, *, alpha=1.0, fit_intercept=True, random_state=None):
+    def __init__(self, features=1024, *, alpha=1.0, bias=True, fit_intercept=True, random_state=None):
         self.features = features
         self.alpha = alpha
+        self.bias = bias
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
     def _check_params(self) -> None:
         check_positive_int(self.features, "features")
+        _check_flag(self.bias, "bias")
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = check_inputs(X)
@@ -359,13 +463,14 @@ class RandomFeatureMLP(_RandomFeatureRidge):
 
     def _draw(self, X, rng) -> int:
         _, length, dim = X.shape
-        width = length * dim
-        self.weights_ = rng.standard_normal((width, int(self.features))) / np.sqrt(width)
+        width, features = length * dim, int(self.features)
+        self.weights_ = rng.standard_normal((width, features)) / np.sqrt(width)
+        self.offsets_ = rng.standard_normal(features) if self.bias else np.zeros(features)
         self.input_shape_ = (length, dim)
-        return int(self.features)
+        return features
 
     def _features(self, X) -> np.ndarray:
-        return kernels.mlp_random_features(X, self.weights_)
+        return kernels.mlp_random_features(X, self.weights_, self.offsets_)
 
 
 __all__ = ["ACTIVATIONS", "QK_MEANS", "RandomFeatureAttention", "RandomFeatureMLP", "fit_ridge"]
