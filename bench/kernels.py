@@ -9,6 +9,8 @@ NumPy 1024×1024 matmul timed in the same run.
 """
 
 import argparse
+import os
+import time
 
 import numpy as np
 
@@ -48,6 +50,38 @@ def torch_functions(X, Y, thetas, ws):
     return forward, loss_grad
 
 
+def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15):
+    """Best wall time of one call of each function, rounds of the functions interleaved.
+
+    Alternating the rounds makes every function see the same machine load
+    (other jobs come and go), so their ratios are fairer than when each is
+    timed in one block.  A pause before each round lets the thread pools of
+    the previous function (OpenBLAS spins for ~2^28 cycles after a call)
+    go idle, so that no function is timed against another's spinning threads.
+    """
+    calls = []
+    for function in functions:
+        function()  # warm up (compilation, caches)
+        count = 1
+        while True:
+            start = time.perf_counter()
+            for _ in range(count):
+                function()
+            if time.perf_counter() - start >= min_seconds / repeats or count >= 1 << 20:
+                break
+            count *= 2
+        calls.append(count)
+    best = [float("inf")] * len(functions)
+    for _ in range(repeats):
+        for index, (function, count) in enumerate(zip(functions, calls)):
+            time.sleep(pause)
+            start = time.perf_counter()
+            for _ in range(count):
+                function()
+            best[index] = min(best[index], (time.perf_counter() - start) / count)
+    return best
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
@@ -57,6 +91,9 @@ def main():
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
     matmul_gflops = 2 * 1024 ** 3 / best_time(lambda: a @ b, repeats) / 1e9
     print(f"NumPy 1024x1024 matmul: {matmul_gflops:.1f} GFLOP/s (the yardstick)")
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f} on {os.cpu_count()} CPUs"
+          + ("  (busy machine: absolute times and the yardstick are unreliable)" if load > 0.5 * os.cpu_count() else ""))
     header = f"{'(n, k, d, m)':>18} {'op':>9} {'numba ms':>9} {'numpy ms':>9} {'ratio':>6} " \
              f"{'GFLOP/s':>8} {'of matmul':>9}" + (f" {'torch ms':>9} {'vs torch':>8}" if torch else "")
     print(header)
@@ -73,7 +110,7 @@ def main():
         }
         torch_ops = dict(zip(ops, torch_functions(X, Y, thetas, ws))) if torch else {}
         for (name, (ours, theirs)), work in zip(ops.items(), flops(*shape)):
-            t_ours, t_ref = best_time(ours, repeats), best_time(theirs, repeats)
+            t_ours, t_ref = interleaved_best_times([ours, theirs], repeats)
             gflops = work / t_ours / 1e9
             line = f"{str(shape):>18} {name:>9} {t_ours * 1e3:9.3f} {t_ref * 1e3:9.3f} {t_ref / t_ours:6.1f} " \
                    f"{gflops:8.2f} {gflops / matmul_gflops:9.1%}"

@@ -1,7 +1,8 @@
 """Numba kernels: every hot loop of mhalearn (DESIGN.md §3).
 
 All kernels take C-contiguous float64 arrays, are compiled with
-``cache=True`` and run in parallel over the batch.  The thin Python wrappers
+``cache=True`` and run in parallel over the batch (small batches on the
+calling thread, see ``_SERIAL_WORK``).  The thin Python wrappers
 at the bottom of each section are what the rest of the package calls; they
 assume validated inputs (validation happens once, in the public API).
 
@@ -14,8 +15,12 @@ The pure-NumPy statement of the same maths lives in ``tests/reference.py``.
 
 from __future__ import annotations
 
+import time
+
+import numba
 import numpy as np
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 # Contraction lets LLVM fuse multiply-adds.  Reassociation is deliberately
@@ -24,10 +29,8 @@ from numba.extending import intrinsic
 # axpy over a contiguous axis, which vectorises without reassociation.
 FASTMATH = {"contract", "arcp", "nsz"}
 
-# Token projections X Θ_i and X W_i are done for all heads and a block of
-# samples as one BLAS matrix product (the bulk of the FLOPs); the Numba
-# kernels do the per-sequence k×k attention work.  Blocks bound the memory
-# of the (samples, k, m, d) intermediates.
+# Entries of the per-block intermediates that batched kernels may hold at
+# once (bounds their memory for large n).
 _BLOCK_ENTRIES = 1 << 22
 
 
@@ -37,8 +40,11 @@ _BLOCK_ENTRIES = 1 << 22
 # LLVM here has no vector math library (Numba's SVML is off), so np.exp stays
 # a scalar libm call and dominates the softmax.  This exp only ever sees
 # shifted logits x <= 0, which makes a branch-free version easy:
-# exp(x) = 2^n · exp(r), |r| <= ln2/2, exp(r) by a degree-13 Taylor polynomial
-# (relative error ~2e-16), 2^n assembled in the exponent bits.
+# exp(x) = 2^n · exp(r), |r| <= ln2/2, 2^n assembled in the exponent bits and
+# exp(r) = 1 + r + r²·g(r) with g a degree-9 polynomial fitted in Chebyshev
+# nodes (fit error 1e-17 relative; with 1 + r exact the result stays within
+# 1 ulp of exp, as with the degree-13 Taylor polynomial it replaces, for two
+# multiply-adds fewer).  Comparisons are written as selects, which vectorise.
 
 @intrinsic
 def _bits_to_float(typingctx, value):
@@ -60,35 +66,130 @@ _LN2_LO = 1.90821492927058770002e-10
 _INTEGER_SHIFT = 6755399441055744.0  # 1.5·2^52: n + shift holds the integer n in its low mantissa bits
 _INTEGER_SHIFT_BITS = 0x4338000000000000
 _EXP_FLOOR = -708.0  # below this exp underflows to subnormals; we return 0
+# g(r) = (exp(r) − 1 − r)/r² ≈ Σ_j _EXP_Gj · r^j on |r| <= ln2/2
+# (mpmath.chebyfit at 50 digits, degree 9, then rounded to doubles).
+_EXP_G0 = 0.5000000000000001
+_EXP_G1 = 0.16666666666666669
+_EXP_G2 = 0.041666666666624164
+_EXP_G3 = 0.008333333333330065
+_EXP_G4 = 0.0013888888917196719
+_EXP_G5 = 0.00019841269863040545
+_EXP_G6 = 2.4801521322368692e-05
+_EXP_G7 = 2.7557268480310024e-06
+_EXP_G8 = 2.7620075879983367e-07
+_EXP_G9 = 2.5100375832561234e-08
 
 
 @njit(inline="always", fastmath=FASTMATH, cache=True)
 def exp_nonpositive(x):
     """exp(x) for x <= 0, branch-free so that loops over it vectorise."""
-    clamped = max(x, _EXP_FLOOR)
+    clamped = x if x > _EXP_FLOOR else _EXP_FLOOR
     n_float = np.rint(clamped * _LOG2E)
     r = clamped - n_float * _LN2_HI - n_float * _LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
+    g = _EXP_G9
+    g = g * r + _EXP_G8
+    g = g * r + _EXP_G7
+    g = g * r + _EXP_G6
+    g = g * r + _EXP_G5
+    g = g * r + _EXP_G4
+    g = g * r + _EXP_G3
+    g = g * r + _EXP_G2
+    g = g * r + _EXP_G1
+    g = g * r + _EXP_G0
+    p = (g * r + 1.0) * r + 1.0
     n = _float_to_bits(n_float + _INTEGER_SHIFT) - _INTEGER_SHIFT_BITS
-    return p * _bits_to_float((n + 1023) << 52) * (x >= _EXP_FLOOR)
+    value = p * _bits_to_float((n + 1023) << 52)
+    return value if x >= _EXP_FLOOR else 0.0
 
 
 # --------------------------------------------------------------------------
-# Per-sequence attention rows
+# Small dense products
 # --------------------------------------------------------------------------
+# Everything below works one sequence at a time on k×d, d×d and k×k matrices
+# (k, d ~ 16) held in per-thread scratch, so each product is a few thousand
+# multiply-adds out of L1.  BLAS is no help at that size (and its threads
+# would fight Numba's for the cores); what matters is that the innermost
+# loop is a long contiguous axpy that LLVM vectorises, and that each load and
+# store of the output carries several multiply-adds.  Operands are addressed
+# through explicit column offsets so that all heads can share one row-major
+# buffer without taking non-contiguous slices.
+
+@njit(inline="always", cache=True)
+def _alpha(A, offset, transposed, r, c):
+    if transposed:
+        return A[c, offset + r]
+    return A[r, offset + c]
+
+
+@njit(inline="always", fastmath=FASTMATH, cache=True)
+def _mm_body(A, a0, a_t, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c α(r, c) · B[c, b0+j] for r < rows, c < inner, j < cols.
+
+    α(r, c) is A[r, a0+c], or A[c, a0+r] when ``a_t``.  Two rows of C and
+    four terms of the sum per pass over j: the j loop is a contiguous axpy
+    that vectorises, and each load/store of C carries four multiply-adds.
+    The column indices are unsigned: a signed b0 + j would get Numba's
+    negative-index wrap-around, which stops the vectorisation.
+    """
+    b0 = np.uint64(b0)
+    c0 = np.uint64(c0)
+    cols = np.uint64(cols)
+    rows2 = rows - rows % 2
+    inner4 = inner - inner % 4
+    for r in range(0, rows2, 2):
+        for c in range(0, inner4, 4):
+            p0 = _alpha(A, a0, a_t, r, c)
+            p1 = _alpha(A, a0, a_t, r, c + 1)
+            p2 = _alpha(A, a0, a_t, r, c + 2)
+            p3 = _alpha(A, a0, a_t, r, c + 3)
+            q0 = _alpha(A, a0, a_t, r + 1, c)
+            q1 = _alpha(A, a0, a_t, r + 1, c + 1)
+            q2 = _alpha(A, a0, a_t, r + 1, c + 2)
+            q3 = _alpha(A, a0, a_t, r + 1, c + 3)
+            for j in range(cols):
+                x0 = B[c, b0 + j]
+                x1 = B[c + 1, b0 + j]
+                x2 = B[c + 2, b0 + j]
+                x3 = B[c + 3, b0 + j]
+                C[r, c0 + j] = (((C[r, c0 + j] + p0 * x0) + p1 * x1) + p2 * x2) + p3 * x3
+                C[r + 1, c0 + j] = (((C[r + 1, c0 + j] + q0 * x0) + q1 * x1) + q2 * x2) + q3 * x3
+        for c in range(inner4, inner):
+            p = _alpha(A, a0, a_t, r, c)
+            q = _alpha(A, a0, a_t, r + 1, c)
+            for j in range(cols):
+                x = B[c, b0 + j]
+                C[r, c0 + j] += p * x
+                C[r + 1, c0 + j] += q * x
+    for r in range(rows2, rows):
+        for c in range(0, inner4, 4):
+            p0 = _alpha(A, a0, a_t, r, c)
+            p1 = _alpha(A, a0, a_t, r, c + 1)
+            p2 = _alpha(A, a0, a_t, r, c + 2)
+            p3 = _alpha(A, a0, a_t, r, c + 3)
+            for j in range(cols):
+                C[r, c0 + j] = ((((C[r, c0 + j] + p0 * B[c, b0 + j]) + p1 * B[c + 1, b0 + j])
+                                 + p2 * B[c + 2, b0 + j]) + p3 * B[c + 3, b0 + j])
+        for c in range(inner4, inner):
+            p = _alpha(A, a0, a_t, r, c)
+            for j in range(cols):
+                C[r, c0 + j] += p * B[c, b0 + j]
+
+
+# Called entry points for the less hot call sites: Numba inlines
+# ``inline="always"`` functions at every call site, which costs compile time;
+# the forward path (also used by the other kernels) inlines ``_mm_body``.
+
+@njit(fastmath=FASTMATH, cache=True)
+def _mm(A, a0, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c A[r, a0+c] · B[c, b0+j] for r < rows, c < inner, j < cols."""
+    _mm_body(A, a0, False, B, b0, C, c0, rows, inner, cols)
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def _mm_t(A, a0, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c A[c, a0+r] · B[c, b0+j]: as :func:`_mm` with A transposed."""
+    _mm_body(A, a0, True, B, b0, C, c0, rows, inner, cols)
+
 
 @njit(inline="always", fastmath=FASTMATH, cache=True)
 def _transpose_into(x, out):
@@ -98,170 +199,373 @@ def _transpose_into(x, out):
             out[c, r] = x[r, c]
 
 
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _softmax_row(query_row, x_t, weights_row):
-    """weights_row = softmax over b of ⟨query_row, x_b⟩ (query_row = x_a Θ_i, x_t = xᵀ)."""
-    d, k = x_t.shape
-    for b in range(k):
-        weights_row[b] = 0.0
-    for e in range(d):
-        q = query_row[e]
-        for b in range(k):
-            weights_row[b] += q * x_t[e, b]
-    row_max = weights_row[0]
-    for b in range(1, k):
-        row_max = max(row_max, weights_row[b])
-    for b in range(k):
-        weights_row[b] = exp_nonpositive(weights_row[b] - row_max)
-    total = 0.0
-    for b in range(k):
-        total += weights_row[b]
-    inv = 1.0 / total
-    for b in range(k):
-        weights_row[b] *= inv
-
+# --------------------------------------------------------------------------
+# Per-sequence attention
+# --------------------------------------------------------------------------
+# Layout for one sequence x (k×d) and m heads, all heads side by side:
+#   queries_t (d, m·k): columns i·k … i·k+k−1 hold (x Θ_i)ᵀ;
+#   weights_t (k, m·k): weights_t[b, i·k + a] = A_i[a, b], the attention
+#                       matrices transposed, so the row softmax of A_i is a
+#                       softmax down columns: every pass of it is a
+#                       vectorised sweep over m·k contiguous entries;
+#   values    (k, m·d): columns i·d … i·d+d−1 hold x W_i.
 
 @njit(inline="always", fastmath=FASTMATH, cache=True)
-def _add_weighted_rows(weights_row, rows, out_row):
-    """out_row += Σ_b weights_row[b] · rows[b]."""
-    k, d = rows.shape
+def _softmax_columns(S, col_max, col_sum):
+    """Stable softmax down each column of S, in place.
+
+    The max and exp passes take two rows at a time, which halves the loads
+    and stores of the running column max and sum.
+    """
+    k, width = S.shape
+    for a in range(width):
+        col_max[a] = S[0, a]
+    b = 1
+    while b + 1 < k:
+        for a in range(width):
+            v0 = S[b, a]
+            v1 = S[b + 1, a]
+            v = v1 if v1 > v0 else v0
+            col_max[a] = v if v > col_max[a] else col_max[a]
+        b += 2
+    if b < k:
+        for a in range(width):
+            v = S[b, a]
+            col_max[a] = v if v > col_max[a] else col_max[a]
+    for a in range(width):
+        col_sum[a] = 0.0
+    b = 0
+    while b + 1 < k:
+        for a in range(width):
+            w0 = exp_nonpositive(S[b, a] - col_max[a])
+            w1 = exp_nonpositive(S[b + 1, a] - col_max[a])
+            S[b, a] = w0
+            S[b + 1, a] = w1
+            col_sum[a] = (col_sum[a] + w0) + w1
+        b += 2
+    if b < k:
+        for a in range(width):
+            w = exp_nonpositive(S[b, a] - col_max[a])
+            S[b, a] = w
+            col_sum[a] += w
+    for a in range(width):
+        col_sum[a] = 1.0 / col_sum[a]
     for b in range(k):
-        w = weights_row[b]
-        for e in range(d):
-            out_row[e] += w * rows[b, e]
+        for a in range(width):
+            S[b, a] *= col_sum[a]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _forward_kernel(X, queries, values, out):
-    """out[s] = Σ_i softmax(queries[s, :, i] x_sᵀ) values[s, :, i]."""
+@njit(fastmath=FASTMATH, cache=True)
+def _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum):
+    """weights_t[b, i k + a] = A_i[a, b] = softmax_b(x_a Θ_i x_bᵀ) for one sequence x.
+
+    ``theta_t`` holds the transposes Θ_iᵀ, shape (m, d, d).
+    """
+    k, d = x.shape
+    m = theta_t.shape[0]
+    _transpose_into(x, x_t)
+    queries_t[:, :] = 0.0
+    for i in range(m):
+        _mm_body(theta_t[i], 0, False, x_t, 0, queries_t, i * k, d, d, k)
+    weights_t[:, :] = 0.0
+    _mm_body(x, 0, False, queries_t, 0, weights_t, 0, k, d, m * k)
+    _softmax_columns(weights_t, col_max, col_sum)
+
+
+# --------------------------------------------------------------------------
+# Workers and parallel drivers
+# --------------------------------------------------------------------------
+# The batch is cut into ``chunks`` contiguous ranges of samples.  Each worker
+# allocates its scratch once, then takes the next unprocessed chunk from a
+# shared atomic counter until none is left: threads that the OS schedules
+# less (the machine is shared) simply process fewer chunks.  Per-chunk
+# results (losses, gradients) are summed afterwards in chunk order, so the
+# result does not depend on which thread ran which chunk.  Called directly
+# with a fresh counter, a worker runs every chunk on the calling thread.
+
+@intrinsic
+def _next_chunk(typingctx, counter):
+    """Atomically increment counter[0] (int64) and return its previous value."""
+    if not (isinstance(counter, types.Array) and counter.ndim == 1
+            and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array,
+                                           [context.get_constant(types.intp, 0)])
+        return builder.atomic_rmw("add", pointer, context.get_constant(types.int64, 1), "monotonic")
+    return types.int64(counter), codegen
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights):
+    """out[s] = Σ_i A_i (x_s W_i); with ``store_weights`` also weights_out[s] = A."""
     n, k, d = X.shape
-    m = queries.shape[2]
-    for s in prange(n):
-        x_t = np.empty((d, k))
-        _transpose_into(X[s], x_t)
-        weights = np.empty(k)
-        out_s = out[s]
-        out_s[:, :] = 0.0
-        for i in range(m):
-            values_i = values[s, :, i, :]
-            for a in range(k):
-                _softmax_row(queries[s, a, i], x_t, weights)
-                _add_weighted_rows(weights, values_i, out_s[a])
+    m = theta_t.shape[0]
+    x_t = np.empty((d, k))
+    queries_t = np.empty((d, m * k))
+    weights_t = np.empty((k, m * k))
+    values = np.empty((k, m * d))
+    col_max = np.empty(m * k)
+    col_sum = np.empty(m * k)
+    while True:
+        chunk = _next_chunk(counter)
+        if chunk >= chunks:
+            break
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            x = X[s]
+            _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
+            values[:, :] = 0.0
+            _mm_body(x, 0, False, w_cols, 0, values, 0, k, d, m * d)
+            out_s = out[s]
+            out_s[:, :] = 0.0
+            for i in range(m):
+                _mm_body(weights_t, i * k, True, values, i * d, out_s, 0, k, k, d)
+            if store_weights:
+                for i in range(m):
+                    for a in range(k):
+                        for b in range(k):
+                            weights_out[s, i, a, b] = weights_t[b, i * k + a]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _attention_kernel(X, queries, out):
+@njit(fastmath=FASTMATH, cache=True)
+def _attention_worker(X, theta_t, chunks, counter, out):
     n, k, d = X.shape
-    m = queries.shape[2]
-    for s in prange(n):
-        x_t = np.empty((d, k))
-        _transpose_into(X[s], x_t)
-        for i in range(m):
-            for a in range(k):
-                _softmax_row(queries[s, a, i], x_t, out[s, i, a])
+    m = theta_t.shape[0]
+    x_t = np.empty((d, k))
+    queries_t = np.empty((d, m * k))
+    weights_t = np.empty((k, m * k))
+    col_max = np.empty(m * k)
+    col_sum = np.empty(m * k)
+    while True:
+        chunk = _next_chunk(counter)
+        if chunk >= chunks:
+            break
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            _attention_t(X[s], x_t, theta_t, queries_t, weights_t, col_max, col_sum)
+            for i in range(m):
+                for a in range(k):
+                    for b in range(k):
+                        out[s, i, a, b] = weights_t[b, i * k + a]
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _head_features_kernel(X, queries, out):
+@njit(fastmath=FASTMATH, cache=True)
+def _head_features_worker(X, theta_t, chunks, counter, out):
     n, k, d = X.shape
-    m = queries.shape[2]
-    for s in prange(n):
-        x_t = np.empty((d, k))
-        _transpose_into(X[s], x_t)
-        weights = np.empty(k)
-        for i in range(m):
-            features = out[s, i]
-            features[:, :] = 0.0
-            for a in range(k):
-                _softmax_row(queries[s, a, i], x_t, weights)
-                _add_weighted_rows(weights, X[s], features[a])
+    m = theta_t.shape[0]
+    x_t = np.empty((d, k))
+    queries_t = np.empty((d, m * k))
+    weights_t = np.empty((k, m * k))
+    col_max = np.empty(m * k)
+    col_sum = np.empty(m * k)
+    while True:
+        chunk = _next_chunk(counter)
+        if chunk >= chunks:
+            break
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            x = X[s]
+            _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
+            for i in range(m):
+                features = out[s, i]
+                features[:, :] = 0.0
+                _mm_t(weights_t, i * k, x, 0, features, 0, k, k, d)
 
 
-@njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _loss_and_grad_kernel(X, Y, queries, values, losses, d_values, d_queries_x):
-    """Per-sequence backward pass.
+@njit(fastmath=FASTMATH, cache=True)
+def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads):
+    """Per chunk c: losses[c] = Σ_s ‖R_s‖², grads[c] = Σ_s x_sᵀ [A_iᵀ R_s | dZ_i x_s]_i.
 
-    Writes the squared residual of each sequence into ``losses``, the
-    gradient with respect to the values X W_i into ``d_values`` (A_iᵀ R) and
-    dZ_i x into ``d_queries_x``, where dZ_i = A ⊙ (dA − rowsum(dA ⊙ A)) and
-    dA = R V_iᵀ; the caller contracts both with Xᵀ in one BLAS product.
+    R_s = F(x_s) − y_s; dZ_i = A_i ⊙ (dA_i − rowsum(dA_i ⊙ A_i)), dA_i = R_s V_iᵀ.
+    grads[c] has shape (d, 2·m·d): columns i·d… accumulate xᵀ A_iᵀ R (→ dW_i),
+    columns m·d + i·d… accumulate xᵀ dZ_i x (→ dΘ_i).
     """
     n, k, d = X.shape
-    m = queries.shape[2]
-    for s in prange(n):
-        x = X[s]
-        x_t = np.empty((d, k))
-        _transpose_into(x, x_t)
-        values_t = np.empty((d, k))
-        weights = np.empty((m, k, k))
-        residual = np.empty((k, d))
-        d_logits = np.empty(k)
-        for a in range(k):
-            for e in range(d):
-                residual[a, e] = -Y[s, a, e]
-        for i in range(m):
-            values_i = values[s, :, i, :]
-            for a in range(k):
-                _softmax_row(queries[s, a, i], x_t, weights[i, a])
-                _add_weighted_rows(weights[i, a], values_i, residual[a])
+    m = theta_t.shape[0]
+    md = m * d
+    mk = m * k
+    x_t = np.empty((d, k))
+    queries_t = np.empty((d, mk))
+    weights_t = np.empty((k, mk))
+    d_logits_t = np.empty((k, mk))
+    values = np.empty((k, md))
+    residual = np.empty((k, d))
+    residual_t = np.empty((d, k))
+    features = np.empty((k, 2 * md))
+    col_max = np.empty(mk)
+    col_sum = np.empty(mk)
+    while True:
+        chunk = _next_chunk(counter)
+        if chunk >= chunks:
+            break
+        grad = grads[chunk]
+        grad[:, :] = 0.0
         loss = 0.0
-        for a in range(k):
-            for e in range(d):
-                loss += residual[a, e] * residual[a, e]
-        losses[s] = loss
-        for i in range(m):
-            A = weights[i]
-            _transpose_into(values[s, :, i, :], values_t)
-            dv = d_values[s, :, i, :]
-            dqx = d_queries_x[s, :, i, :]
-            dv[:, :] = 0.0
-            dqx[:, :] = 0.0
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            x = X[s]
+            _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
+            values[:, :] = 0.0
+            _mm(x, 0, w_cols, 0, values, 0, k, d, md)
+            y = Y[s]
             for a in range(k):
-                # dV_i += A[a]ᵀ ⊗ R[a]
-                for b in range(k):
-                    w = A[a, b]
-                    for e in range(d):
-                        dv[b, e] += w * residual[a, e]
-                # dA[a] = R[a] V_iᵀ ; dZ[a] = A[a] ⊙ (dA[a] − ⟨dA[a], A[a]⟩)
-                for b in range(k):
-                    d_logits[b] = 0.0
                 for e in range(d):
-                    r = residual[a, e]
-                    for b in range(k):
-                        d_logits[b] += r * values_t[e, b]
-                row_sum = 0.0
-                for b in range(k):
-                    row_sum += d_logits[b] * A[a, b]
-                for b in range(k):
-                    d_logits[b] = A[a, b] * (d_logits[b] - row_sum)
-                _add_weighted_rows(d_logits, x, dqx[a])
+                    residual[a, e] = -y[a, e]
+            for i in range(m):
+                _mm_t(weights_t, i * k, values, i * d, residual, 0, k, k, d)
+            for a in range(k):
+                for e in range(d):
+                    loss += residual[a, e] * residual[a, e]
+            _transpose_into(residual, residual_t)
+            d_logits_t[:, :] = 0.0
+            features[:, :] = 0.0
+            for i in range(m):
+                # A_iᵀ R → features[:, i d:(i+1) d]
+                _mm(weights_t, i * k, residual, 0, features, i * d, k, k, d)
+                # dA_iᵀ[b, a] = ⟨V_i[b], R[a]⟩
+                _mm(values, i * d, residual_t, 0, d_logits_t, i * k, k, d, k)
+            # dZ = A ⊙ (dA − rowsum(dA ⊙ A)); rows of A_i are columns of weights_t
+            for a in range(mk):
+                col_sum[a] = 0.0
+            for b in range(k):
+                for a in range(mk):
+                    col_sum[a] += d_logits_t[b, a] * weights_t[b, a]
+            for b in range(k):
+                for a in range(mk):
+                    d_logits_t[b, a] = weights_t[b, a] * (d_logits_t[b, a] - col_sum[a])
+            for i in range(m):
+                # dZ_i x → features[:, m d + i d:…]
+                _mm_t(d_logits_t, i * k, x, 0, features, md + i * d, k, k, d)
+            _mm_t(x, 0, features, 0, grad, 0, d, k, 2 * md)
+        losses[chunk] = loss
+
+
+@njit(parallel=True, cache=True)
+def _forward_parallel(X, theta_t, w_cols, threads, chunks, out, weights_out, store_weights):
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):
+        _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights)
+
+
+@njit(parallel=True, cache=True)
+def _attention_parallel(X, theta_t, threads, chunks, out):
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):
+        _attention_worker(X, theta_t, chunks, counter, out)
+
+
+@njit(parallel=True, cache=True)
+def _head_features_parallel(X, theta_t, threads, chunks, out):
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):
+        _head_features_worker(X, theta_t, chunks, counter, out)
+
+
+@njit(parallel=True, cache=True)
+def _loss_and_grad_parallel(X, Y, theta_t, w_cols, threads, chunks, losses, grads):
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):
+        _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
 
 
 # --------------------------------------------------------------------------
 # Python wrappers (inputs already validated)
 # --------------------------------------------------------------------------
 
-def _stacked(matrices):
-    """(m, d, d) → (d, m·d) so that X @ result gives every head's X M_i at once."""
-    m, d, _ = matrices.shape
-    return np.ascontiguousarray(matrices.transpose(1, 0, 2).reshape(d, m * d))
+# The batch is cut into this many chunks (fewer for small n), whatever the
+# thread count: enough for load balancing, few enough that the per-chunk
+# gradients stay small, and fixed so that results do not depend on the
+# number of threads or on the serial/parallel choice.
+_CHUNKS = 32
 
 
-def _unstacked(stacked, m):
-    """(d, m·d) → (m, d, d), the inverse of :func:`_stacked`."""
+class _Dispatcher:
+    """Runs each call on the calling thread or on Numba's thread pool, whichever is faster.
+
+    Starting and joining the pool costs ~10–50 µs on an idle machine, but
+    when other jobs occupy every core the join waits until the OS schedules
+    each worker: 10–25 ms per call on the shared 2-core machine this was
+    tuned on, far more than a small batch takes on one thread.  So the
+    dispatcher keeps running estimates, timed on the calls themselves, of
+    each kernel's single-thread seconds per multiply-add and of the fixed
+    cost of a parallel call, and uses the pool when
+    ``cost + work·rate/threads < work·rate``.  While the pool looks slower it
+    is re-tried at most every ``retry_seconds``, so the choice follows the
+    machine's load.  ``mode`` = "serial" or "parallel" forces a path (tests).
+    Either path computes the same chunks in the same order: the results are
+    identical.
+    """
+
+    default_rate = 1.2e-10   # s per multiply-add on one core (measured: ~1e-10)
+    min_parallel = 2e-4      # s: below this predicted serial time, never use the pool
+    retry_seconds = 1.0
+    smoothing = 0.3
+
+    def __init__(self):
+        self.mode = None
+        self.rates = {}
+        self.pool_cost = 5e-5
+        self.retry_at = 0.0
+
+    def run(self, kernel, work, serial, parallel):
+        """Call ``serial()`` or ``parallel(threads)`` and time it."""
+        threads = numba.get_num_threads()
+        rate = self.rates.get(kernel, self.default_rate)
+        gain = rate * work * (1.0 - 1.0 / threads)
+        if self.mode is not None or threads == 1:
+            use_pool = self.mode == "parallel" and threads > 1
+        elif rate * work < self.min_parallel:
+            use_pool = False
+        else:
+            use_pool = self.pool_cost < gain or time.perf_counter() >= self.retry_at
+        start = time.perf_counter()
+        if use_pool:
+            parallel(threads)
+        else:
+            serial()
+        elapsed = time.perf_counter() - start
+        if use_pool:
+            cost = max(elapsed - rate * work / threads, 0.0)
+            # Quick to believe a cheap pool (the machine got quiet), smoothed
+            # when it is dearer (one unlucky call should not switch paths).
+            self.pool_cost = min(cost, self.pool_cost + self.smoothing * (cost - self.pool_cost))
+            if self.pool_cost >= gain:
+                self.retry_at = start + elapsed + self.retry_seconds
+        elif work > 0:
+            # At most ×4 per call: a first call that compiles (or loads from
+            # the cache) must not make the pool look worth it forever, as
+            # serial calls, the only ones that measure the rate, would stop.
+            measured = min(elapsed / work, 4.0 * rate)
+            self.rates[kernel] = (measured if kernel not in self.rates
+                                  else rate + self.smoothing * (measured - rate))
+
+
+_DISPATCH = _Dispatcher()
+
+
+def _chunks(n):
+    return max(1, min(n, _CHUNKS))
+
+
+def _counter():
+    return np.zeros(1, np.int64)
+
+
+def _transposed(thetas):
+    """(m, d, d) → Θ_iᵀ, C-contiguous."""
+    return np.ascontiguousarray(thetas.transpose(0, 2, 1))
+
+
+def _side_by_side(ws):
+    """(m, d, d) → (d, m·d) with column block i = W_i, so that x @ result = [x W_i]_i."""
+    m, d, _ = ws.shape
+    return np.ascontiguousarray(ws.transpose(1, 0, 2)).reshape(d, m * d)
+
+
+def _per_head(stacked, m):
+    """(d, m·d) → (m, d, d), the inverse of :func:`_side_by_side`."""
     d = stacked.shape[0]
-    return stacked.reshape(d, m, d).transpose(1, 0, 2)
-
-
-def _blocks(n, k, m, d):
-    size = max(1, _BLOCK_ENTRIES // (k * m * d))
-    return [(start, min(n, start + size)) for start in range(0, n, size)]
-
-
-def _project(X_block, stacked, m):
-    """(s, k, d) @ (d, m·d) → (s, k, m, d): every head's projection of every token."""
-    s, k, d = X_block.shape
-    return (X_block.reshape(s * k, d) @ stacked).reshape(s, k, m, d)
+    return np.ascontiguousarray(stacked.reshape(d, m, d).transpose(1, 0, 2))
 
 
 def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
@@ -273,13 +577,17 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty(X.shape)
-    theta_stack, w_stack = _stacked(thetas), _stacked(ws)
-    for start, stop in _blocks(n, k, m, d):
-        block = X[start:stop]
-        _forward_kernel(block, _project(block, theta_stack, m), _project(block, w_stack, m),
-                        out[start:stop])
+    weights = np.empty((n, m, k, k) if return_attention else (0, 0, 0, 0))
+    theta_t, w_cols = _transposed(thetas), _side_by_side(ws)
+    chunks = _chunks(n)
+    _DISPATCH.run(
+        "forward", 2 * n * m * k * d * (k + d),
+        lambda: _forward_worker(X, theta_t, w_cols, chunks, _counter(), out, weights,
+                                return_attention),
+        lambda threads: _forward_parallel(X, theta_t, w_cols, threads, chunks, out, weights,
+                                          return_attention))
     if return_attention:
-        return out, attention(X, thetas)
+        return out, weights
     return out
 
 
@@ -288,10 +596,12 @@ def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty((n, m, k, k))
-    theta_stack = _stacked(thetas)
-    for start, stop in _blocks(n, k, m, d):
-        block = X[start:stop]
-        _attention_kernel(block, _project(block, theta_stack, m), out[start:stop])
+    theta_t = _transposed(thetas)
+    chunks = _chunks(n)
+    _DISPATCH.run(
+        "attention", n * m * k * d * (k + d),
+        lambda: _attention_worker(X, theta_t, chunks, _counter(), out),
+        lambda threads: _attention_parallel(X, theta_t, threads, chunks, out))
     return out
 
 
@@ -304,10 +614,12 @@ def head_features(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty((n, m, k, d))
-    theta_stack = _stacked(thetas)
-    for start, stop in _blocks(n, k, m, d):
-        block = X[start:stop]
-        _head_features_kernel(block, _project(block, theta_stack, m), out[start:stop])
+    theta_t = _transposed(thetas)
+    chunks = _chunks(n)
+    _DISPATCH.run(
+        "head_features", n * m * k * d * (d + 2 * k),
+        lambda: _head_features_worker(X, theta_t, chunks, _counter(), out),
+        lambda threads: _head_features_parallel(X, theta_t, threads, chunks, out))
     return out
 
 
@@ -320,177 +632,164 @@ def loss_and_grad(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarr
     """
     n, k, d = X.shape
     m = thetas.shape[0]
-    theta_stack, w_stack = _stacked(thetas), _stacked(ws)
-    loss = 0.0
-    d_theta_stack = np.zeros((d, m * d))
-    d_w_stack = np.zeros((d, m * d))
-    for start, stop in _blocks(n, k, m, d):
-        block = X[start:stop]
-        size = stop - start
-        losses = np.empty(size)
-        d_values = np.empty((size, k, m, d))
-        d_queries_x = np.empty((size, k, m, d))
-        _loss_and_grad_kernel(block, Y[start:stop], _project(block, theta_stack, m),
-                              _project(block, w_stack, m), losses, d_values, d_queries_x)
-        flat_T = block.reshape(size * k, d).T
-        d_w_stack += flat_T @ d_values.reshape(size * k, m * d)
-        d_theta_stack += flat_T @ d_queries_x.reshape(size * k, m * d)
-        loss += losses.sum()
-    return 0.5 * loss / n, _unstacked(d_theta_stack, m) / n, _unstacked(d_w_stack, m) / n
+    theta_t, w_cols = _transposed(thetas), _side_by_side(ws)
+    chunks = min(_chunks(n), max(1, _BLOCK_ENTRIES // (2 * m * d * d)))
+    losses = np.empty(chunks)
+    grads = np.empty((chunks, d, 2 * m * d))
+    _DISPATCH.run(
+        "loss_and_grad", 5 * n * m * k * d * (k + d),
+        lambda: _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, _counter(), losses, grads),
+        lambda threads: _loss_and_grad_parallel(X, Y, theta_t, w_cols, threads, chunks, losses,
+                                                grads))
+    grad = grads.sum(axis=0) / n
+    loss = 0.5 * losses.sum() / n
+    return loss, _per_head(grad[:, m * d:], m), _per_head(grad[:, :m * d], m)
 
 
 # ==== Sparse variable creation (Edelman, Goel, Kakade & Zhang) ====
 # One softmax attention head over T Boolean tokens (DESIGN.md §4.4).  Token t
-# of a sequence x ∈ {±1}^T is embedded as z_t = x_t u + p_t (a bit embedding
-# u ∈ R^e shared by all positions plus a learned positional embedding
-# p_t ∈ R^e); a learned query q ∈ R^e scores the tokens,
+# of a sequence x ∈ {±1}^T is embedded as z_t = p_t + x_t r_t: a learned
+# positional embedding p_t ∈ R^e and a learned bit embedding r_t ∈ R^e of the
+# position (so that the token "bit x_t at position t" has its own vector,
+# p_t ± r_t).  A learned query q ∈ R^e scores the tokens:
 #
-#     s_t = ⟨q, z_t⟩ = α x_t + c_t,   α = ⟨q, u⟩,   c = P q,
-#     a = softmax(s),   z̄ = Σ_t a_t z_t = (Σ_t a_t x_t) u + Σ_t a_t p_t,
+#     s_t = ⟨q, z_t⟩ = c_t + x_t α_t,   c = P q,   α = R q,
+#     a = softmax(s),   z̄ = Σ_t a_t z_t = A P + (A ⊙ X) R,
 #
-# and the pooled value z̄ feeds the student's MLP (mhalearn.sparse).  α and c
-# are one dot product and one matrix–vector product, so the kernels do O(T e)
-# work per sequence.  Backward, for an upstream gradient g = ∂L/∂z̄:
+# and the pooled value z̄ feeds the student's MLP (mhalearn.sparse).  Backward,
+# for an upstream gradient g_s = ∂L/∂z̄_s of each sequence:
 #
-#     ∂L/∂a_t = x_t ⟨g, u⟩ + ⟨g, p_t⟩,   ∂L/∂s_t = a_t (∂L/∂a_t − Σ_r a_r ∂L/∂a_r),
-#     ∂L/∂α = Σ_t x_t ∂L/∂s_t,   ∂L/∂c_t = ∂L/∂s_t,
-#     ∂L/∂u ∋ (Σ_t a_t x_t) g,   ∂L/∂p_t ∋ a_t g   (value path),
+#     ∂L/∂a_t = ⟨g, p_t⟩ + x_t ⟨g, r_t⟩,   ∂L/∂s_t = a_t (∂L/∂a_t − Σ_r a_r ∂L/∂a_r),
+#     ∂L/∂c_t = Σ_s ∂L/∂s_st,   ∂L/∂α_t = Σ_s x_st ∂L/∂s_st,
+#     ∂L/∂P = Aᵀ G + ∂L/∂c qᵀ,   ∂L/∂R = (A ⊙ X)ᵀ G + ∂L/∂α qᵀ,
+#     ∂L/∂q = Pᵀ ∂L/∂c + Rᵀ ∂L/∂α.
 #
-# summed over the batch; the wrapper adds the query path
-# ∂L/∂q = ∂L/∂α u + Pᵀ ∂L/∂c, ∂L/∂u += ∂L/∂α q, ∂L/∂P += ∂L/∂c qᵀ.
+# As for the layer above, the products with P, R and G are BLAS matrix
+# products in the wrappers; the Numba kernels do the per-sequence softmax
+# work, O(T) per sequence.
+
+from numba import get_num_threads, set_num_threads  # noqa: E402
 
 # The batch is split into this many chunks, each with its own gradient
 # accumulators (no races); a fixed count keeps sums identical whatever the
 # number of threads, so fits are reproducible across machines' thread counts.
 _BIT_ATTENTION_CHUNKS = 8
+# Calls on fewer tokens (n·T) than this run on one thread: a training step on
+# a mini-batch takes tens of microseconds, less than waking the pool costs,
+# and far less than waiting at its barrier for a descheduled thread when the
+# cores are shared.
+_BIT_ATTENTION_PARALLEL_TOKENS = 1 << 16
+
+
+def _launch_bit_attention(kernel, tokens, *args):
+    """Run ``kernel(*args)`` on the thread pool, or on one thread when ``tokens`` is small."""
+    if tokens >= _BIT_ATTENTION_PARALLEL_TOKENS:
+        kernel(*args)
+        return
+    previous = get_num_threads()
+    set_num_threads(1)
+    try:
+        kernel(*args)
+    finally:
+        set_num_threads(previous)
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _bit_attention_forward_kernel(X, alpha, position_logits, positions, bit_embedding, weights, pooled):
-    """weights[s] = softmax(α x_s + c); pooled[s] = (Σ_t a_t x_st) u + Σ_t a_t p_t."""
+def _bit_attention_forward_kernel(X, position_logits, bit_logits, weights):
+    """weights[s] = softmax(c + x_s ⊙ α)."""
     n, length = X.shape
-    dim = positions.shape[1]
     for s in prange(n):
         x = X[s]
         a = weights[s]
-        row_max = alpha * x[0] + position_logits[0]
         for t in range(length):
-            a[t] = alpha * x[t] + position_logits[t]
+            a[t] = position_logits[t] + x[t] * bit_logits[t]
+        row_max = a[0]
+        for t in range(1, length):
             row_max = max(row_max, a[t])
-        total = 0.0
         for t in range(length):
             a[t] = exp_nonpositive(a[t] - row_max)
+        total = 0.0
+        for t in range(length):
             total += a[t]
         inv = 1.0 / total
-        out = pooled[s]
-        out[:] = 0.0
-        bit_mean = 0.0
         for t in range(length):
-            w = a[t] * inv
-            a[t] = w
-            bit_mean += w * x[t]
-            for e in range(dim):
-                out[e] += w * positions[t, e]
-        for e in range(dim):
-            out[e] += bit_mean * bit_embedding[e]
+            a[t] *= inv
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _bit_attention_backward_kernel(X, weights, positions, bit_embedding, d_pooled,
-                                   d_positions, d_bit_embedding, d_alpha, d_position_logits):
-    """Per-chunk sums of the value-path gradients and of ∂L/∂α, ∂L/∂c (see the section header)."""
+def _bit_attention_backward_kernel(X, weights, g_dot_p, g_dot_r, d_position_logits, d_bit_logits):
+    """Per-chunk sums of ∂L/∂c and ∂L/∂α given ⟨g_s, p_t⟩ and ⟨g_s, r_t⟩, both (n, T)."""
     n, length = X.shape
-    dim = positions.shape[1]
-    chunks = d_positions.shape[0]
+    chunks = d_position_logits.shape[0]
     for chunk in prange(chunks):
-        dp = d_positions[chunk]
-        du = d_bit_embedding[chunk]
         dc = d_position_logits[chunk]
-        dp[:, :] = 0.0
-        du[:] = 0.0
+        d_alpha = d_bit_logits[chunk]
         dc[:] = 0.0
-        d_alpha_sum = 0.0
+        d_alpha[:] = 0.0
         d_weights = np.empty(length)
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             x = X[s]
             a = weights[s]
-            g = d_pooled[s]
-            g_dot_u = 0.0
-            for e in range(dim):
-                g_dot_u += g[e] * bit_embedding[e]
-            bit_mean = 0.0
+            for t in range(length):
+                d_weights[t] = g_dot_p[s, t] + x[t] * g_dot_r[s, t]
             weighted_sum = 0.0
             for t in range(length):
-                w = a[t]
-                g_dot_p = 0.0
-                for e in range(dim):
-                    g_dot_p += g[e] * positions[t, e]
-                    dp[t, e] += w * g[e]
-                d_weights[t] = x[t] * g_dot_u + g_dot_p
-                weighted_sum += w * d_weights[t]
-                bit_mean += w * x[t]
-            for e in range(dim):
-                du[e] += bit_mean * g[e]
+                weighted_sum += a[t] * d_weights[t]
             for t in range(length):
                 d_logit = a[t] * (d_weights[t] - weighted_sum)
-                d_alpha_sum += d_logit * x[t]
                 dc[t] += d_logit
-        d_alpha[chunk] = d_alpha_sum
+                d_alpha[t] += d_logit * x[t]
 
 
-def bit_attention_forward(X: np.ndarray, query: np.ndarray, bit_embedding: np.ndarray,
-                          positions: np.ndarray):
-    """Pooled value of one softmax head over Boolean tokens z_t = x_t u + p_t.
+def bit_attention_forward(X: np.ndarray, query: np.ndarray, positions: np.ndarray, bit_embeddings: np.ndarray):
+    """Pooled value of one softmax head over Boolean tokens z_t = p_t + x_t r_t.
 
     Parameters
     ----------
     X : (n, T) array with entries ±1
-    query, bit_embedding : (e,) arrays q and u
-    positions : (T, e) array P, row t the positional embedding p_t
+    query : (e,) array q
+    positions, bit_embeddings : (T, e) arrays P and R, rows p_t and r_t
 
     Returns
     -------
-    pooled : (n, e) array, z̄ = Σ_t a_t z_t
-    weights : (n, T) array, a = softmax(⟨q, z_t⟩)_t
+    pooled : (n, e) array, z̄ = Σ_t a_t z_t = A P + (A ⊙ X) R
+    weights : (n, T) array A, a = softmax(⟨q, z_t⟩)_t
     """
     n, length = X.shape
-    alpha = float(query @ bit_embedding)
-    position_logits = np.ascontiguousarray(positions @ query)
     weights = np.empty((n, length))
-    pooled = np.empty((n, positions.shape[1]))
-    _bit_attention_forward_kernel(X, alpha, position_logits, positions, bit_embedding, weights, pooled)
+    _launch_bit_attention(_bit_attention_forward_kernel, X.size, X, np.ascontiguousarray(positions @ query),
+                          np.ascontiguousarray(bit_embeddings @ query), weights)
+    pooled = weights @ positions
+    pooled += (weights * X) @ bit_embeddings
     return pooled, weights
 
 
-def bit_attention_backward(X: np.ndarray, weights: np.ndarray, query: np.ndarray,
-                           bit_embedding: np.ndarray, positions: np.ndarray, d_pooled: np.ndarray):
-    """Gradients of a loss L with respect to (q, u, P) given g = ∂L/∂z̄ of shape (n, e).
+def bit_attention_backward(X: np.ndarray, weights: np.ndarray, query: np.ndarray, positions: np.ndarray,
+                           bit_embeddings: np.ndarray, d_pooled: np.ndarray):
+    """Gradients of a loss L with respect to (q, P, R) given G = ∂L/∂z̄ of shape (n, e).
 
     ``weights`` are the attention weights returned by :func:`bit_attention_forward`.
-    Returns ``(d_query, d_bit_embedding, d_positions)`` summed over the batch.
+    Returns ``(d_query, d_positions, d_bit_embeddings)`` summed over the batch.
     """
     n, length = X.shape
-    dim = positions.shape[1]
     chunks = max(1, min(n, _BIT_ATTENTION_CHUNKS))
-    d_positions = np.empty((chunks, length, dim))
-    d_bit_embedding = np.empty((chunks, dim))
-    d_alpha = np.empty(chunks)
     d_position_logits = np.empty((chunks, length))
-    _bit_attention_backward_kernel(X, weights, positions, bit_embedding, np.ascontiguousarray(d_pooled),
-                                   d_positions, d_bit_embedding, d_alpha, d_position_logits)
-    d_alpha_total = d_alpha.sum()
-    d_logits_total = d_position_logits.sum(axis=0)
-    d_query = d_alpha_total * bit_embedding + positions.T @ d_logits_total
-    d_u = d_bit_embedding.sum(axis=0) + d_alpha_total * query
-    d_p = d_positions.sum(axis=0) + np.outer(d_logits_total, query)
-    return d_query, d_u, d_p
+    d_bit_logits = np.empty((chunks, length))
+    _launch_bit_attention(_bit_attention_backward_kernel, X.size, X, weights, d_pooled @ positions.T,
+                          d_pooled @ bit_embeddings.T, d_position_logits, d_bit_logits)
+    dc = d_position_logits.sum(axis=0)
+    d_alpha = d_bit_logits.sum(axis=0)
+    d_query = positions.T @ dc + bit_embeddings.T @ d_alpha
+    d_positions = weights.T @ d_pooled + np.outer(dc, query)
+    d_bit_embeddings = (weights * X).T @ d_pooled + np.outer(d_alpha, query)
+    return d_query, d_positions, d_bit_embeddings
 
 
 # ==== Random-feature attention (Fu, Guo, Bai & Mei) ====
 # Features of the random-feature attention layer
-#     φ_h(x_{0:N}) = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) x̃_j,   h = 1..M,
-# with x̃_j = x_j, or [x_j; 1] when the values carry a bias, so that
-# f(x_{0:N}) = Σ_h ⟨v_h, φ_h⟩ is linear in the value vectors v_h.
+#     φ_h(x_{0:N}) = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) x_j ∈ R^d,   h = 1..M,
+# so that f(x_{0:N}) = Σ_h ⟨v_h, φ_h⟩ is linear in the value vectors v_h.
+# (Tokens augmented with a constant coordinate are just tokens of dim d+1.)
 # The query projections x_0ᵀ Q_h for all heads and a block of samples are one
 # BLAS product; the kernel does the per-sequence M×N logits and the weighted
 # key sums.  The layout (samples, d, M) makes the logit loop an axpy over the
@@ -500,24 +799,22 @@ RANDOM_FEATURE_ACTIVATIONS = ("relu", "tanh")
 
 
 @njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _attention_random_features_kernel(queries_t, keys, activation_code, out):
-    """out[s, h, :d] = (1/N) Σ_j σ(Σ_e queries_t[s, e, h] keys[s, j, e]) keys[s, j].
+def _attention_random_features_kernel(queries_t, X, activation_code, out):
+    """out[s, h] = (1/N) Σ_{j=1..N} σ(Σ_e queries_t[s, e, h] X[s, j, e]) X[s, j].
 
-    ``queries_t`` has shape (n, d, M), ``keys`` (n, N, d) and ``out``
-    (n, M, d) or (n, M, d + 1); in the latter case ``out[s, h, d]`` receives
-    (1/N) Σ_j σ(·), the feature of a value bias.  ``activation_code`` indexes
+    ``queries_t`` has shape (n, d, M), ``X`` (n, N+1, d) (row 0, the query,
+    is not read), ``out`` (n, M, d); ``activation_code`` indexes
     :data:`RANDOM_FEATURE_ACTIVATIONS`.
     """
     n, d, m = queries_t.shape
-    keys_per_query = keys.shape[1]
+    keys_per_query = X.shape[1] - 1
     inv_keys = 1.0 / keys_per_query
-    value_bias = out.shape[2] > d
     for s in prange(n):
         logits = np.empty(m)
         out_s = out[s]
         out_s[:, :] = 0.0
-        for j in range(keys_per_query):
-            key = keys[s, j]
+        for j in range(1, keys_per_query + 1):
+            key = X[s, j]
             for h in range(m):
                 logits[h] = 0.0
             for e in range(d):
@@ -537,8 +834,6 @@ def _attention_random_features_kernel(queries_t, keys, activation_code, out):
                     row = out_s[h]
                     for e in range(d):
                         row[e] += weight * key[e]
-                    if value_bias:
-                        row[d] += weight
 
 
 def _query_key_stack(query_keys):
@@ -547,40 +842,40 @@ def _query_key_stack(query_keys):
     return np.ascontiguousarray(query_keys.transpose(1, 2, 0).reshape(d, d * m))
 
 
-def attention_random_features(X: np.ndarray, query_keys: np.ndarray, activation: str = "relu",
-                              value_bias: bool = False) -> np.ndarray:
-    """Random-feature attention features, shape (n, M·d) or (n, M·(d+1)).
+def attention_random_features(X: np.ndarray, query_keys: np.ndarray,
+                              activation: str = "relu") -> np.ndarray:
+    """Random-feature attention features, shape (n, M·d).
 
     ``X`` has shape (n, N+1, d): row 0 of each sequence is the query x_0 and
     rows 1..N the keys.  ``query_keys`` holds the frozen matrices Q_h, shape
     (M, d, d).  Column block h of the result is
-    φ_h = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) x̃_j with x̃_j = x_j, or [x_j; 1] when
-    ``value_bias``.  Memory beyond the result is bounded by processing the
-    query projections in blocks of samples.
+    φ_h = (1/N) Σ_j σ(x_0ᵀ Q_h x_j) x_j.  Memory beyond the result is bounded
+    by processing the query projections in blocks of samples.
     """
     n, length, d = X.shape
     m = query_keys.shape[0]
     code = RANDOM_FEATURE_ACTIVATIONS.index(activation)
-    width = d + 1 if value_bias else d
-    out = np.empty((n, m, width))
+    out = np.empty((n, m, d))
     stack = _query_key_stack(query_keys)
     block = max(1, _BLOCK_ENTRIES // (m * d))
     for start in range(0, n, block):
         stop = min(n, start + block)
         queries_t = (X[start:stop, 0, :] @ stack).reshape(stop - start, d, m)
-        keys = np.ascontiguousarray(X[start:stop, 1:, :])
-        _attention_random_features_kernel(queries_t, keys, code, out[start:stop])
-    return out.reshape(n, m * width)
+        _attention_random_features_kernel(queries_t, X[start:stop], code, out[start:stop])
+    return out.reshape(n, m * d)
 
 
-def mlp_random_features(X: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Random ReLU features of the flattened input: max(vec(X) W, 0), shape (n, p).
+def mlp_random_features(X: np.ndarray, weights: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
+    """Random ReLU features of the flattened input: max(vec(X) W + offsets, 0), shape (n, p).
 
-    ``X`` has shape (n, k, d) and ``weights`` shape (k·d, p).  One BLAS
-    product and an in-place ReLU; no per-sequence loop is needed.
+    ``X`` has shape (n, k, d), ``weights`` shape (k·d, p) and ``offsets``
+    (optional) shape (p,).  One BLAS product and an in-place ReLU; no
+    per-sequence loop is needed.
     """
     n = X.shape[0]
     out = X.reshape(n, -1) @ weights
+    if offsets is not None:
+        out += offsets
     np.maximum(out, 0.0, out=out)
     return out
 

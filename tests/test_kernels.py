@@ -79,3 +79,87 @@ def test_extreme_logits_stay_finite(rng):
     # Weight only on near-maximal logits, and the same as the stable reference.
     assert np.all(weights[logits < top - 50.0] < 1e-20)
     np.testing.assert_allclose(weights, reference.attention(X, thetas), atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(40, 5, 3, 2), (33, 16, 16, 4), (17, 7, 9, 3)])
+def test_parallel_path_matches_reference_and_serial_path(monkeypatch, rng, shape):
+    """The threaded path (small batches normally run serially) gives the same bits."""
+    n, k, d, m = shape
+    X = rng.standard_normal((n, k, d))
+    Y = rng.standard_normal((n, k, d))
+    thetas = rng.standard_normal((m, d, d)) / d
+    ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
+    monkeypatch.setattr(kernels._DISPATCH, "mode", "serial")
+    serial = (kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
+              kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
+    monkeypatch.setattr(kernels._DISPATCH, "mode", "parallel")
+    (out, weights), attention, features, (loss, dth, dw) = (
+        kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
+        kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
+    np.testing.assert_allclose(out, reference.forward(X, thetas, ws), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(weights, reference.attention(X, thetas), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(attention, weights)
+    np.testing.assert_allclose(features, reference.head_features(X, thetas), rtol=0, atol=1e-10)
+    ref_loss, ref_dth, ref_dw = reference.loss_and_grad(X, Y, thetas, ws)
+    assert loss == pytest.approx(ref_loss, rel=1e-12)
+    np.testing.assert_allclose(dth, ref_dth, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(dw, ref_dw, rtol=1e-9, atol=1e-12)
+    # Same chunks in the same order whichever path ran them: bitwise identical.
+    np.testing.assert_array_equal(serial[0][0], out)
+    np.testing.assert_array_equal(serial[1], attention)
+    np.testing.assert_array_equal(serial[2], features)
+    assert serial[3][0] == loss
+    np.testing.assert_array_equal(serial[3][1], dth)
+    np.testing.assert_array_equal(serial[3][2], dw)
+
+
+def test_dispatcher_avoids_a_slow_thread_pool_and_retries_it(monkeypatch):
+    clock = [0.0]
+    fake_time = type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])})
+    monkeypatch.setattr(kernels, "time", fake_time)
+    monkeypatch.setattr(kernels.numba, "get_num_threads", lambda: 2)
+    dispatcher = kernels._Dispatcher()
+    ran = []
+
+    def path(name, seconds):
+        def run(*threads):
+            ran.append(name)
+            clock[0] += seconds
+        return run
+
+    work = int(0.004 / dispatcher.default_rate)  # ≈ 4 ms of work on one thread
+    serial, slow_pool = path("serial", 0.004), path("parallel", 0.03)
+    fast_pool = path("parallel", 0.002)
+    for _ in range(6):
+        dispatcher.run("kernel", work, serial, slow_pool)
+    # Tried the pool once (optimistic start), found it slower, stayed serial.
+    assert ran == ["parallel"] + ["serial"] * 5
+    clock[0] += dispatcher.retry_seconds
+    for _ in range(6):
+        dispatcher.run("kernel", work, serial, fast_pool)
+    # The retry finds a fast pool, which is used from then on.
+    assert ran[6:] == ["parallel"] * 6
+    ran.clear()
+    dispatcher.run("kernel", 10, serial, fast_pool)  # tiny batch: never worth the pool
+    assert ran == ["serial"]
+    # A first call that compiles does not inflate the rate without bound.
+    dispatcher.mode = "serial"
+    dispatcher.run("new kernel", work, path("serial", 5.0), fast_pool)
+    assert dispatcher.rates["new kernel"] <= 4 * dispatcher.default_rate
+
+
+def test_exp_nonpositive_is_accurate():
+    x = np.concatenate([-np.linspace(0.0, 720.0, 200_001), -np.logspace(-300, 2, 1000), [-0.0]])
+    values = np.empty_like(x)
+    _exp_loop(x, values)
+    expected = np.exp(x)
+    normal = expected > 1e-307
+    assert np.all(np.abs(values[normal] - expected[normal]) <= 4.5e-16 * expected[normal])
+    assert np.all(values[x < kernels._EXP_FLOOR] == 0.0)
+    assert np.all(values[~normal] <= 1e-307)
+
+
+@kernels.njit(fastmath=kernels.FASTMATH)
+def _exp_loop(x, out):
+    for i in range(x.size):
+        out[i] = kernels.exp_nonpositive(x[i])
