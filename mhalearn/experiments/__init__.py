@@ -3,5 +3,8 @@
 from .registry import EXPERIMENTS, Experiment, get_experiment, register_experiment
 
 # Each experiment module registers itself on import; add new ones here.
+from . import learning  # noqa: E402,F401  error-vs-samples, heads-dependence
+from . import random_features  # noqa: E402,F401  random-features
+from . import sparse_variables  # noqa: E402,F401  sparse-variables
 
 __all__ = ["EXPERIMENTS", "Experiment", "get_experiment", "register_experiment"]
