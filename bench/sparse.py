@@ -26,10 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-import _common  # noqa: F401  (puts tests/ on the path, as the other benches do)
 from mhalearn.experiments.runner import limit_threads
 from mhalearn.experiments.sparse_variables import (SAMPLE_GRID, SPARSITY, STUDENT_NAMES, TARGET_ACCURACY,
-                                                   growth_ratios, plot_sparse_variables,
+                                                   growth_exponents, growth_ratios, plot_sparse_variables,
                                                    run_sparse_variables_cell, samples_to_accuracy,
                                                    summary_tables)
 from mhalearn.experiments.figures import write_tables
@@ -85,13 +84,15 @@ def main():
                             "not reached" if value == math.inf else str(value)).rjust(width)
                            for value, width in zip(line, widths)))
         print()
-    ratios = growth_ratios(samples_to_accuracy(rows))
+    thresholds = samples_to_accuracy(rows)
+    ratios, exponents = growth_ratios(thresholds), growth_exponents(thresholds)
     first, last = min(args.lengths), max(args.lengths)
     for function in args.functions:
         attention, mlp = ratios[(function, "attention")], ratios[(function, "mlp")]
         verdict = "meets" if attention <= 4 else "misses"
         print(f"{function}: samples-to-95% growth T={last} vs T={first}: attention {attention:.3g} "
-              f"({verdict} the <= 4 acceptance), mlp {mlp:.3g}")
+              f"({verdict} the <= 4 acceptance), mlp {mlp:.3g}; fitted n ∝ T^k: attention k = "
+              f"{exponents[(function, 'attention')]:.2f}, mlp k = {exponents[(function, 'mlp')]:.2f}")
     if args.out is not None:
         paths = plot_sparse_variables(rows, args.out) if args.full_grid else [
             write_tables(args.out / "sparse-variables.txt", tables)]

@@ -10,7 +10,7 @@ from sklearn.base import clone
 
 from mhalearn import kernels
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.sparse_variables import (growth_ratios, run_sparse_variables_cell,
+from mhalearn.experiments.sparse_variables import (growth_exponents, growth_ratios, run_sparse_variables_cell,
                                                    samples_to_accuracy, sparse_variables_cells)
 from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, boolean_function
 
@@ -316,6 +316,9 @@ def test_samples_to_accuracy_uses_the_median_over_seeds():
     ratios = growth_ratios(thresholds)
     assert ratios[("majority", "attention")] == 2.0
     assert ratios[("majority", "mlp")] == math.inf
+    exponents = growth_exponents(thresholds)  # log2 T = 4, 6, 8 against log2 n = 4, 5, 5
+    assert exponents[("majority", "attention")] == pytest.approx(0.25)
+    assert math.isnan(exponents[("majority", "mlp")])
 
 
 def test_plot_writes_the_figures_and_table(tmp_path):
