@@ -299,6 +299,16 @@ def _next_chunk(typingctx, counter):
     return types.int64(counter), codegen
 
 
+@njit(inline="always", cache=True)
+def _untranspose_weights(weights_t, out):
+    """out[i, a, b] = weights_t[b, i·k + a]: the heads' weights, from the transposed layout."""
+    m, k, _ = out.shape
+    for i in range(m):
+        for a in range(k):
+            for b in range(k):
+                out[i, a, b] = weights_t[b, i * k + a]
+
+
 @njit(fastmath=FASTMATH, cache=True)
 def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights):
     """out[s] = Σ_i A_i (x_s W_i); with ``store_weights`` also weights_out[s] = A."""
@@ -324,10 +334,7 @@ def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store
             for i in range(m):
                 _mm_body(weights_t, i * k, True, values, i * d, out_s, 0, k, k, d)
             if store_weights:
-                for i in range(m):
-                    for a in range(k):
-                        for b in range(k):
-                            weights_out[s, i, a, b] = weights_t[b, i * k + a]
+                _untranspose_weights(weights_t, weights_out[s])
 
 
 @njit(fastmath=FASTMATH, cache=True)
@@ -345,10 +352,7 @@ def _attention_worker(X, theta_t, chunks, counter, out):
             break
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             _attention_t(X[s], x_t, theta_t, queries_t, weights_t, col_max, col_sum)
-            for i in range(m):
-                for a in range(k):
-                    for b in range(k):
-                        out[s, i, a, b] = weights_t[b, i * k + a]
+            _untranspose_weights(weights_t, out[s])
 
 
 @njit(fastmath=FASTMATH, cache=True)

@@ -17,7 +17,8 @@ import numpy as np
 
 from .._validation import check_choice, check_positive_int, check_real
 from . import register_learner
-from ._common import AttentionLearner, span_distance
+from ..model import MultiHeadAttention, parameter_error
+from ._common import AttentionLearner, solve_projections, span_distance
 from .phases import (
     ConvexBody,
     body_span,
@@ -87,8 +88,6 @@ class _SpanSearchLearner(AttentionLearner):
                        chosen_route=chosen_route, best_score=kept[0][1])
             report["span"]["chosen"] = chosen_route
             if teacher is not None:
-                from ..model import MultiHeadAttention, parameter_error
-                from ._common import solve_projections
                 thetas = kept[0][0]
                 ws, _ = solve_projections(X, Y, thetas)
                 net["parameter_error"] = parameter_error(MultiHeadAttention(thetas, ws), teacher)["total"]
@@ -284,7 +283,6 @@ class SculptLearner(_SpanSearchLearner):
 
         min_norm = report["min_norm"]
         with _PhaseTimer(min_norm):
-            min_norm["w_sum_refined_error"] = report["sculpt"]["rounds"][-1].get("w_sum_error")
             teacher_phase_errors(min_norm, teacher, refined_w_sum=w_sum)
             norm_bound = check_real(self.norm_bound, "norm_bound", 0.0, low_open=True)
             theta_bar, status = ConvexBody(constraints, margin, norm_bound, ball=self.ball).min_norm_point()
