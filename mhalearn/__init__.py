@@ -4,7 +4,7 @@ The public API is re-exported here; see DESIGN.md for the maths and the parts.
 """
 
 from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
-from .model import MultiHeadAttention, match_heads, parameter_error, relative_error
+from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
 from .learners import (
     LEARNERS,
     GradientLearner,
@@ -56,6 +56,7 @@ __all__ = [
     "get_family",
     "make_dataset",
     "make_teacher",
+    "head_collapse",
     "match_heads",
     "nondegeneracy",
     "parameter_error",

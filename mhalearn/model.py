@@ -150,3 +150,22 @@ def parameter_error(model: MultiHeadAttention, reference: MultiHeadAttention) ->
         / (np.linalg.norm(reference.thetas) ** 2 + np.linalg.norm(reference.ws) ** 2)
     )
     return {"theta": float(theta_err), "w": float(w_err), "total": float(total), "matching": perm.tolist()}
+
+
+def head_collapse(model: MultiHeadAttention, reference: MultiHeadAttention) -> dict:
+    """Signs that gradient descent merged heads instead of separating them.
+
+    Returns ``head_cosine``, the largest cosine between two of the model's
+    vec(Θ̂_i) (None for one head; near 1 when two heads sit on top of each
+    other), and ``w_inflation`` = max_i ‖Ŵ_i‖_F / max_i ‖W_i‖_F (≫ 1 when
+    merged heads imitate a missing one with large opposite projections).
+    """
+    w_inflation = float(np.max(np.linalg.norm(model.ws.reshape(model.heads, -1), axis=1))
+                        / np.max(np.linalg.norm(reference.ws.reshape(reference.heads, -1), axis=1)))
+    if model.heads < 2:
+        return {"head_cosine": None, "w_inflation": w_inflation}
+    flat = model.thetas.reshape(model.heads, -1)
+    unit = flat / np.maximum(np.linalg.norm(flat, axis=1, keepdims=True), np.finfo(float).tiny)
+    cosines = unit @ unit.T
+    pairs = np.triu_indices(model.heads, k=1)
+    return {"head_cosine": float(np.max(cosines[pairs])), "w_inflation": w_inflation}

@@ -95,24 +95,25 @@ def nondegeneracy(model: MultiHeadAttention, *, gram_floor: float = DEFAULT_GRAM
 
 
 def _draw_layer(heads: int, dim: int, theta_norm: float, shared: float,
-                rng: np.random.Generator) -> MultiHeadAttention:
+                w_scales: np.ndarray, rng: np.random.Generator) -> MultiHeadAttention:
     common = rng.standard_normal((dim, dim))
     own = rng.standard_normal((heads, dim, dim))
     thetas = shared * common[None] + (1.0 - shared) * own
     thetas *= theta_norm / np.linalg.norm(thetas.reshape(heads, -1), axis=1)[:, None, None]
     ws = rng.standard_normal((heads, dim, dim)) / np.sqrt(dim)
-    return MultiHeadAttention(thetas, ws)
+    return MultiHeadAttention(thetas, ws * w_scales[:, None, None])
 
 
 def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: float = 0.0,
-                   rng=None, max_tries: int = 1000, gram_floor: float = DEFAULT_GRAM_FLOOR,
+                   w_scales=None, rng=None, max_tries: int = 1000, gram_floor: float = DEFAULT_GRAM_FLOOR,
                    condition_ceiling: float = DEFAULT_CONDITION_CEILING,
                    w_floor: float = DEFAULT_W_FLOOR) -> MultiHeadAttention:
     """Draw a random non-degenerate teacher layer.
 
     Θ_i = ρ·Θ_0 + (1 − ρ)·G_i rescaled to ‖Θ_i‖_F = ``theta_norm`` (ρ =
     ``shared``; Θ_0, G_i standard Gaussian); W_i with i.i.d. N(0, 1/d)
-    entries.  Draws are rejected until :func:`nondegeneracy` passes.
+    entries, multiplied by ``w_scales[i]``.  Draws are rejected until
+    :func:`nondegeneracy` passes on the scaled layer.
 
     Parameters
     ----------
@@ -122,6 +123,8 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
     shared : weight ρ ∈ [0, 1) of a component common to all heads; larger ρ
         makes heads agree more often (and lowers the Gram ratio, so a large
         ρ may need a lower ``gram_floor``).
+    w_scales : per-head multipliers of W_i, shape (heads,), all > 0
+        (default all 1); unequal scales plant dominant and faint heads.
     rng : seed or ``numpy.random.Generator``; the same seed gives the same teacher.
     max_tries : rejection-sampling budget before raising ``ValueError``.
     """
@@ -130,10 +133,13 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
     theta_norm = check_real(theta_norm, "theta_norm", low=0.0, low_open=True)
     shared = check_real(shared, "shared", low=0.0, high=1.0, high_open=True)
     max_tries = check_positive_int(max_tries, "max_tries")
+    w_scales = np.ones(heads) if w_scales is None else np.asarray(w_scales, dtype=np.float64)
+    if w_scales.shape != (heads,) or not np.all(np.isfinite(w_scales)) or np.any(w_scales <= 0):
+        raise ValueError(f"w_scales: expected {heads} finite positive numbers, received {w_scales!r}")
     rng = as_generator(rng)
     last = None
     for _ in range(max_tries):
-        layer = _draw_layer(heads, dim, theta_norm, shared, rng)
+        layer = _draw_layer(heads, dim, theta_norm, shared, w_scales, rng)
         last = nondegeneracy(layer, gram_floor=gram_floor, condition_ceiling=condition_ceiling,
                              w_floor=w_floor)
         if last.ok:
@@ -198,3 +204,25 @@ register_family(TeacherFamily(
     "low-sample", "default teachers with n = 2·m·d² examples, as many as the unknowns (Θ and W)",
     lambda heads, dim, rng: sample_teacher(heads, dim, rng=rng),
     samples=lambda heads, dim, length: 2 * heads * dim * dim))
+
+#: How much larger W_1 is than every other W_i in the ``dominant-head`` family.
+DOMINANT_HEAD_SCALE = 10.0
+
+
+def _dominant_head_teacher(heads: int, dim: int, rng: np.random.Generator) -> MultiHeadAttention:
+    scales = np.ones(heads)
+    scales[0] = DOMINANT_HEAD_SCALE
+    return sample_teacher(heads, dim, w_scales=scales, rng=rng)
+
+
+# Random-start gradient descent fails here in most seeds once m ≥ 2: every
+# student head first chases the dominant head, which carries ~98 % of the
+# output; two students then sit on top of it with large opposite W's, whose
+# difference imitates a faint head to first order, and L-BFGS slides down that
+# valley (W growing without bound) instead of separating the heads.  The
+# span-based learners never start from merged heads.
+register_family(TeacherFamily(
+    "dominant-head",
+    f"one head's W scaled {DOMINANT_HEAD_SCALE:g}×: the faint heads carry ~1–2 % of the output "
+    "(random-start gradient descent merges heads)",
+    _dominant_head_teacher))

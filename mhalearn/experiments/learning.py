@@ -36,8 +36,8 @@ import numpy as np
 from .. import learners as learner_registry
 from .._validation import check_positive_int, check_real
 from ..data import draw_inputs, make_dataset
-from ..model import parameter_error, relative_error
-from ..teachers import get_family, make_teacher
+from ..model import head_collapse, parameter_error, relative_error
+from ..teachers import TEACHER_FAMILIES, get_family, make_teacher
 from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
 from .registry import Experiment, register_experiment
@@ -175,7 +175,8 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         parameter errors), ``fit_seconds``; and from the learner's report,
         None when it has no such phase: ``candidates`` scored by the net
         search, ``certified_rows`` found by sculpting, and ``span_distance``
-        of the chosen span to the teacher's.
+        of the chosen span to the teacher's; ``head_cosine`` and
+        ``w_inflation`` from :func:`~mhalearn.model.head_collapse`.
     """
     parameters = parameter_error(estimator.model_, teacher)
     report = getattr(estimator, "report_", None) or {}
@@ -190,6 +191,7 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         "candidates": None if candidates is None else int(candidates),
         "certified_rows": None if certified is None else int(certified),
         "span_distance": _report_figure(report, "span", "chosen_distance"),
+        **head_collapse(estimator.model_, teacher),
     }
 
 
