@@ -29,6 +29,11 @@ from _common import load_jsonl
 CELL_KEYS = ("learner", "family", "heads", "dim", "length", "samples", "noise", "seed")
 
 
+def identity(row):
+    """The cell a row (or cell) stands for, hashable."""
+    return tuple(row[key] for key in CELL_KEYS)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -47,16 +52,15 @@ def main():
         cells = [cell for cell in cells if cell["seed"] < args.seeds]
     out = args.out or ("bench/learners_quick.jsonl" if args.quick else "bench/learners_rows.jsonl")
     rows = load_jsonl(out)
-    done = {tuple(row[key] for key in CELL_KEYS) for row in rows}
+    done = {identity(row) for row in rows}
     with open(out, "a") as handle:
-        for cell in tqdm([c for c in cells if tuple(c[key] for key in CELL_KEYS) not in done],
-                         desc="learners", unit="fit"):
+        for cell in tqdm([cell for cell in cells if identity(cell) not in done], desc="learners", unit="fit"):
             row = {**cell, **run_family_cell(cell)}
             handle.write(json.dumps(row) + "\n")
             handle.flush()
             rows.append(row)
-    wanted = {tuple(cell[key] for key in CELL_KEYS) for cell in cells}
-    rows = [row for row in rows if tuple(row[key] for key in CELL_KEYS) in wanted]
+    wanted = {identity(cell) for cell in cells}
+    rows = [row for row in rows if identity(row) in wanted]
     first = cells[0]
     print(f"\nd = {first['dim']}, k = {first['length']}, n = {first['samples']} unless the family sets n; "
           f"noiseless; success = relative test error <= {SUCCESS_ERROR:g}")

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..teachers import TEACHER_FAMILIES, get_family
 from .figures import dodge, group_rows, median_quartiles, new_figure, save_figure, style_for, write_tables
-from .learning import available_learners, learn_planted
+from .learning import available_learners, run_learning_cell
 from .registry import Experiment, register_experiment
 
 #: Relative test error at or below which a fit counts as a recovery.
@@ -54,10 +54,8 @@ def teacher_families_cells(quick: bool) -> list[dict]:
 
 
 def run_family_cell(cell: dict) -> dict:
-    """Compute one cell (see :func:`~mhalearn.experiments.learning.learn_planted`)."""
-    _, _, metrics = learn_planted(
-        cell["learner"], heads=cell["heads"], dim=cell["dim"], length=cell["length"],
-        samples=cell["samples"], family=cell["family"], noise=cell["noise"], seed=cell["seed"])
+    """Compute one cell as the learning experiments do, and mark it a success or not."""
+    metrics = run_learning_cell(cell)
     return {**metrics, "success": bool(metrics["test_error"] <= SUCCESS_ERROR)}
 
 

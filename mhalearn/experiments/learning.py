@@ -37,7 +37,7 @@ from .. import learners as learner_registry
 from .._validation import check_positive_int, check_real
 from ..data import draw_inputs, make_dataset
 from ..model import head_collapse, parameter_error, relative_error
-from ..teachers import TEACHER_FAMILIES, get_family, make_teacher
+from ..teachers import get_family, make_teacher
 from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
 from .registry import Experiment, register_experiment
