@@ -119,3 +119,84 @@ def as_generator(rng) -> np.random.Generator:
     if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
         return np.random.default_rng(rng)
     raise ValueError(f"rng: expected None, an integer seed or a numpy.random.Generator, received {rng!r}")
+
+
+# ------------------------------------------------------------ hyper-parameters
+
+class Integer:
+    """Constraint: an integer in [low, high] (either end may be None)."""
+
+    def __init__(self, low: int | None = None, high: int | None = None):
+        self.low, self.high = low, high
+
+    def holds(self, value) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            return False
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"an integer >= {self.low}"
+        return f"an integer in [{self.low}, {self.high}]"
+
+
+class Real:
+    """Constraint: a finite real number in an interval, each end open or closed."""
+
+    def __init__(self, low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                 high_open: bool = False):
+        self.low, self.high, self.low_open, self.high_open = low, high, low_open, high_open
+
+    def holds(self, value) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or not (value > self.high or (self.high_open and value == self.high))
+
+    def __str__(self) -> str:
+        left = "(" if self.low_open or self.low is None else "["
+        right = ")" if self.high_open or self.high is None else "]"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"a real number in {left}{low}, {high}{right}"
+
+
+class Options:
+    """Constraint: one of a fixed set of values."""
+
+    def __init__(self, *values):
+        self.values = values
+
+    def holds(self, value) -> bool:
+        return any(value == option and type(value) is type(option) for option in self.values)
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(repr(v) for v in self.values)
+
+
+class Seed:
+    """Constraint: None, a non-negative integer seed or a numpy Generator."""
+
+    def holds(self, value) -> bool:
+        return value is None or isinstance(value, np.random.Generator) or (
+            Integer(0).holds(value))
+
+    def __str__(self) -> str:
+        return "None, an integer seed >= 0 or a numpy.random.Generator"
+
+
+def check_hyperparameters(estimator) -> None:
+    """Check every hyper-parameter of ``estimator`` against its class's
+    ``_parameter_constraints`` (name → list of allowed constraints; ``None`` in
+    the list allows None), raising ``ValueError`` naming the parameter, what
+    was expected and what was received.  Called once, at the start of ``fit``."""
+    constraints = type(estimator)._parameter_constraints
+    for name, value in estimator.get_params(deep=False).items():
+        allowed = constraints[name]
+        if value is None and None in allowed:
+            continue
+        if any(rule is not None and rule.holds(value) for rule in allowed):
+            continue
+        expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
+        raise ValueError(f"{name}: expected {expected}, received {value!r}")

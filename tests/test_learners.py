@@ -4,8 +4,9 @@ from sklearn.base import clone
 
 import mhalearn
 from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner
-from mhalearn.learners import phases
-from mhalearn.learners._common import solve_projections, span_distance
+from mhalearn.learners import body, moment_route, net
+from mhalearn.learners._common import solve_projections
+from mhalearn.learners.diagnostics import span_distance
 
 
 def _data(heads, dim, length, samples, seed, **teacher_args):
@@ -31,35 +32,61 @@ def test_gradient_learner_adam_lowers_error():
     assert min(history) < 0.5 * history[0]
 
 
-def test_sculpt_learner_recovers_and_reports_every_phase():
-    teacher, X, Y, X_test = _data(1, 5, 5, 800, 21)
+def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
+    teacher, X, Y, X_test = _data(1, 6, 3, 3000, 21)
     learner = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     report = learner.report_
     for phase in ("crude_sum", "sculpt", "min_norm", "span", "net", "refine"):
         assert report[phase]["seconds"] >= 0.0, phase
     assert report["crude_sum"]["w_sum_error"] > 0.05  # crude is biased, as the design says
-    assert report["sculpt"]["certified_rows"] > 0
-    assert report["span"]["moment"]["distance"] < 0.5
-    assert report["net"]["candidates"] > 0
-    assert report["refine"]["val_leaving"] <= report["refine"]["val_entering"]
-    assert "w_sum_error" in mhalearn.format_phase_table(report)
+    assert report["min_norm"]["refined_w_sum_error"] < 0.01
+    assert report["span"]["chosen"] == "body"
+    assert report["span"]["body"]["distance"] < 0.01
+    assert report["sculpt"]["teacher_feasible_fraction"] > 0.99
+    assert [r["round"] for r in report["sculpt"]["rounds"]] == ["crude Ŵ_Σ, quantile", "refined Ŵ_Σ, absolute"]
+    certificate = report["certificate"]
+    assert certificate["bound"] >= certificate["empirical_error"]
+    assert mhalearn.relative_error(learner.least_squares_model_, teacher, X_test) < 1e-2
+    table = mhalearn.format_phase_table(report)
+    assert "alternating refit (ours)" in table and "certificate" in table
+
+
+def test_refine_none_returns_the_least_squares_candidate():
+    teacher, X, Y, _ = _data(1, 6, 3, 2000, 21)
+    learner = SculptLearner(1, refine="none", random_state=0).fit(X, Y)
+    np.testing.assert_array_equal(learner.model_.ws, learner.least_squares_model_.ws)
+    assert "val_polished" not in learner.report_["refine"]
+    assert learner.report_["certificate"]["hypotheses"] == learner.keep
 
 
 def test_moment_learner_recovers_two_heads():
     teacher, X, Y, X_test = _data(2, 4, 5, 1000, 5)
     learner = MomentLearner(2, max_candidates=20000, random_state=1).fit(X, Y, teacher=teacher)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
-    assert set(learner.report_) == {"span", "net", "refine", "total_seconds"}
+    assert set(learner.report_) == {"span", "net", "refine", "certificate", "total_seconds", "units"}
+    assert learner.report_["span"]["chosen"] == "moment"
+
+
+def test_body_refuses_when_d_is_not_above_k():
+    teacher, X, Y, X_test = _data(1, 4, 5, 600, 8)
+    learner = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher)
+    assert "d = 4 <= k = 5" in learner.report_["span"]["body"]["refused"]
+    assert learner.report_["span"]["chosen"] == "moment"
+    assert "used the moment route" in learner.report_["span"]["fallback"]
+    assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
 
 
 def test_solver_failure_falls_back_to_moment_route(monkeypatch):
-    teacher, X, Y, X_test = _data(1, 4, 5, 600, 8)
-    monkeypatch.setattr(phases.ConvexBody, "min_norm_point", lambda self: (None, "infeasible"))
-    learner = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher)
+    teacher, X, Y, X_test = _data(1, 6, 3, 2000, 8)
+    monkeypatch.setattr(body.ConvexBody, "min_norm_point", lambda self: (None, {"solver_status": "infeasible"}))
+    learner = SculptLearner(1, span_point="min_norm", random_state=0).fit(X, Y, teacher=teacher)
     assert "infeasible" in learner.report_["min_norm"]["failure"]
-    assert learner.report_["net"]["chosen_route"] == "moment"
+    assert "infeasible" in learner.report_["span"]["body"]["refused"]
+    assert learner.report_["span"]["chosen"] == "moment"
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
+    with pytest.warns(RuntimeWarning, match="refused"):
+        SculptLearner(1, span_point="min_norm", span_route="body", random_state=0).fit(X, Y)
 
 
 def test_estimator_contract_and_reproducibility():
@@ -90,30 +117,10 @@ def test_learners_validate_input():
         mhalearn.make_learner("sgd", 1)
 
 
-def test_crude_sum_exact_under_uniform_attention():
-    rng = np.random.default_rng(0)
-    layer = MultiHeadAttention(np.zeros((2, 4, 4)), rng.standard_normal((2, 4, 4)))
-    X = mhalearn.boolean_inputs(200, 5, 4, rng=1)
-    np.testing.assert_allclose(phases.crude_projection_sum(X, layer.predict(X)), layer.projection_sum, atol=1e-10)
-
-
-def test_certified_rows_and_constraints_hold_for_hard_attention():
-    teacher = mhalearn.sample_teacher(1, 5, theta_norm=40.0, rng=4)
-    X, Y = mhalearn.make_dataset(teacher, 300, 5, rng=5)
-    samples, rows, tops = phases.certify_rows(X, Y, teacher.projection_sum, eta=0.05, residual_tol=0.05)
-    assert len(samples) > 0.5 * 300 * 5
-    assert phases.certification_precision(teacher, X, samples, rows, tops, 0.05) == 1.0
-    constraints = phases.margin_constraints(X, samples, rows, tops)
-    # A head with mass >= 1 - η on j* (shared by at most a few copies of the
-    # token) has logit gaps >= log((1 - η)/(copies·η)); the default margin
-    # ½·log((1 - η)/η) leaves room for two copies.
-    assert np.all(constraints @ teacher.thetas.ravel() >= 0.5 * np.log(19.0))
-
-
 def test_moment_route_finds_span_in_linear_regime():
     teacher = mhalearn.sample_teacher(2, 4, theta_norm=0.3, rng=9)
     X, Y = mhalearn.make_dataset(teacher, 3000, 6, rng=10)
-    basis, _, _ = phases.moment_span(X, Y, 2)
+    basis, _, _ = moment_route.moment_span(X, Y, 2)
     assert span_distance(basis, teacher) < 0.1
     random_basis = np.linalg.qr(np.random.default_rng(0).standard_normal((16, 2)))[0].T
     assert span_distance(random_basis, teacher) > 0.5
@@ -124,14 +131,14 @@ def test_net_scores_match_direct_least_squares():
     X = mhalearn.boolean_inputs(50, 4, 3, rng=2)
     Y = rng.standard_normal(X.shape)
     points = rng.standard_normal((6, 3, 3))
-    candidates = phases.candidate_tuples(6, 2)
+    candidates = net.candidate_tuples(6, 2)
     assert len(candidates) == 15
-    scores = phases.score_net(X, Y, points, candidates, ridge=0.0)
+    scores = net.score_net(X, Y, points, candidates, ridge=0.0)
     for candidate, score in zip(candidates[:4], scores[:4]):
         _, loss = solve_projections(X, Y, points[candidate])
         assert score == pytest.approx(2 * loss * X.shape[0] / np.sum(Y ** 2), rel=1e-8)
 
 
 def test_net_points_fill_the_ball():
-    points = phases.net_points(2, 1.0, 0.5)
+    points = net.net_points(2, 1.0, 0.5)
     assert len(points) == 13 and np.all(np.linalg.norm(points, axis=1) <= 1.0 + 1e-12)

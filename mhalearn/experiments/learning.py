@@ -174,14 +174,15 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         labels), ``theta_error`` and ``w_error`` (head-matched relative
         parameter errors), ``fit_seconds``; and from the learner's report,
         None when it has no such phase: ``candidates`` scored by the net
-        search, ``certified_rows`` found by sculpting, and ``span_distance``
-        of the chosen span to the teacher's; ``head_cosine`` and
+        search, ``agreement_rows`` accepted for the sculpted body K*,
+        ``span_route`` (``"body"``: Chen & Li's; ``"moment"``: ours) and
+        ``span_distance`` of the chosen span to the teacher's; ``head_cosine`` and
         ``w_inflation`` from :func:`~mhalearn.model.head_collapse`.
     """
     parameters = parameter_error(estimator.model_, teacher)
     report = getattr(estimator, "report_", None) or {}
     candidates = _report_figure(report, "net", "candidates")
-    certified = _report_figure(report, "sculpt", "certified_rows")
+    agreement_rows = _report_figure(report, "sculpt", "accepted_rows")
     return {
         "test_error": relative_error(estimator.model_, teacher, X_test),
         "train_error": float(np.sum((estimator.model_.predict(X) - Y) ** 2) / np.sum(Y ** 2)),
@@ -189,7 +190,8 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         "w_error": parameters["w"],
         "fit_seconds": float(fit_seconds),
         "candidates": None if candidates is None else int(candidates),
-        "certified_rows": None if certified is None else int(certified),
+        "agreement_rows": None if agreement_rows is None else int(agreement_rows),
+        "span_route": report.get("span", {}).get("chosen"),
         "span_distance": _report_figure(report, "span", "chosen_distance"),
         **head_collapse(estimator.model_, teacher),
     }

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.linalg import lstsq, subspace_angles
+from scipy.linalg import lstsq
 from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from .. import kernels
@@ -16,23 +17,35 @@ from .._validation import (
     as_generator,
     check_boolean,
     check_enough_samples,
+    check_hyperparameters,
     check_pair,
-    check_positive_int,
-    check_real,
 )
-from ..model import MultiHeadAttention, parameter_error, relative_error
+from ..model import MultiHeadAttention
+from .diagnostics import TeacherDiagnostics
 
 
 class AttentionLearner(BaseEstimator):
     """Base class: scikit-learn contract for learners of a multi-head attention layer.
 
-    Subclasses implement ``_fit(X_train, Y_train, X_val, Y_val, rng, teacher)``
-    which returns ``(model, report)``.  ``fit`` validates the data once, splits
-    off a validation set and stores ``model_`` and ``report_``.
+    Subclasses declare ``_parameter_constraints`` (checked once, at the start
+    of ``fit``) and implement ``_fit(X_train, Y_train, X_val, Y_val, rng,
+    diagnostics)`` returning ``(layers, report)``, ``layers`` a dict of
+    fitted :class:`MultiHeadAttention` by name (``"model"`` at least).
+    ``fit`` validates the data, standardises the units, splits off a
+    validation set and stores each layer as ``<name>_`` (``model_``) and
+    the report as ``report_``.
+
+    Units: F(cX) with Θ/c² and W/c equals F(X) with Θ and W, and F is linear
+    in W, so the learners work on X / s_X and Y / s_Y (s the root mean
+    square of the entries) and map the layer back: every tolerance, ridge and
+    stopping rule inside is then free of the data's units, and learning c·Y
+    gives c times the W.  Boolean inputs have s_X = 1.
     """
 
     #: Whether the learner needs Boolean inputs unless the user opts out.
     requires_boolean = False
+    #: Names of the fitted layers ``_fit`` returns (stored as ``<name>_``).
+    _layers = ("model",)
 
     def fit(self, X, Y, teacher: MultiHeadAttention | None = None):
         """Learn the layer from examples ``X`` → ``Y`` (both of shape (n, k, d)).
@@ -40,54 +53,89 @@ class AttentionLearner(BaseEstimator):
         Parameters
         ----------
         X, Y : arrays of shape (n, k, d)
-        teacher : optional planted layer; when given, ``report_`` also holds
-            each phase's error against the truth (used only for reporting).
+        teacher : MultiHeadAttention, optional
+            The planted layer; when given, ``report_`` also holds each
+            phase's error against the truth (used only for reporting).
 
         Returns
         -------
         self
         """
-        heads = check_positive_int(self.heads, "heads")
+        check_hyperparameters(self)
         X, Y = check_pair(X, Y)
         if self.requires_boolean and not getattr(self, "allow_non_boolean", False):
             check_boolean(X)
         n, k, d = X.shape
-        if teacher is not None and (teacher.dim != d or teacher.heads != heads):
-            raise ValueError(
-                f"teacher: expected {heads} heads of dim {d}, received {teacher.heads} heads of dim {teacher.dim}"
-            )
-        fraction = check_real(self.validation_fraction, "validation_fraction", 0.0, 0.9, low_open=True)
-        check_enough_samples(int(round(n * (1 - fraction))) * k * d, 2 * heads * d * d)
+        heads = self.heads
+        if teacher is not None:
+            if not isinstance(teacher, MultiHeadAttention):
+                raise TypeError(f"teacher: expected a MultiHeadAttention or None, received {type(teacher).__name__}")
+            if teacher.dim != d or teacher.heads != heads:
+                raise ValueError(f"teacher: expected {heads} heads of dim {d}, received {teacher.heads} heads "
+                                 f"of dim {teacher.dim}")
+        self._check_shape(n, k, d)
+        n_val = max(1, int(round(self.validation_fraction * n)))
+        if n - n_val < 1:
+            raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {n}")
+        check_enough_samples((n - n_val) * k * d, 2 * heads * d * d)
+        start = time.perf_counter()
+        self.n_features_in_ = d
+        y_scale, x_scale = _rms(Y), _rms(X)
+        if y_scale == 0.0:
+            for name in self._layers:
+                setattr(self, f"{name}_", MultiHeadAttention(np.zeros((heads, d, d)), np.zeros((heads, d, d))))
+            self.report_ = {"zero_labels": "every label is 0: the zero layer (W = 0) is the exact answer, "
+                                           "returned without fitting",
+                            "total_seconds": time.perf_counter() - start}
+            return self
+        X_std, Y_std = X / x_scale, Y / y_scale
+        # Label and token bounds for the held-out certificate, in standardised units.
+        self.label_bound_ = float(np.sqrt(np.max(np.sum(Y_std ** 2, axis=(1, 2)))))
+        self.token_norm_ = float(np.sqrt(np.max(np.sum(X_std ** 2, axis=2))))
+        diagnostics = TeacherDiagnostics(None if teacher is None else MultiHeadAttention(
+            teacher.thetas * x_scale ** 2, teacher.ws * (x_scale / y_scale)))
         rng = as_generator(self.random_state)
         order = rng.permutation(n)
-        n_val = max(1, int(round(fraction * n)))
         val, train = order[:n_val], order[n_val:]
-        start = time.perf_counter()
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.
         with threadpool_limits(limits=1, user_api="blas"):
-            model, report = self._fit(X[train], Y[train], X[val], Y[val], rng, teacher)
+            layers, report = self._fit(X_std[train], Y_std[train], X_std[val], Y_std[val], rng, diagnostics)
         report["total_seconds"] = time.perf_counter() - start
-        self.model_ = model
+        report["units"] = {"x_scale": x_scale, "y_scale": y_scale}
+        for name, layer in layers.items():
+            setattr(self, f"{name}_", MultiHeadAttention(layer.thetas / x_scale ** 2,
+                                                         layer.ws * (y_scale / x_scale)))
         self.report_ = report
         return self
 
+    def _check_shape(self, samples: int, length: int, dim: int) -> None:
+        """Refuse shapes the learner's maths cannot serve (subclasses add theirs)."""
+
     def predict(self, X) -> np.ndarray:
         """Outputs of the learned layer, shape (n, k, d)."""
-        self._check_fitted()
+        check_is_fitted(self, "model_")
         return self.model_.predict(X)
 
     def score(self, X, Y) -> float:
-        """1 − Σ‖F̂(X) − Y‖² / Σ‖Y‖² (1 is perfect)."""
-        self._check_fitted()
+        """1 − Σ‖F̂(X) − Y‖² / Σ‖Y‖² (1 is perfect; R² without centring)."""
+        check_is_fitted(self, "model_")
         X, Y = check_pair(X, Y, self.model_.dim)
+        energy = float(np.sum(Y ** 2))
+        if energy == 0.0:
+            raise ValueError("Y: expected labels that are not all zero (the relative error is undefined), "
+                             "received all zeros")
         residual = self.model_.predict(X) - Y
-        return float(1.0 - np.sum(residual ** 2) / np.sum(Y ** 2))
+        return float(1.0 - np.sum(residual ** 2) / energy)
 
-    def _check_fitted(self):
-        if not hasattr(self, "model_"):
-            raise ValueError(f"{type(self).__name__}: call fit before predict or score")
+
+def _rms(array: np.ndarray) -> float:
+    """Root mean square of the entries, computed without underflow (0 for an all-zero array)."""
+    peak = float(np.max(np.abs(array)))
+    if peak == 0.0:
+        return 0.0
+    return peak * float(np.sqrt(np.mean((array / peak) ** 2)))
 
 
 # ------------------------------------------------------------ least squares
@@ -172,31 +220,6 @@ def lbfgs_refine(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarra
     history.update(iterations=int(result.nit), message=str(result.message),
                    final_train_loss=float(result.fun) * scale)
     return model, history
-
-
-# ------------------------------------------------------------ teacher metrics
-
-def span_distance(basis: np.ndarray, teacher: MultiHeadAttention) -> float:
-    """sin of the largest principal angle between span(basis) and span{vec Θ_i}.
-
-    ``basis`` has shape (r, d, d) or (r, d²); 0 means the spans agree, 1 that
-    some teacher direction is orthogonal to the estimate.
-    """
-    estimate = np.asarray(basis).reshape(len(basis), -1).T
-    truth = teacher.thetas.reshape(teacher.heads, -1).T
-    angles = subspace_angles(estimate, truth)
-    return float(np.sin(np.max(angles)))
-
-
-def teacher_errors(model: MultiHeadAttention, teacher: MultiHeadAttention | None,
-                   X_test: np.ndarray | None = None) -> dict:
-    """Head-matched parameter error (and test error when inputs are given)."""
-    if teacher is None:
-        return {}
-    errors = {"parameter_error": parameter_error(model, teacher)["total"]}
-    if X_test is not None:
-        errors["teacher_test_error"] = relative_error(model, teacher, X_test)
-    return errors
 
 
 def random_parameters(heads: int, dim: int, rng: np.random.Generator,

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from .. import kernels
-from .._validation import check_choice, check_positive_int, check_real
+from .._validation import Integer, Options, Real, Seed
 from ..model import MultiHeadAttention
 from . import register_learner
 from ._common import (
@@ -15,7 +15,6 @@ from ._common import (
     lbfgs_refine,
     random_parameters,
     solve_projections,
-    teacher_errors,
     validation_error,
 )
 
@@ -52,6 +51,19 @@ class GradientLearner(AttentionLearner):
         Seeds the split and the initialisations.
     """
 
+    _parameter_constraints = {
+        "heads": [Integer(1)],
+        "method": [Options("lbfgs", "adam")],
+        "restarts": [Integer(1)],
+        "max_iter": [Integer(1)],
+        "init_scale": [Real(0.0, low_open=True)],
+        "learning_rate": [Real(0.0, low_open=True)],
+        "batch_size": [Integer(1)],
+        "validation_fraction": [Real(0.0, 0.9, low_open=True)],
+        "patience": [Integer(0)],
+        "random_state": [Seed()],
+    }
+
     def __init__(self, heads: int, *, method: str = "lbfgs", restarts: int = 1,
                  max_iter: int = 3000, init_scale: float = 1.0, learning_rate: float = 0.01,
                  batch_size: int = 64, validation_fraction: float = 0.2, patience: int = 20,
@@ -67,34 +79,30 @@ class GradientLearner(AttentionLearner):
         self.patience = patience
         self.random_state = random_state
 
-    def _fit(self, X, Y, X_val, Y_val, rng, teacher):
-        check_choice(self.method, "method", ("lbfgs", "adam"))
-        restarts = check_positive_int(self.restarts, "restarts")
-        max_iter = check_positive_int(self.max_iter, "max_iter")
-        init_scale = check_real(self.init_scale, "init_scale", low=0.0, low_open=True)
-        patience = check_positive_int(self.patience, "patience", minimum=0)
+    def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
         runs = []
         best_model, best_val = None, np.inf
-        for restart in range(restarts):
+        for restart in range(self.restarts):
             start = time.perf_counter()
-            thetas = random_parameters(self.heads, X.shape[2], rng, init_scale)
+            thetas = random_parameters(self.heads, X.shape[2], rng, self.init_scale)
             ws, _ = solve_projections(X, Y, thetas)
             if self.method == "lbfgs":
-                model, history = lbfgs_refine(X, Y, thetas, ws, max_iter=max_iter, X_val=X_val,
-                                              Y_val=Y_val, patience=patience)
+                model, history = lbfgs_refine(X, Y, thetas, ws, max_iter=self.max_iter, X_val=X_val,
+                                              Y_val=Y_val, patience=self.patience)
             else:
-                model, history = adam_descent(X, Y, thetas, ws, rng, epochs=max_iter,
-                                              learning_rate=check_real(self.learning_rate, "learning_rate", 0.0, low_open=True),
-                                              batch_size=check_positive_int(self.batch_size, "batch_size"),
-                                              X_val=X_val, Y_val=Y_val, patience=patience)
+                model, history = adam_descent(X, Y, thetas, ws, rng, epochs=self.max_iter,
+                                              learning_rate=self.learning_rate, batch_size=self.batch_size,
+                                              X_val=X_val, Y_val=Y_val, patience=self.patience)
             val = validation_error(model, X_val, Y_val)
-            runs.append({"restart": restart, "val_error": val, "seconds": time.perf_counter() - start,
-                         "iterations": history.get("iterations"),
-                         "val_history": history["val_error"], **teacher_errors(model, teacher)})
+            run = {"restart": restart, "val_error": val, "seconds": time.perf_counter() - start,
+                   "iterations": history.get("iterations"), "val_history": history["val_error"]}
+            diagnostics.put(run, parameter_error=diagnostics.parameter_error(model))
+            runs.append(run)
             if val < best_val:
                 best_model, best_val = model, val
-        return best_model, {"method": self.method, "runs": runs, "val_error": best_val,
-                            **teacher_errors(best_model, teacher)}
+        report = {"method": self.method, "runs": runs, "val_error": best_val}
+        diagnostics.put(report, parameter_error=diagnostics.parameter_error(best_model))
+        return {"model": best_model}, report
 
 
 def adam_descent(X, Y, thetas, ws, rng, *, epochs: int, learning_rate: float, batch_size: int,

@@ -1,36 +1,48 @@
-"""MomentLearner: the moment route to the span, then net search and refinement (DESIGN.md §4.2)."""
+"""MomentLearner: our moment route to the span, then Chen & Li's net and selection (DESIGN.md §4.2).
+
+Not Chen & Li: the span comes from the first-order expansion of softmax
+(:mod:`~mhalearn.learners.moment_route`); phases 5 and 6 — the net of
+m-tuples in the span, W by least squares, the certified held-out choice and
+our L-BFGS polish — are the sculpting learner's.  Exposed on its own so that
+the sculpting phases can be ablated.
+"""
 
 from __future__ import annotations
 
+
+import numpy as np
+
 from . import register_learner
-from .sculpt import PHASES, _PhaseTimer, _SpanSearchLearner
+from .sculpt import _SEARCH_CONSTRAINTS, _SpanSearchLearner
 
 
 @register_learner("moment")
 class MomentLearner(_SpanSearchLearner):
-    """Phases 4 (moment route only), 5 and 6 of :class:`SculptLearner`.
+    """The moment route to span{Θ_i}, then the net, the selection and the polish.
 
     To first order in the logits, y_ℓ − x̄W_Σ is linear in the cubic features
     x_ℓ ⊗ (Σ_j x_j x_jᵀ/k − x̄x̄ᵀ) with a coefficient tensor of rank m whose
     left factor spans {Θ_i}; the span is read off it, a net of m-tuples in
-    the span is searched with W by least squares, and the best candidates are
-    polished by L-BFGS.  Exposed on its own so that the sculpting phases
-    (crude sum, certified rows, convex body) can be ablated.
+    the span is searched with W by least squares, the held-out best is
+    certified and, with ``refine="lbfgs"``, polished.
 
-    Parameters are those of :class:`SculptLearner` that concern phases 4–6:
+    Parameters are those of :class:`SculptLearner` that concern phases 5–6:
     ``search``, ``net_radius``, ``net_resolution``, ``max_candidates``,
-    ``score_samples``, ``keep``, ``refine_iter``, ``norm_bound``,
-    ``validation_fraction``, ``allow_non_boolean``, ``random_state``.
+    ``score_samples``, ``keep``, ``refine``, ``refine_iter``, ``delta``,
+    ``norm_bound``, ``validation_fraction``, ``allow_non_boolean``,
+    ``random_state``.
 
     References
     ----------
-    Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
+    Chen, S. & Li, Y., *Provably learning a multi-head attention layer* (phases 5–6).
     """
+
+    _parameter_constraints = dict(_SEARCH_CONSTRAINTS)
 
     def __init__(self, heads: int, *, search: str = "net", net_radius: float | None = None,
                  net_resolution: float | None = None, max_candidates: int = 200_000,
-                 score_samples: int = 256, keep: int = 4, refine_iter: int = 2000,
-                 norm_bound: float = 12.0, validation_fraction: float = 0.2,
+                 score_samples: int = 256, keep: int = 4, refine: str = "lbfgs", refine_iter: int = 2000,
+                 delta: float = 0.05, norm_bound: float = 12.0, validation_fraction: float = 0.2,
                  allow_non_boolean: bool = False, random_state=None):
         self.heads = heads
         self.search = search
@@ -39,15 +51,18 @@ class MomentLearner(_SpanSearchLearner):
         self.max_candidates = max_candidates
         self.score_samples = score_samples
         self.keep = keep
+        self.refine = refine
         self.refine_iter = refine_iter
+        self.delta = delta
         self.norm_bound = norm_bound
         self.validation_fraction = validation_fraction
         self.allow_non_boolean = allow_non_boolean
         self.random_state = random_state
 
-    def _fit(self, X, Y, X_val, Y_val, rng, teacher):
-        report = {phase: {} for phase in PHASES if phase in ("span", "net", "refine")}
-        with _PhaseTimer(report["span"]):
-            bases = {"moment": self._moment_route(X, Y, rng, report, teacher)}
-        model = self._search_and_refine(X, Y, X_val, Y_val, bases, rng, report, teacher)
-        return model, report
+    def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
+        report = {"span": {"moment": {}, "chosen": "moment"}, "net": {}, "refine": {}}
+        basis, scale = self._moment_route(X, Y, rng, report["span"]["moment"], diagnostics)
+        diagnostics.put(report["span"], chosen_distance=report["span"]["moment"].get("distance"))
+        # The moment route estimates each head, so its norm is the net's scale.
+        radius = self.net_radius or float(np.clip(1.5 * scale, 1.0, self.norm_bound))
+        return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report

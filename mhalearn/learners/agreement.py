@@ -1,0 +1,427 @@
+"""Phase 2 of Chen & Li's learner: find the agreement rows and turn them into slabs.
+
+A query row ℓ of a sequence X is an *agreement row* when every head gives it
+the same attention pattern a (of any shape).  Then its label is
+
+    y_ℓ = Σ_i a_iᵀ X W_i = aᵀ X W_Σ,        W_Σ = Σ_i W_i,
+
+so y_ℓ lies on the affine hull of the k points x_j W_Σ.  With an estimate
+Ŵ_Σ every row is *decoded* by least squares under Σ_j â_j = 1,
+
+    â = argmin ‖âᵀ X Ŵ_Σ − y_ℓ‖   subject to  1ᵀâ = 1,
+
+in closed form (one (k−1)×(k−1) Cholesky factorisation per sequence, shared
+by its k rows; :func:`decode_patterns`, a Numba kernel).  A small relative residual
+and an â close to the simplex flag an agreement row.  The test needs d > k:
+at d ≤ k the k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1
+and residuals carry almost no information (DESIGN.md §4.1, step 2).
+
+On an agreement row the log-ratios of the pattern are linear in every Θ_i:
+
+    log(a_j / a_{j₀}) = ⟨x_ℓ (x_j − x_{j₀})ᵀ, Θ_i⟩     for every head i,
+
+so each accepted row gives *slabs* |⟨C, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j for the
+tokens with â_j ≥ w_min (j₀ the top token, t_j from the decoding's
+uncertainty σ_j: t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min) and one-sided
+constraints ⟨C, Θ⟩ ≤ log((w_min + κσ_j)/(â_{j₀} − κσ_{j₀})) for the negligible
+tokens.  Every Θ_i satisfies them, and so does every affine combination of the
+Θ_i: their intersection is long along aff{Θ_i} and thin across it
+(:mod:`mhalearn.learners.body`).
+
+Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+# ---------------------------------------------------------------- decoding
+
+# A Cholesky pivot below this share of the largest diagonal entry marks the
+# distinct tokens' rows of X Ŵ_Σ as linearly dependent (Ŵ_Σ near singular).
+_CHOLESKY_FLOOR = 1e-12
+
+
+@njit(inline="always", cache=True)
+def _cholesky_in_place(G, size):
+    """Lower Cholesky factor of G[:size, :size] in place; False when not positive definite."""
+    scale = 0.0
+    for a in range(size):
+        scale = max(scale, G[a, a])
+    for j in range(size):
+        diagonal = G[j, j]
+        for t in range(j):
+            diagonal -= G[j, t] * G[j, t]
+        if diagonal <= _CHOLESKY_FLOOR * scale:
+            return False
+        diagonal = np.sqrt(diagonal)
+        G[j, j] = diagonal
+        for r in range(j + 1, size):
+            value = G[r, j]
+            for t in range(j):
+                value -= G[r, t] * G[j, t]
+            G[r, j] = value / diagonal
+    return True
+
+
+@njit(inline="always", cache=True)
+def _cholesky_solve(L, size, rhs, out):
+    """Solve (L Lᵀ) out = rhs for the leading ``size`` entries."""
+    for j in range(size):
+        value = rhs[j]
+        for t in range(j):
+            value -= L[j, t] * out[t]
+        out[j] = value / L[j, j]
+    for j in range(size - 1, -1, -1):
+        value = out[j]
+        for t in range(j + 1, size):
+            value -= L[t, j] * out[t]
+        out[j] = value / L[j, j]
+
+
+@njit(parallel=True, cache=True)
+def _decode_patterns_kernel(X, Y, w_sum, patterns, residuals, violations, spreads):
+    n, k, d = X.shape
+    labels = Y.shape[1]
+    for s in prange(n):
+        # Identical tokens get identical attention: decode over distinct tokens.
+        group = np.empty(k, dtype=np.int64)
+        first = np.empty(k, dtype=np.int64)
+        count = np.zeros(k)
+        unique = 0
+        for j in range(k):
+            group[j] = -1
+            for u in range(unique):
+                same = True
+                for e in range(d):
+                    if X[s, first[u], e] != X[s, j, e]:
+                        same = False
+                        break
+                if same:
+                    group[j] = u
+                    break
+            if group[j] < 0:
+                group[j] = unique
+                first[unique] = j
+                unique += 1
+            count[group[j]] += 1.0
+        values = np.zeros((unique, d))  # x_u Ŵ_Σ
+        for u in range(unique):
+            for a in range(d):
+                x = X[s, first[u], a]
+                for e in range(d):
+                    values[u, e] += x * w_sum[a, e]
+        # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
+        # differences v_u − v_0, which needs the points affinely independent only.
+        free = unique - 1
+        differences = np.empty((max(free, 1), d))
+        for u in range(free):
+            for e in range(d):
+                differences[u, e] = values[u + 1, e] - values[0, e]
+        gram = np.empty((max(free, 1), max(free, 1)))
+        for u in range(free):
+            for v in range(u + 1):
+                total = 0.0
+                for e in range(d):
+                    total += differences[u, e] * differences[v, e]
+                gram[u, v] = total
+                gram[v, u] = total
+        if free > 0 and not _cholesky_in_place(gram, free):
+            for row in range(labels):
+                residuals[s, row] = np.inf
+                violations[s, row] = np.inf
+                for j in range(k):
+                    patterns[s, row, j] = np.nan
+                    spreads[s, row, j] = np.inf
+            continue
+        # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
+        # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
+        variance = np.zeros(unique)
+        unit = np.zeros(max(free, 1))
+        column = np.empty(max(free, 1))
+        ones = np.ones(max(free, 1))
+        for u in range(free):
+            unit[u] = 1.0
+            _cholesky_solve(gram, free, unit, column)
+            unit[u] = 0.0
+            variance[u + 1] = max(column[u], 0.0)
+        if free > 0:
+            _cholesky_solve(gram, free, ones, column)
+            total = 0.0
+            for u in range(free):
+                total += column[u]
+            variance[0] = max(total, 0.0)
+        degrees = max(d - free, 1)
+        projected = np.empty(max(free, 1))
+        solution = np.empty(max(free, 1))
+        weights = np.empty(unique)
+        for row in range(labels):
+            for u in range(free):
+                total = 0.0
+                for e in range(d):
+                    total += differences[u, e] * (Y[s, row, e] - values[0, e])
+                projected[u] = total
+            if free > 0:
+                _cholesky_solve(gram, free, projected, solution)
+            weights[0] = 1.0
+            for u in range(free):
+                weights[u + 1] = solution[u]
+                weights[0] -= solution[u]
+            squared = 0.0
+            label_squared = 0.0
+            for e in range(d):
+                fitted = 0.0
+                for u in range(unique):
+                    fitted += weights[u] * values[u, e]
+                squared += (fitted - Y[s, row, e]) ** 2
+                label_squared += Y[s, row, e] ** 2
+            residual = np.sqrt(squared)
+            residuals[s, row] = residual / np.sqrt(label_squared) if label_squared > 0.0 else np.inf
+            noise = residual / np.sqrt(degrees)
+            violation = 0.0
+            for u in range(unique):
+                violation = max(violation, -weights[u] / count[u], weights[u] / count[u] - 1.0)
+            violations[s, row] = violation
+            for j in range(k):
+                u = group[j]
+                patterns[s, row, j] = weights[u] / count[u]
+                spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
+
+
+def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
+    """Decode the attention pattern of labelled rows with Ŵ_Σ (affine least squares).
+
+    Parameters
+    ----------
+    X : (n, k, d) sequences.
+    Y : (n, r, d) output rows to decode against each sequence (r = k for
+        every row of a sequence, r = 1 for one chosen row).
+    w_sum : (d, d) the estimate Ŵ_Σ.
+
+    Returns
+    -------
+    patterns : (n, r, k) — â of each row; identical tokens share their weight
+        equally; NaN when the points x_j Ŵ_Σ of distinct tokens are affinely
+        dependent.
+    residuals : (n, r) — relative residual ‖âᵀ X Ŵ_Σ − y‖ / ‖y‖ (inf when
+        affinely dependent or y = 0).
+    violations : (n, r) — distance of â from the simplex, max(0, −min â_j, max â_j − 1).
+    spreads : (n, r, k) — σ_j, the standard deviation of â_j if the residual
+        were white noise of the same size: ‖residual‖/√(d − k + 1) times the
+        square root of â_j's variance per unit noise.
+    """
+    n, k, _ = X.shape
+    labels = Y.shape[1]
+    patterns = np.empty((n, labels, k))
+    residuals = np.empty((n, labels))
+    violations = np.empty((n, labels))
+    spreads = np.empty((n, labels, k))
+    _decode_patterns_kernel(np.ascontiguousarray(X), np.ascontiguousarray(Y),
+                            np.ascontiguousarray(w_sum, dtype=np.float64), patterns, residuals, violations,
+                            spreads)
+    return patterns, residuals, violations, spreads
+
+
+# ---------------------------------------------------------------- acceptance
+
+@dataclass
+class AgreementRows:
+    """Labelled rows with their decoded patterns: candidates or accepted agreement rows.
+
+    Attributes
+    ----------
+    tokens : (c, k, d) the sequence of each row.
+    query : (c,) its row index ℓ.
+    label : (c, d) the output row y_ℓ.
+    pattern : (c, k) the decoded pattern â.
+    spread : (c, k) the decoding's standard deviations σ_j.
+    residual : (c,) relative residual ‖âᵀXŴ_Σ − y_ℓ‖ / ‖y_ℓ‖.
+    violation : (c,) distance of â from the simplex.
+    scanned : rows decoded to find these.
+    """
+
+    tokens: np.ndarray
+    query: np.ndarray
+    label: np.ndarray
+    pattern: np.ndarray
+    spread: np.ndarray
+    residual: np.ndarray
+    violation: np.ndarray
+    scanned: int
+
+    def __len__(self) -> int:
+        return len(self.query)
+
+    @property
+    def fraction(self) -> float:
+        """Share of the decoded rows kept."""
+        return len(self) / self.scanned if self.scanned else 0.0
+
+    def subset(self, keep) -> "AgreementRows":
+        """The rows selected by ``keep`` (mask or indices); ``scanned`` is kept."""
+        return AgreementRows(self.tokens[keep], self.query[keep], self.label[keep], self.pattern[keep],
+                             self.spread[keep], self.residual[keep], self.violation[keep], self.scanned)
+
+    def redecode(self, w_sum: np.ndarray) -> "AgreementRows":
+        """The same rows decoded again with another Ŵ_Σ."""
+        patterns, residuals, violations, spreads = decode_patterns(self.tokens, self.label[:, None, :], w_sum)
+        return AgreementRows(self.tokens, self.query, self.label, patterns[:, 0], spreads[:, 0],
+                             residuals[:, 0], violations[:, 0], self.scanned)
+
+    def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
+               simplex_tol: float = 0.02) -> "AgreementRows":
+        """Rows within ``simplex_tol`` of the simplex whose relative residual is at
+        most the ``quantile`` of those rows' residuals (capped by ``residual_tol``
+        when both are given) or at most ``residual_tol``."""
+        return self.subset(_accepted(self.residual, self.violation, quantile, residual_tol, simplex_tol))
+
+    def mixed_tokens(self) -> np.ndarray:
+        """âᵀ X for every row, shape (c, d): y_ℓ = (âᵀX) W_Σ on a true agreement row."""
+        return np.einsum("cj,cjd->cd", self.pattern, self.tokens)
+
+    def queries(self) -> np.ndarray:
+        """The query token x_ℓ of every row, shape (c, d)."""
+        return self.tokens[np.arange(len(self)), self.query]
+
+
+def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> np.ndarray:
+    """Boolean mask of the acceptance rule shared by blocks and pools."""
+    if quantile is None and residual_tol is None:
+        raise ValueError("agreement rows: give a quantile, a residual_tol or both")
+    usable = (violation <= simplex_tol) & np.isfinite(residual)
+    if not np.any(usable):
+        return usable
+    threshold = np.inf if quantile is None else float(np.quantile(residual[usable], quantile))
+    if residual_tol is not None:
+        threshold = min(threshold, residual_tol)
+    return usable & (residual <= threshold)
+
+
+def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = None,
+                        residual_tol: float | None = None, simplex_tol: float = 0.02,
+                        max_rows: int | None = None, rng: np.random.Generator | None = None) -> AgreementRows:
+    """Decode every row of ``source`` with Ŵ_Σ and keep the agreement rows.
+
+    A row is accepted when its decoded pattern is within ``simplex_tol`` of
+    the simplex and its relative residual is at most the threshold of its
+    block: the ``quantile`` of the block's residuals (the best fraction of
+    rows, used while Ŵ_Σ is crude, and to gather a pool of candidates),
+    capped by ``residual_tol`` when both are given, or ``residual_tol`` alone
+    (an absolute tolerance, once Ŵ_Σ is accurate).  Blocks are i.i.d., so a
+    per-block quantile stands in for the global one and memory stays
+    bounded.  ``max_rows`` caps the rows kept (each block keeps its
+    proportional share, at random), so that at m = 1, where every row agrees,
+    a million sequences do not give four million slabs.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    parts, scanned = [], 0
+    for X, Y in source.blocks():
+        patterns, residuals, violations, spreads = decode_patterns(X, Y, w_sum)
+        scanned += residuals.size
+        samples, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
+        if max_rows is not None:
+            share = int(np.ceil(max_rows * X.shape[0] / source.samples))
+            if len(samples) > share:
+                pick = np.sort(rng.choice(len(samples), share, replace=False))
+                samples, rows = samples[pick], rows[pick]
+        parts.append(AgreementRows(X[samples], rows.astype(np.int64), Y[samples, rows], patterns[samples, rows],
+                                   spreads[samples, rows], residuals[samples, rows], violations[samples, rows], 0))
+    k, d = source.length, source.dim
+    if not parts:
+        return AgreementRows(np.zeros((0, k, d)), np.zeros(0, np.int64), np.zeros((0, d)), np.zeros((0, k)),
+                             np.zeros((0, k)), np.zeros(0), np.zeros(0), scanned)
+    fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
+    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned)
+
+
+def agreement_precision(rows: AgreementRows, teacher, tolerance: float = 0.1) -> float:
+    """Share of accepted rows on which every teacher head's pattern is within
+    ``tolerance`` of â in ℓ1 (NaN when no row was accepted)."""
+    if len(rows) == 0:
+        return float("nan")
+    attention = teacher.attention(rows.tokens)  # (c, m, k, k)
+    heads_rows = attention[np.arange(len(rows)), :, rows.query, :]  # (c, m, k)
+    distance = np.abs(heads_rows - rows.pattern[:, None, :]).sum(axis=-1)
+    return float(np.mean(np.all(distance <= tolerance, axis=1)))
+
+
+# ---------------------------------------------------------------- slabs
+
+@dataclass
+class SlabSystem:
+    """Linear constraints on vec Θ from agreement rows.
+
+    Slabs |E θ − b| ≤ t (one per accepted row and token with â_j ≥ w_min)
+    and half-spaces H θ ≤ g (one per negligible token).  ``slab_row`` and
+    ``halfspace_row`` give the accepted row each constraint came from.
+    """
+
+    E: np.ndarray
+    b: np.ndarray
+    t: np.ndarray
+    H: np.ndarray
+    g: np.ndarray
+    slab_row: np.ndarray
+    halfspace_row: np.ndarray
+
+    @property
+    def equalities(self) -> int:
+        return len(self.b)
+
+    def teacher_feasible_fraction(self, teacher) -> float:
+        """Share of constraints (slabs and half-spaces) that every true Θ_i satisfies."""
+        thetas = teacher.thetas.reshape(teacher.heads, -1).T
+        slab_ok = np.all(np.abs(self.E @ thetas - self.b[:, None]) <= self.t[:, None], axis=1)
+        half_ok = np.all(self.H @ thetas <= self.g[:, None], axis=1)
+        total = len(slab_ok) + len(half_ok)
+        return float((slab_ok.sum() + half_ok.sum()) / total) if total else float("nan")
+
+    def weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(E/t, b/t): the equality system with each slab scaled to unit half-width."""
+        return self.E / self.t[:, None], self.b / self.t
+
+
+def slab_constraints(rows: AgreementRows, *, w_min: float = 0.02, kappa: float = 20.0,
+                     t_min: float = 0.02) -> SlabSystem:
+    """The slabs and half-spaces that every Θ_i satisfies on the agreement rows.
+
+    For accepted row ℓ with decoded pattern â and top token j₀, and every
+    token j not identical to x_{j₀}:
+
+    - â_j ≥ ``w_min``: the slab |⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j
+      with t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min (first-order propagation
+      of the decoding's uncertainty σ into the log-ratio, widened by κ);
+    - â_j < ``w_min``: the half-space ⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ ≤
+      log((w_min + κσ_j) / max(â_{j₀} − κσ_{j₀}, w_min)) + t_min.
+
+    Tokens identical to x_{j₀} carry no constraint (their logits are equal).
+    """
+    count, k, d = rows.tokens.shape
+    index = np.arange(count)
+    pattern = rows.pattern
+    top = np.argmax(pattern, axis=1)
+    top_weight = pattern[index, top]
+    top_spread = rows.spread[index, top]
+    queries = rows.queries()
+    differences = rows.tokens - rows.tokens[index, top][:, None, :]  # (c, k, d): x_j − x_{j₀}
+    distinct = np.any(differences != 0, axis=-1)
+    slab_mask = distinct & (pattern >= w_min)
+    half_mask = distinct & (pattern < w_min)
+
+    def outer(mask):
+        source_row, token = np.nonzero(mask)
+        matrix = (queries[source_row][:, :, None] * differences[source_row, token][:, None, :]).reshape(-1, d * d)
+        return source_row, token, matrix
+
+    slab_row, slab_token, E = outer(slab_mask)
+    weight = pattern[slab_row, slab_token]
+    b = np.log(weight / top_weight[slab_row])
+    t = kappa * (rows.spread[slab_row, slab_token] / weight + top_spread[slab_row] / top_weight[slab_row]) + t_min
+    half_row, half_token, H = outer(half_mask)
+    ceiling = w_min + kappa * rows.spread[half_row, half_token]
+    floor = np.maximum(top_weight[half_row] - kappa * top_spread[half_row], w_min)
+    g = np.log(ceiling / floor) + t_min
+    return SlabSystem(E=E, b=b, t=t, H=H, g=g, slab_row=slab_row, halfspace_row=half_row)

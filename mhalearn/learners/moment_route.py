@@ -1,0 +1,101 @@
+"""The moment route to span{Θ_i} — ours, not Chen & Li (DESIGN.md §4.1).
+
+To first order around uniform attention, softmax(x_ℓᵀΘX) ≈ 1/k + (centred
+logits)/k, so
+
+    y_ℓ − x̄ W_Σ ≈ Σ_i x_ℓᵀ Θ_i S W_i,      S = Σ_j x_j x_jᵀ / k − x̄ x̄ᵀ,
+
+linear in the cubic features x_ℓ ⊗ S with a coefficient tensor that reshapes
+to Σ_i vec(Θ_i) vec(W_i)ᵀ, of rank m.  This is the first-order expansion of
+softmax, a cousin of the linear-attention regression of Yau et al.; it is
+what :class:`~mhalearn.MomentLearner` uses, and what
+:class:`~mhalearn.SculptLearner` falls back to when the body refuses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import lstsq
+from scipy.optimize import minimize
+
+
+def _centred_token_covariance(X: np.ndarray) -> np.ndarray:
+    """S_s = Σ_j x_j x_jᵀ / k − x̄ x̄ᵀ per sequence, shape (n, d, d)."""
+    n, k, d = X.shape
+    mean = X.mean(axis=1)
+    return np.einsum("nkd,nke->nde", X, X) / k - mean[:, :, None] * mean[:, None, :]
+
+
+def _linearised_predict(X, mean, S, w0, P, Q):
+    """x̄ W_0 + Σ_i x_ℓᵀ P_i S Q_i for every row, and the intermediates."""
+    queries = np.einsum("nkd,mde->nmke", X, P)  # x_ℓᵀ P_i
+    mixed = queries @ S[:, None]  # (n, m, k, d): x_ℓᵀ P_i S
+    prediction = (mean @ w0)[:, None, :] + np.einsum("nmkd,mde->nke", mixed, Q)
+    return prediction, mixed
+
+
+def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 20000,
+                polish_iter: int = 300, rng: np.random.Generator | None = None):
+    """Phase 4, moment route: the span of the Θ_i from the logits' first order.
+
+    To first order around uniform attention, y_ℓ − x̄W_Σ = Σ_i x_ℓᵀ Θ_i S W_i
+    with S = Σ_j x_j x_jᵀ/k − x̄x̄ᵀ: linear in the cubic features x_ℓ ⊗ S
+    with a coefficient tensor that reshapes to Σ_i vec(Θ_i) vec(W_i)ᵀ (rank
+    m).  Regress, reshape, SVD; since the features are symmetric in S's two
+    indices the regression sees only a symmetrised tensor, so the rank-m
+    linearised model is then fitted directly (L-BFGS from the SVD start).
+    Returns the orthonormal basis (m, d²), the head estimates P_i (m, d, d)
+    and diagnostics.
+    """
+    n, k, d = X.shape
+    rng = np.random.default_rng(0) if rng is None else rng
+    use = rng.permutation(n)[: max(1, max_rows // k)]
+    X, Y = X[use], Y[use]
+    n = X.shape[0]
+    mean = X.mean(axis=1)
+    S = _centred_token_covariance(X)
+    # Linear regression on [x̄, x_ℓ ⊗ S] via accumulated normal equations.
+    features = d + d ** 3
+    gram = np.zeros((features, features))
+    moment = np.zeros((features, d))
+    for start in range(0, n, 512):
+        block = slice(start, start + 512)
+        cubic = np.einsum("nka,nbc->nkabc", X[block], S[block]).reshape(-1, d ** 3)
+        design = np.hstack([np.repeat(mean[block], k, axis=0), cubic])
+        gram += design.T @ design
+        moment += design.T @ Y[block].reshape(-1, d)
+    coefficients = lstsq(gram + 1e-8 * np.trace(gram) / features * np.eye(features), moment)[0]
+    w0 = coefficients[:d]
+    tensor = coefficients[d:].reshape(d, d, d, d)  # [a, b, c, e] ≈ Σ_i Θ_i[a,b] W_i[c,e]
+    u, singular, vt = np.linalg.svd(tensor.reshape(d * d, d * d))
+    root = np.sqrt(singular[:heads])
+    P = (u[:, :heads] * root).T.reshape(heads, d, d)
+    Q = (vt[:heads].T * root).T.reshape(heads, d, d)
+    # Polish the rank-m linearised model on its own squared error.
+    sizes = (d * d, heads * d * d, heads * d * d)
+
+    def unpack(flat):
+        return (flat[: sizes[0]].reshape(d, d), flat[sizes[0]: sizes[0] + sizes[1]].reshape(heads, d, d),
+                flat[sizes[0] + sizes[1]:].reshape(heads, d, d))
+
+    def objective(flat):
+        w0_, P_, Q_ = unpack(flat)
+        prediction, mixed = _linearised_predict(X, mean, S, w0_, P_, Q_)
+        residual = (prediction - Y) / n
+        d_w0 = mean.T @ residual.sum(axis=1)
+        d_Q = np.einsum("nmkd,nke->mde", mixed, residual)
+        d_mixed = np.einsum("nke,mde->nmkd", residual, Q_)
+        d_queries = d_mixed @ S[:, None]  # S symmetric
+        d_P = np.einsum("nkd,nmke->mde", X, d_queries)
+        loss = 0.5 * np.sum((prediction - Y) ** 2) / n
+        return loss, np.concatenate([d_w0.ravel(), d_P.ravel(), d_Q.ravel()])
+
+    start = np.concatenate([w0.ravel(), P.ravel(), Q.ravel()])
+    result = minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": polish_iter})
+    _, P, _ = unpack(result.x)
+    vectors = P.reshape(heads, -1)
+    _, _, vt_span = np.linalg.svd(vectors, full_matrices=False)
+    info = {"rows": int(n * k), "features": features, "singular_values": singular[: heads + 3].tolist(),
+            "spectral_gap": float(singular[heads - 1] / singular[heads]) if singular[heads] > 0 else float("inf"),
+            "linearised_fit": float(result.fun), "polish_iterations": int(result.nit)}
+    return vt_span[:heads], P, info

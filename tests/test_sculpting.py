@@ -1,0 +1,163 @@
+"""The sculpting phases of Chen & Li's learner, each against an independent reference."""
+
+import numpy as np
+import pytest
+
+import mhalearn
+from mhalearn.learners import agreement, body, projection_sum
+from mhalearn.learners.diagnostics import span_distance
+from mhalearn.learners.streams import ArraySource, TeacherSource
+
+
+def _constrained_least_squares(values, target):
+    """argmin ‖aᵀV − y‖ s.t. Σa = 1 from the KKT system (NumPy, no elimination)."""
+    k = values.shape[0]
+    kkt = np.zeros((k + 1, k + 1))
+    kkt[:k, :k] = values @ values.T
+    kkt[:k, k] = kkt[k, :k] = 1.0
+    rhs = np.concatenate([values @ target, [1.0]])
+    return np.linalg.lstsq(kkt, rhs, rcond=None)[0][:k]
+
+
+def test_decoded_patterns_match_kkt_solution(rng):
+    teacher = mhalearn.sample_teacher(2, 7, rng=1)
+    X, Y = mhalearn.make_dataset(teacher, 40, 4, rng=2)
+    w_sum = teacher.projection_sum + 0.05 * rng.standard_normal((7, 7))
+    patterns, residuals, violations, _ = agreement.decode_patterns(X, Y, w_sum)
+    for s in range(5):
+        values = X[s] @ w_sum
+        for row in range(4):
+            expected = _constrained_least_squares(values, Y[s, row])
+            np.testing.assert_allclose(patterns[s, row], expected, atol=1e-9)
+            fitted = expected @ values
+            assert residuals[s, row] == pytest.approx(np.linalg.norm(fitted - Y[s, row]) / np.linalg.norm(Y[s, row]))
+            assert violations[s, row] == pytest.approx(max(0.0, -expected.min(), expected.max() - 1.0), abs=1e-12)
+
+
+def test_decoding_is_exact_on_agreement_rows_and_splits_copies():
+    # One head: every row is an agreement row, so the exact W_Σ decodes the
+    # teacher's pattern with zero residual, and identical tokens share weight.
+    teacher = mhalearn.sample_teacher(1, 8, rng=3)
+    X = mhalearn.boolean_inputs(30, 4, 8, rng=4)
+    X[:, 2] = X[:, 0]
+    patterns, residuals, _, _ = agreement.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
+    np.testing.assert_allclose(patterns, teacher.attention(X)[:, 0], atol=1e-9)
+    assert np.max(residuals) < 1e-9
+    np.testing.assert_allclose(patterns[:, :, 0], patterns[:, :, 2], atol=1e-12)
+
+
+def test_opposite_tokens_are_decoded():
+    # x_j = −x_{j'} makes the points x_j W_Σ linearly but not affinely dependent.
+    teacher = mhalearn.sample_teacher(1, 6, rng=5)
+    X = mhalearn.boolean_inputs(10, 3, 6, rng=6)
+    X[:, 1] = -X[:, 0]
+    patterns, residuals, _, _ = agreement.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
+    assert np.all(np.isfinite(residuals)) and np.max(residuals) < 1e-9
+
+
+def test_slabs_hold_for_one_head_and_pin_it_down():
+    teacher = mhalearn.sample_teacher(1, 6, rng=7)
+    source = ArraySource(*mhalearn.make_dataset(teacher, 2000, 3, rng=8))
+    rows = agreement.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6)
+    assert rows.fraction == pytest.approx(1.0, abs=0.01)
+    slabs = agreement.slab_constraints(rows, kappa=0.0, t_min=1e-6)
+    assert slabs.teacher_feasible_fraction(teacher) == 1.0
+    centre, long_directions, info = body.read_affine_hull(slabs, 1)
+    assert long_directions.shape == (0, 36)
+    np.testing.assert_allclose(centre, teacher.thetas.ravel(), atol=1e-6)
+
+
+def test_affine_hull_of_two_heads_from_agreement_rows():
+    # Rows on which the heads' patterns agree (ℓ1 < 0.05), chosen with the
+    # teacher's help: the long direction of their slabs is Θ_1 − Θ_2 and the
+    # centre lies on the line through them.
+    teacher = mhalearn.sample_teacher(2, 6, rng=9)
+    X = mhalearn.boolean_inputs(30000, 3, 6, rng=10)
+    weights = teacher.attention(X)
+    samples, rows = np.nonzero(np.abs(weights[:, 0] - weights[:, 1]).sum(axis=-1) < 0.05)
+    assert len(samples) > 1000
+    patterns = weights[samples, :, rows].mean(axis=1)
+    chosen = agreement.AgreementRows(X[samples], rows, teacher.predict(X[samples])[np.arange(len(rows)), rows],
+                                     patterns, np.zeros_like(patterns), np.zeros(len(rows)), np.zeros(len(rows)),
+                                     X.shape[0] * 3)
+    slabs = agreement.slab_constraints(chosen, w_min=0.05, kappa=0.0, t_min=0.1)
+    centre, long_directions, info = body.read_affine_hull(slabs, 2)
+    difference = (teacher.thetas[0] - teacher.thetas[1]).ravel()
+    cosine = abs(long_directions[0] @ difference) / np.linalg.norm(difference)
+    assert cosine > 0.99
+    assert span_distance(body.span_basis(centre, long_directions, 2), teacher) < 0.1
+    assert info["spectral_gap"] > 5
+
+
+def test_dual_certificate_never_exceeds_the_lp_value(rng):
+    # Weak duality: the batched bound is a lower bound on min over K of ⟨c, Θ⟩.
+    dim2, count = 9, 60
+    truth = rng.standard_normal(dim2)
+    E = rng.choice([-2.0, 0.0, 2.0], size=(count, dim2))
+    t = rng.uniform(0.1, 0.5, count)
+    b = E @ truth + rng.uniform(-0.05, 0.05, count)
+    slabs = agreement.SlabSystem(E, b, t, np.zeros((0, dim2)), np.zeros(0), np.arange(count), np.zeros(0, int))
+    convex = body.ConvexBody(slabs, radius=10.0)
+    directions = rng.standard_normal((8, dim2))
+    bounds = convex.certify(directions)
+    for direction, bound in zip(directions, bounds):
+        value, status = convex.support(direction)
+        assert status == "optimal"
+        assert bound <= value + 1e-6
+        assert value <= direction @ truth + 1e-6  # the truth lies in K
+    assert np.all(bounds > directions @ truth - 10.0)  # and the bound is not vacuous
+
+
+def test_certified_rows_are_peaked_for_one_sharp_head():
+    teacher = mhalearn.sample_teacher(1, 6, theta_norm=8.0, rng=11)
+    source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=12))
+    rows = agreement.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-3)
+    convex = body.ConvexBody(agreement.slab_constraints(rows), radius=12.0)
+    theta_bar, info = convex.min_norm_point()
+    assert info["inconsistent"] == 0
+    candidates = projection_sum.margin_rows(source, theta_bar, 0.05, 5000)
+    certified = projection_sum.certify_rows(convex, candidates, projection_sum.certification_margin(0.05, 3))
+    assert certified.sum() > 50
+    assert projection_sum.certification_precision(teacher, candidates, certified, 0.05) == 1.0
+
+
+def test_elastic_body_drops_inconsistent_constraints():
+    dim2 = 4
+    E = np.vstack([np.eye(dim2), np.eye(dim2)[:1]])
+    b = np.array([1.0, 1.0, 1.0, 1.0, -5.0])  # the last slab contradicts the first
+    slabs = agreement.SlabSystem(E, b, np.full(5, 0.1), np.zeros((0, dim2)), np.zeros(0), np.arange(5),
+                                 np.zeros(0, int))
+    point, info = body.ConvexBody(slabs, radius=10.0).min_norm_point()
+    assert info["solver_status"] == "optimal" and info["inconsistent"] >= 1
+    assert point is not None
+
+
+def test_crude_sum_exact_under_uniform_attention():
+    layer = mhalearn.MultiHeadAttention(np.zeros((2, 4, 4)), np.random.default_rng(0).standard_normal((2, 4, 4)))
+    X = mhalearn.boolean_inputs(200, 5, 4, rng=1)
+    estimate = projection_sum.crude_projection_sum(ArraySource(X, layer.predict(X), block_size=64))
+    np.testing.assert_allclose(estimate, layer.projection_sum, atol=1e-10)
+
+
+def test_alternating_refit_recovers_projection_sum():
+    teacher = mhalearn.sample_teacher(1, 8, rng=13)
+    source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=14))
+    crude = projection_sum.crude_projection_sum(source)
+    refined, history = projection_sum.alternating_projection_sum(source, crude, quantile=1.0, iterations=40,
+                                                                 pool_fraction=1.0)
+    error = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
+    crude_error = np.linalg.norm(crude - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
+    assert crude_error > 0.1 and error < 0.01
+    assert history[-1]["agreement_fit"] < history[0]["agreement_fit"]
+
+
+def test_teacher_source_repeats_its_blocks():
+    teacher = mhalearn.sample_teacher(2, 5, rng=15)
+    source = TeacherSource(teacher, 300, 4, seed=3, block_size=128)
+    first = [X.copy() for X, _ in source.blocks()]
+    second = [X for X, _ in source.blocks()]
+    assert [len(X) for X in first] == [128, 128, 44]
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    X, Y = source.head(200)
+    np.testing.assert_allclose(Y, teacher.predict(X))
