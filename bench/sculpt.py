@@ -1,16 +1,27 @@
-"""Acceptance figures of SculptLearner (issue 3), on teachers the tests do not use.
+"""SculptLearner's acceptance figures (issue 11), on teachers the tests and the tuning never used.
 
-For m = 1, 2, 3 (d = k = 8, n = 2000, noiseless Boolean data, default
-teachers): success rate (relative test error ≤ 1e-6), median fit time, and
-each phase's figures (crude and refined W_Σ error, certified rows, span
-distance of the body and moment routes, validation error entering and
-leaving refinement, candidates scored and net time).  Then, with label noise
-σ = 0.01, the test error against noiseless labels as n grows.
+Part A — the regime where the body works (d = 12, k = 4, ‖Θ_i‖_F = 2,
+noiseless, n = 100 000, m = 1 and 2): per seed, the route chosen, the body's
+and the moment route's span distance, the share of K*'s constraints the true
+heads satisfy, Ŵ_Σ before and after refinement and which refit moved it, the
+relative test error of the paper's output (``least_squares_model_``,
+``refine="none"``) and after our L-BFGS polish, and the time of the body
+phases (2–4) against the moment route on the same data.
 
-Rows are appended to a JSON-lines file as they finish, so an interrupted run
-resumes where it stopped.
+Part B — d = k = 8, n = 2000, m = 1, 2, 3: success (test error ≤ 1e-6) and
+the route that won (the body refuses at d ≤ k: agreement rows cannot be
+detected).
 
-    python bench/sculpt.py [--quick] [--seeds 20] [--out bench/sculpt_rows.jsonl]
+Part C — the held-out certificate of phase 6 over every fit of A and B: the
+share of fits whose true test error exceeds ε̂ (must be ≤ δ = 0.05) and the
+median ratio ε̂ / true error.
+
+Hyper-parameters are SculptLearner's defaults, chosen on development
+teachers (seeds 500–505 of ``sample_teacher``); the teachers here are seeded
+10 000 + seed.  Rows are appended to a JSON-lines file as they finish, so an
+interrupted run resumes where it stopped.
+
+    python bench/sculpt.py [--quick] [--seeds 10] [--out bench/sculpt_rows.jsonl]
 """
 
 import argparse
@@ -23,76 +34,135 @@ from tqdm import tqdm
 import mhalearn
 from _common import load_jsonl, median_of
 
-SEED_OFFSET = 10_000  # teachers the tests never use
+SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
+TEST_SAMPLES = 4000
 
 
-def run_one(heads, seed, samples, noise, dim=8, length=8):
-    teacher = mhalearn.sample_teacher(heads, dim, rng=SEED_OFFSET + seed)
-    rng = np.random.default_rng(SEED_OFFSET + 7919 * seed + samples)
-    X, Y = mhalearn.make_dataset(teacher, samples, length, noise=noise, rng=rng)
-    X_test = mhalearn.boolean_inputs(4000, length, dim, rng=rng)
+def body_seconds(report) -> float:
+    """Wall time of phases 2–4 on the body route (with phase 1, which they need)."""
+    return sum(report[phase].get("seconds", 0.0) for phase in ("crude_sum", "sculpt", "min_norm")) + report[
+        "span"].get("body", {}).get("seconds", 0.0) - report["span"].get("body", {}).get("diagnostic_seconds", 0.0)
+
+
+def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
+    teacher = mhalearn.sample_teacher(heads, dim, rng=offset + seed)
+    rng = np.random.default_rng(offset + 7919 * seed + samples)
+    X, Y = mhalearn.make_dataset(teacher, samples, length, rng=rng)
+    X_test = mhalearn.boolean_inputs(TEST_SAMPLES, length, dim, rng=rng)
     start = time.perf_counter()
     learner = mhalearn.SculptLearner(heads, random_state=seed).fit(X, Y, teacher=teacher)
     seconds = time.perf_counter() - start
     r = learner.report_
-    rounds = r["sculpt"].get("rounds") or [{}]
+    span, body = r["span"], r["span"].get("body", {})
+    steps = r["min_norm"].get("w_sum_steps", [])
+    certified_step = next((s for s in steps if s["step"].startswith("certified")), {})
     return {
-        "heads": heads, "seed": seed, "samples": samples, "noise": noise, "seconds": seconds,
+        "part": part, "heads": heads, "seed": seed, "samples": samples, "dim": dim, "length": length,
+        "seconds": seconds, "learner_seconds": seconds - r.get("diagnostic_seconds", 0.0),
         "test_error": mhalearn.relative_error(learner.model_, teacher, X_test),
+        "test_error_least_squares": mhalearn.relative_error(learner.least_squares_model_, teacher, X_test),
+        "bound": r["certificate"]["bound"],
+        "bound_least_squares": r["refine"]["certificate_least_squares"]["bound"],
+        "route": span["chosen"], "refused": body.get("refused"),
+        "body_distance": body.get("distance"), "moment_distance": span.get("moment", {}).get("distance"),
+        "min_norm_distance": body.get("min_norm_distance"),
+        "spectral_gap": body.get("spectral_gap"),
+        "feasible": r["sculpt"].get("teacher_feasible_fraction"), "precision": r["sculpt"].get("precision"),
+        "agreement_rows": r["sculpt"].get("accepted_rows"),
         "crude_w_sum_error": r["crude_sum"].get("w_sum_error"),
-        "refined_w_sum_error": rounds[-1].get("w_sum_error"),
-        "certified_rows": r["sculpt"].get("certified_rows", 0),
-        "certification_precision": r["sculpt"].get("certification_precision"),
-        "teacher_feasible_fraction": r["sculpt"].get("teacher_feasible_fraction"),
-        "body_distance": r["span"].get("body", {}).get("distance"),
-        "moment_distance": r["span"].get("moment", {}).get("distance"),
-        "chosen_route": r["net"].get("chosen_route"),
-        "val_entering": r["refine"]["val_entering"], "val_leaving": r["refine"]["val_leaving"],
-        "candidates": r["net"]["candidates"], "net_seconds": r["net"]["seconds"],
-        "refine_seconds": r["refine"]["seconds"],
+        "refined_w_sum_error": r["min_norm"].get("refined_w_sum_error"),
+        "moved_by": r["min_norm"].get("moved_by"), "certified_rows": certified_step.get("certified"),
+        "body_seconds": body_seconds(r) if "body" in span and "seconds" in body else None,
+        "moment_seconds": span.get("moment", {}).get("seconds"),
+        "candidates": r["net"]["candidates"],
     }
+
+
+def fraction(rows, test) -> str:
+    return f"{sum(1 for r in rows if test(r))}/{len(rows)}"
+
+
+def report_part_a(rows, seeds):
+    print(f"\nA. d = 12, k = 4, ‖Θ_i‖_F = 2, noiseless, n = 100 000 ({seeds} seeds)")
+    header = ("m", "route body", "body dist", "moment dist", "min-norm dist", "feasible ≥ 0.99", "precision",
+              "crude WΣ", "refined WΣ", "moved by", "none ≤ 1e-2", "lbfgs ≤ 1e-6", "body s", "moment s")
+    print(" | ".join(header))
+    for m in (1, 2):
+        sel = [r for r in rows if r["part"] == "A" and r["heads"] == m and r["seed"] < seeds]
+        if not sel:
+            continue
+        movers = sorted({r["moved_by"] for r in sel if r["moved_by"]})
+        print(" | ".join([str(m), fraction(sel, lambda r: r["route"] == "body"),
+                          f"{median_of(sel, 'body_distance'):.3f}", f"{median_of(sel, 'moment_distance'):.3f}",
+                          f"{median_of(sel, 'min_norm_distance'):.3f}",
+                          fraction(sel, lambda r: (r["feasible"] or 0) >= 0.99),
+                          f"{median_of(sel, 'precision'):.2f}", f"{median_of(sel, 'crude_w_sum_error'):.3f}",
+                          f"{median_of(sel, 'refined_w_sum_error'):.4f}", "; ".join(movers),
+                          fraction(sel, lambda r: r["test_error_least_squares"] <= 1e-2),
+                          fraction(sel, lambda r: r["test_error"] <= 1e-6),
+                          f"{median_of(sel, 'body_seconds'):.2f}", f"{median_of(sel, 'moment_seconds'):.2f}"]))
+        ratios = [r["body_seconds"] / r["moment_seconds"] for r in sel if r["body_seconds"] and r["moment_seconds"]]
+        if ratios:
+            print(f"   m = {m}: body phases / moment route time, per fit: median {np.median(ratios):.2f}, "
+                  f"max {np.max(ratios):.2f}; median test error: none {median_of(sel, 'test_error_least_squares'):.2e}, "
+                  f"lbfgs {median_of(sel, 'test_error'):.2e}")
+
+
+def report_part_b(rows, seeds):
+    print(f"\nB. d = k = 8, n = 2000, noiseless ({seeds} seeds): success = test error ≤ 1e-6")
+    print("m | success | route body/moment | median s | refusals")
+    for m in (1, 2, 3):
+        sel = [r for r in rows if r["part"] == "B" and r["heads"] == m and r["seed"] < seeds]
+        if not sel:
+            continue
+        refusals = sorted({(r["refused"] or "").split(":")[0] for r in sel if r["refused"]})
+        print(f"{m} | {fraction(sel, lambda r: r['test_error'] <= 1e-6)} | "
+              f"{fraction(sel, lambda r: r['route'] == 'body').split('/')[0]}/"
+              f"{fraction(sel, lambda r: r['route'] == 'moment').split('/')[0]} | "
+              f"{median_of(sel, 'learner_seconds'):.1f} | {'; '.join(refusals)}")
+
+
+def report_certificates(rows):
+    print("\nC. Certificate of phase 6 (δ = 0.05): fits whose true test error exceeds ε̂, "
+          "median ε̂ / true error, median ε̂")
+    for label, error_key, bound_key in (("refine='none' (paper's output)", "test_error_least_squares",
+                                         "bound_least_squares"), ("refine='lbfgs'", "test_error", "bound")):
+        parts = [(name, [r for r in rows if r["part"] == name]) for name in ("A", "B")] + [("all", rows)]
+        figures = []
+        for name, sel in parts:
+            if sel:
+                exceed = sum(r[error_key] > r[bound_key] for r in sel)
+                ratio = np.median([r[bound_key] / max(r[error_key], 1e-300) for r in sel])
+                figures.append(f"{name}: {exceed}/{len(sel)}, {ratio:.3g}, {np.median([r[bound_key] for r in sel]):.3g}")
+        print(f"{label} — " + "; ".join(figures))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 seeds, m <= 2, small noise grid")
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="2 seeds in A, 3 in B")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds in A (B uses twice as many)")
+    parser.add_argument("--parts", default="AB", help="which parts to run (A, B or AB)")
+    parser.add_argument("--seed-offset", type=int, default=SEED_OFFSET,
+                        help="teachers are seeded offset + seed (500: the development teachers)")
     parser.add_argument("--out", default="bench/sculpt_rows.jsonl")
     args = parser.parse_args()
-    seeds = 3 if args.quick else args.seeds
-    heads_grid = (1, 2) if args.quick else (1, 2, 3)
-    noise_grid = (500, 2000) if args.quick else (500, 1000, 2000, 4000, 8000)
-    noise_seeds = 2 if args.quick else 3
-    cells = [(m, s, 2000, 0.0) for m in heads_grid for s in range(seeds)]
-    cells += [(1, s, n, 0.01) for n in noise_grid for s in range(noise_seeds)]
-    rows = load_jsonl(args.out)
-    done = {(r["heads"], r["seed"], r["samples"], r["noise"]) for r in rows}
-    todo = [cell for cell in cells if cell not in done]
+    seeds_a = 2 if args.quick else args.seeds
+    seeds_b = 3 if args.quick else 2 * args.seeds
+    cells = [("A", m, s, 100_000, 12, 4) for m in (1, 2) for s in range(seeds_a)] if "A" in args.parts else []
+    cells += [("B", m, s, 2000, 8, 8) for m in (1, 2, 3) for s in range(seeds_b)] if "B" in args.parts else []
+    rows = [r for r in load_jsonl(args.out) if r.get("offset", SEED_OFFSET) == args.seed_offset]
+    done = {(r["part"], r["heads"], r["seed"]) for r in rows}
+    todo = [cell for cell in cells if cell[:3] not in done]
     with open(args.out, "a") as handle:
         for cell in tqdm(todo, desc="sculpt bench", unit="fit"):
-            row = run_one(*cell)
+            row = {**run_one(*cell, offset=args.seed_offset), "offset": args.seed_offset}
             handle.write(json.dumps(row) + "\n")
             handle.flush()
             rows.append(row)
-
-    print(f"\nNoiseless, d = k = 8, n = 2000: success = relative test error <= 1e-6 ({seeds} seeds)")
-    header = ("m", "success", "median s", "crude WΣ", "refined WΣ", "certified", "body dist",
-              "moment dist", "route body/moment", "val in", "val out", "candidates", "net s", "refine s")
-    print(" | ".join(header))
-    for m in heads_grid:
-        sel = [r for r in rows if r["heads"] == m and r["noise"] == 0.0 and r["seed"] < seeds]
-        ok = sum(r["test_error"] <= 1e-6 for r in sel)
-        routes = f"{sum(r['chosen_route'] == 'body' for r in sel)}/{sum(r['chosen_route'] == 'moment' for r in sel)}"
-        print(" | ".join([str(m), f"{ok}/{len(sel)}", f"{median_of(sel, 'seconds'):.1f}",
-                          f"{median_of(sel, 'crude_w_sum_error'):.3f}", f"{median_of(sel, 'refined_w_sum_error'):.3f}",
-                          f"{median_of(sel, 'certified_rows'):.0f}", f"{median_of(sel, 'body_distance'):.3f}",
-                          f"{median_of(sel, 'moment_distance'):.3f}", routes, f"{median_of(sel, 'val_entering'):.2e}",
-                          f"{median_of(sel, 'val_leaving'):.2e}", f"{median_of(sel, 'candidates'):.0f}",
-                          f"{median_of(sel, 'net_seconds'):.2f}", f"{median_of(sel, 'refine_seconds'):.2f}"]))
-    print("\nLabel noise σ = 0.01, m = 1: test error against noiseless labels (median over seeds)")
-    for n in noise_grid:
-        sel = [r for r in rows if r["noise"] == 0.01 and r["samples"] == n and r["seed"] < noise_seeds]
-        print(f"n = {n:5d}: {median_of(sel, 'test_error'):.3e}  ({len(sel)} seeds)")
+    rows = [r for r in rows if (r["part"] == "A" and r["seed"] < seeds_a) or (r["part"] == "B" and r["seed"] < seeds_b)]
+    report_part_a(rows, seeds_a)
+    report_part_b(rows, seeds_b)
+    report_certificates(rows)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
 
-#: Shapes and seed of the demo instance (DESIGN.md §5: m = 2, d = k = 8).
-DEMO_SETTING = dict(learner="sculpt", heads=2, dim=8, length=8, samples=1000, family="random", noise=0.0,
+#: Shapes and seed of the demo instance: m = 2 in a regime where Chen & Li's body
+#: carries the span (d > k, enough sequences for agreement rows; bench/sculpt.py).
+DEMO_SETTING = dict(learner="sculpt", heads=2, dim=12, length=4, samples=30_000, family="random", noise=0.0,
                     seed=0, test_samples=2000)
 
 
@@ -171,8 +172,9 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser("demo", parents=[common], help="learn a planted m = 2 teacher with SculptLearner",
-                               description="Plant an m = 2 teacher (d = k = 8), learn it with SculptLearner, "
-                                           "print the phase table and the test error, and write a figure.")
+                               description="Plant an m = 2 teacher (d = 12, k = 4), learn it with SculptLearner, "
+                                           "print the phase table (which route gave the span) and the test "
+                                           "error, and write a figure.")
     demo.add_argument("--samples", type=int, default=DEMO_SETTING["samples"], help="training examples n")
     demo.add_argument("--seed", type=int, default=DEMO_SETTING["seed"], help="seeds teacher, data and learner")
     demo.add_argument("--out", type=Path, default=Path("."), help="directory of the figure mhalearn-demo.png")
@@ -183,9 +185,9 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
                                             "that learner's hyper-parameters.")
     learn.add_argument("--learner", default="sculpt", help="registered learner name (default: sculpt)")
     learn.add_argument("--heads", "-m", type=int, default=2, help="heads m of teacher and learner")
-    learn.add_argument("--dim", "-d", type=int, default=8, help="token dimension d")
-    learn.add_argument("--length", "-k", type=int, default=8, help="tokens per sequence k")
-    learn.add_argument("--samples", "-n", type=int, default=2000, help="training examples n")
+    learn.add_argument("--dim", "-d", type=int, default=12, help="token dimension d (the body needs d > k)")
+    learn.add_argument("--length", "-k", type=int, default=4, help="tokens per sequence k")
+    learn.add_argument("--samples", "-n", type=int, default=30_000, help="training examples n")
     learn.add_argument("--family", default="random", help="teacher family (default: random)")
     learn.add_argument("--noise", type=float, default=0.0, help="std of Gaussian label noise")
     learn.add_argument("--seed", type=int, default=0, help="seeds teacher, data and learner")
@@ -238,13 +240,13 @@ def _learner_requested(argv: Sequence[str]) -> str | None:
 # ----------------------------------------------------------------- commands
 
 def _phase_table(estimator) -> str | None:
-    """The learner module's ``format_phase_table(report_)`` when it has one."""
-    module = sys.modules.get(type(estimator).__module__)
-    formatter = getattr(module, "format_phase_table", None)
+    """The phase table of a span learner's ``report_`` (sculpt or moment), else None."""
+    from .learners.sculpt import format_phase_table
+
     report = getattr(estimator, "report_", None)
-    if formatter is None or not report:
+    if not report or "net" not in report:
         return None
-    return formatter(report)
+    return format_phase_table(report)
 
 
 def _format_metrics(metrics: dict) -> str:
@@ -288,7 +290,7 @@ def command_demo(args) -> int:
         raise ValueError(f"learner: the demo needs 'sculpt', which is not registered (registered: "
                          f"{sorted(LEARNERS) or 'none'})")
     setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
-    _say(args, f"Planting an m = {setting['heads']} teacher (d = k = {setting['dim']}), drawing "
+    _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
     estimator, teacher, metrics = _learn_and_report(args, setting, {}, description="demo")
     figure = save_figure(demo_figure(estimator.model_, teacher, metrics, length=setting["length"],

@@ -3,7 +3,7 @@ import pytest
 from sklearn.base import clone
 
 import mhalearn
-from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner
+from mhalearn import GradientLearner, MomentLearner, SculptLearner
 from mhalearn.learners import body, moment_route, net
 from mhalearn.learners._common import solve_projections
 from mhalearn.learners.diagnostics import span_distance

@@ -5,6 +5,7 @@ from .registry import EXPERIMENTS, Experiment, get_experiment, register_experime
 # Each experiment module registers itself on import; add new ones here.
 from . import learning  # noqa: E402,F401  error-vs-samples, heads-dependence
 from . import families  # noqa: E402,F401  teacher-families
+from . import sculpt_vs_m  # noqa: E402,F401  sculpt-vs-m
 from . import random_features  # noqa: E402,F401  random-features
 from . import sparse_variables  # noqa: E402,F401  sparse-variables
 

@@ -96,6 +96,7 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     vectors = P.reshape(heads, -1)
     _, _, vt_span = np.linalg.svd(vectors, full_matrices=False)
     info = {"rows": int(n * k), "features": features, "singular_values": singular[: heads + 3].tolist(),
-            "spectral_gap": float(singular[heads - 1] / singular[heads]) if singular[heads] > 0 else float("inf"),
+            "spectral_gap": (float(singular[heads - 1] / singular[heads])
+                             if len(singular) > heads and singular[heads] > 0 else float("inf")),
             "linearised_fit": float(result.fun), "polish_iterations": int(result.nit)}
     return vt_span[:heads], P, info

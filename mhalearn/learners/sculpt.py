@@ -33,7 +33,6 @@ it also holds each phase's error against the truth.
 from __future__ import annotations
 
 import math
-import time
 import warnings
 
 import numpy as np
@@ -41,38 +40,13 @@ import numpy as np
 from .._validation import Integer, Options, Real, Seed
 from . import register_learner
 from ._common import AttentionLearner
-from .agreement import find_agreement_rows, slab_constraints
-from .body import ConvexBody, read_affine_hull, span_basis
+from .body_route import BodySettings, _PhaseTimer, sculpt_span
 from .moment_route import moment_span
 from .net import net_search
-from .projection_sum import (
-    alternating_projection_sum,
-    draw_pool,
-    certification_margin,
-    certified_projection_sum,
-    certify_rows,
-    crude_projection_sum,
-    margin_rows,
-)
 from .selection import CHECK_EVERY, least_squares_candidates, polish, selection_certificate
 from .streams import ArraySource
 
 PHASES = ("crude_sum", "sculpt", "min_norm", "span", "net", "refine")
-
-
-class _PhaseTimer:
-    """Context manager adding a phase's wall time to its report entry."""
-
-    def __init__(self, entry: dict, key: str = "seconds"):
-        self.entry, self.key = entry, key
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-        return self.entry
-
-    def __exit__(self, *exc):
-        self.entry[self.key] = self.entry.get(self.key, 0.0) + time.perf_counter() - self.start
-        return False
 
 
 # The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
@@ -313,12 +287,15 @@ class SculptLearner(_SpanSearchLearner):
         self.allow_non_boolean = allow_non_boolean
         self.random_state = random_state
 
+    def _body_settings(self) -> BodySettings:
+        return BodySettings(**{name: getattr(self, name) for name in BodySettings.__dataclass_fields__})
+
     def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
         report = {phase: {} for phase in PHASES}
         span = report["span"]
         body = None
         if self.span_route != "moment":
-            body = self._sculpt(ArraySource(X, Y), rng, report, diagnostics)
+            body = sculpt_span(ArraySource(X, Y), self.heads, self._body_settings(), rng, report, diagnostics)
         if body is None or diagnostics:
             # The moment route is the fallback; with a teacher it also runs for
             # comparison, and its time is then diagnostic, not the learner's.
@@ -342,157 +319,6 @@ class SculptLearner(_SpanSearchLearner):
         diagnostics.put(span, chosen_distance=span[span["chosen"]].get("distance"))
         radius = self.net_radius or float(np.clip(1.5 * math.sqrt(self.heads) * scale, 1.0, self.norm_bound))
         return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report
-
-    # ------------------------------------------------------------ phases 1–4
-
-    def _sculpt(self, source, rng, report, diagnostics):
-        """Phases 1–4 on the body route; (basis, scale) or None when the body refuses."""
-        if source.dim <= source.length:
-            # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
-            # every row is fitted with (almost) zero residual: agreement rows
-            # cannot be told apart (DESIGN.md §4.1, step 2).
-            report["span"]["body"] = {"refused": f"d = {source.dim} <= k = {source.length}: the decoding "
-                                                 f"residual cannot detect agreement rows (needs d > k)"}
-            return None
-        with _PhaseTimer(report["crude_sum"]) as entry:
-            w_sum = crude_projection_sum(source)
-            diagnostics.put(entry, w_sum_error=diagnostics.w_sum_error(w_sum))
-        with _PhaseTimer(report["sculpt"]):
-            # One pass gives the crude round's rows and the pool our alternating refit starts from.
-            pool = draw_pool(source, w_sum, pool_fraction=self._pool_fraction, simplex_tol=self.simplex_tol,
-                             max_pool=self._max_pool, rng=rng)
-            rows = pool.accept(quantile=self._quantile / self._pool_fraction, simplex_tol=self.simplex_tol)
-            report["sculpt"]["quantile"] = self._quantile
-            slabs = self._slabs(rows)
-            report["sculpt"]["rounds"] = [self._round_figures("crude Ŵ_Σ, quantile", rows, slabs, diagnostics)]
-        with _PhaseTimer(report["min_norm"]):
-            w_sum = self._refine_projection_sum(source, w_sum, pool, slabs, rng, report["min_norm"], diagnostics)
-        with _PhaseTimer(report["sculpt"]):
-            rows = find_agreement_rows(source, w_sum, residual_tol=self.residual_tol,
-                                       simplex_tol=self.simplex_tol, max_rows=self.max_rows, rng=rng)
-            slabs = self._slabs(rows)
-            final = self._round_figures("refined Ŵ_Σ, absolute", rows, slabs, diagnostics)
-            report["sculpt"]["rounds"].append(final)
-            report["sculpt"].update({key: final[key] for key in final if key != "round"})
-        span = report["span"]
-        span["body"] = {}
-        with _PhaseTimer(span["body"]):
-            return self._read_span(source, slabs, rng, span["body"], diagnostics)
-
-    def _slabs(self, rows):
-        return slab_constraints(rows, w_min=self.w_min, kappa=self.slab_width, t_min=self.slab_floor)
-
-    @staticmethod
-    def _round_figures(name, rows, slabs, diagnostics) -> dict:
-        entry = {"round": name, "accepted_rows": len(rows), "accepted_fraction": rows.fraction,
-                 "equalities": slabs.equalities, "halfspaces": len(slabs.g)}
-        diagnostics.put(entry, precision=diagnostics.agreement_precision(rows),
-                        teacher_feasible_fraction=diagnostics.feasible_fraction(slabs))
-        return entry
-
-    @property
-    def _quantile(self) -> float:
-        if self.quantile is not None:
-            return self.quantile
-        return 1.0 if self.heads == 1 else 0.01
-
-    @property
-    def _pool_fraction(self) -> float:
-        return max(self.pool_fraction, self._quantile)
-
-    @property
-    def _max_pool(self) -> int:
-        """Pool rows such that each alternating iteration accepts about ``max_rows`` of them."""
-        return int(self.max_rows * self._pool_fraction / self._quantile)
-
-    def _refine_projection_sum(self, source, w_sum, pool, slabs, rng, entry, diagnostics):
-        """Phase 3: Θ̄ of the crude body, the paper's certified refit, then our alternating refit."""
-        steps = [{"step": "crude", "w_sum_error": diagnostics.w_sum_error(w_sum)}]
-        certified_sum, theta_bar = None, None
-        dim2 = source.dim ** 2
-        if slabs.equalities < dim2:
-            entry["failure"] = (f"too few equalities for a body ({slabs.equalities} < d² = {dim2}): "
-                                f"no certified refit")
-        else:
-            body = ConvexBody(slabs, self.norm_bound, max_constraints=self.max_constraints, rng=rng)
-            theta_bar, info = body.min_norm_point()
-            entry.update(info)
-            if theta_bar is None:
-                entry["failure"] = f"minimum-norm problem {info['solver_status']}: no certified refit"
-        if theta_bar is not None:
-            entry["theta_bar_norm"] = float(np.linalg.norm(theta_bar))
-            diagnostics.put(entry, theta_bar_distance=diagnostics.span_distance(theta_bar))
-            candidates = margin_rows(source, theta_bar, self.eta, self.max_rows)
-            certified = certify_rows(body, candidates, certification_margin(self.eta, source.length))
-            certified_sum = certified_projection_sum(candidates, certified)
-            step = {"step": "certified rows (Chen & Li)", "candidates": len(candidates),
-                    "certified": int(certified.sum()), "refitted": certified_sum is not None}
-            diagnostics.put(step, certification_precision=diagnostics.certification_precision(
-                candidates, certified, self.eta), w_sum_error=diagnostics.w_sum_error(certified_sum))
-            steps.append(step)
-        crude = w_sum
-        if certified_sum is not None:
-            w_sum = certified_sum
-        if self.refit_iterations > 0:
-            start = "certified" if certified_sum is not None else "crude"
-            w_sum, history = alternating_projection_sum(
-                source, w_sum, quantile=self._quantile, iterations=self.refit_iterations,
-                pool_fraction=self._pool_fraction, simplex_tol=self.simplex_tol, max_pool=self._max_pool,
-                pool=None if certified_sum is not None else pool, rng=rng)
-            step = {"step": "alternating refit (ours)", "start": start, "iterations": len(history),
-                    "agreement_fit": history[-1]["agreement_fit"] if history else math.nan}
-            diagnostics.put(step, w_sum_error=diagnostics.w_sum_error(w_sum))
-            steps.append(step)
-        entry["w_sum_steps"] = steps
-        entry["moved_by"] = self._mover(steps, crude, w_sum)
-        diagnostics.put(entry, refined_w_sum_error=diagnostics.w_sum_error(w_sum))
-        return w_sum
-
-    @staticmethod
-    def _mover(steps, crude, refined) -> str:
-        """Which refit the final Ŵ_Σ comes from: the paper's certified one, ours, both or neither."""
-        if refined is crude:
-            return "none"
-        certified = any(step.get("refitted") for step in steps)
-        alternating = any(step["step"].startswith("alternating") for step in steps)
-        if certified and alternating:
-            return "certified rows (Chen & Li), then alternating refit (ours)"
-        return "certified rows (Chen & Li)" if certified else "alternating refit (ours)"
-
-    def _read_span(self, source, slabs, rng, entry, diagnostics):
-        """Phase 4: K*, its centre and minimum-norm point, the span — or a refusal."""
-        heads, dim = self.heads, source.dim
-        needed = self.min_equalities or 2 * dim * dim
-        entry.update(equalities=slabs.equalities, needed=needed)
-        if slabs.equalities < needed:
-            entry["refused"] = f"too few equalities ({slabs.equalities} < {needed})"
-            return None
-        centre, long_directions, info = read_affine_hull(slabs, heads)
-        entry.update(info)
-        theta_bar = None
-        if self.span_point == "min_norm" or diagnostics:
-            # K*'s minimum-norm point (the paper's Θ̄*); with span_point="centre" it
-            # is computed only to report how far its span is, as diagnostic time.
-            started = time.perf_counter()
-            body = ConvexBody(slabs, self.norm_bound, max_constraints=self.max_constraints, rng=rng)
-            theta_bar, solve = body.min_norm_point()
-            entry.update({f"min_norm_{key}": value for key, value in solve.items()})
-            if self.span_point == "centre":
-                entry["diagnostic_seconds"] = time.perf_counter() - started
-        if heads > 1 and info["spectral_gap"] < self.min_gap:
-            entry["refused"] = (f"no clear long directions (gap {info['spectral_gap']:.2f} < {self.min_gap})")
-            return None
-        if self.span_point == "min_norm" and theta_bar is None:
-            entry["refused"] = f"minimum-norm problem of K* {entry['min_norm_solver_status']}"
-            return None
-        point = centre if self.span_point == "centre" else theta_bar
-        basis = span_basis(point, long_directions, heads)
-        diagnostics.put(entry, distance=diagnostics.span_distance(basis),
-                        centre_distance=diagnostics.span_distance(span_basis(centre, long_directions, heads)),
-                        min_norm_distance=None if theta_bar is None else diagnostics.span_distance(
-                            span_basis(theta_bar, long_directions, heads)))
-        entry["span_point"] = self.span_point
-        return basis, max(float(np.linalg.norm(point)), 1e-3)
 
 
 def format_phase_table(report: dict) -> str:

@@ -1,0 +1,205 @@
+"""The ``sculpt-vs-m`` experiment: what Chen & Li's body needs as the number of heads grows.
+
+The sculpted body is built from *agreement rows* — rows on which every head
+has the same attention pattern — and those become exponentially rarer as m
+grows: the price in m that Chen & Li prove unavoidable in the worst case,
+here measured.  For m = 1–4, d = 12, k = 4, ‖Θ_i‖_F = 2 and n on a log grid
+up to 10⁶ sequences (drawn block by block from the teacher, so memory stays
+bounded), each cell runs phases 1–4 of :class:`~mhalearn.SculptLearner` with
+its default hyper-parameters and records: agreement rows accepted for K*
+and their precision against the teacher, the Ŵ_Σ error before and after
+refinement, the body's span distance (or why it refused), then phases 5–6
+on the body's span (net candidates, net time, and the relative test error of
+the paper's output — the held-out best candidate with W by least squares,
+no polish) and the worker's peak memory.
+
+The figure shows span distance, agreement rows and the paper's test error
+against n per m, and the samples the body needs to reach span distance
+≤ :data:`SPAN_TARGET` against m.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..learners.body_route import BodySettings, sculpt_span
+from ..learners.diagnostics import TeacherDiagnostics
+from ..learners.net import net_search
+from ..learners.selection import least_squares_candidates
+from ..learners.streams import TeacherSource
+from ..model import relative_error
+from ..teachers import sample_teacher
+from ..data import boolean_inputs
+from .figures import (
+    group_rows,
+    median_quartiles,
+    new_figure,
+    plot_band,
+    save_figure,
+    set_grid_ticks,
+    style_for,
+    summarize_curve,
+    write_tables,
+)
+from .registry import Experiment, register_experiment
+
+#: Span distance (sin of the largest principal angle) the body must reach.
+SPAN_TARGET = 0.1
+#: Sequences used for the net search and the least-squares W, and for testing.
+SELECTION_SAMPLES = 20_000
+TEST_SAMPLES = 4000
+
+_GRIDS = {
+    False: dict(heads=(1, 2, 3, 4), dim=12, length=4,
+                samples=(1000, 3000, 10_000, 30_000, 100_000, 300_000, 1_000_000), seeds=(0, 1, 2)),
+    True: dict(heads=(1, 2), dim=12, length=4, samples=(3000, 30_000), seeds=(0,)),
+}
+
+
+def sculpt_vs_m_cells(quick: bool) -> list[dict]:
+    """The grid: m × n × seeds at d = 12, k = 4 (quick: m ≤ 2, two n, one seed)."""
+    grid = _GRIDS[bool(quick)]
+    return [{"heads": heads, "dim": grid["dim"], "length": grid["length"], "samples": samples, "seed": seed}
+            for heads in grid["heads"] for samples in grid["samples"] for seed in grid["seeds"]]
+
+
+def _peak_memory_mb() -> float:
+    """Peak resident memory of this process so far, in MB (an upper bound on the cell's own peak)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_sculpt_vs_m_cell(cell: dict) -> dict:
+    """Phases 1–4 on a stream of ``samples`` sequences, then the net and the least-squares choice.
+
+    The teacher depends on (m, seed) only and the stream on the seed, so the
+    cells of one (m, seed) see nested datasets as n grows.
+    """
+    heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
+    teacher = sample_teacher(heads, dim, rng=np.random.default_rng([20_251, heads, seed]))
+    source = TeacherSource(teacher, samples, length, seed=seed)
+    rng = np.random.default_rng([seed, heads, samples])
+    report = {phase: {} for phase in ("crude_sum", "sculpt", "min_norm", "span")}
+    start = time.perf_counter()
+    span = sculpt_span(source, heads, BodySettings(), rng, report, TeacherDiagnostics(teacher))
+    body_seconds = time.perf_counter() - start
+    body = report["span"].get("body", {})
+    metrics = {
+        "agreement_rows": report["sculpt"].get("accepted_rows"),
+        "agreement_fraction": report["sculpt"].get("accepted_fraction"),
+        "precision": report["sculpt"].get("precision"),
+        "feasible": report["sculpt"].get("teacher_feasible_fraction"),
+        "crude_w_sum_error": report["crude_sum"].get("w_sum_error"),
+        "refined_w_sum_error": report["min_norm"].get("refined_w_sum_error"),
+        "span_distance": body.get("distance"),
+        "refused": body.get("refused"),
+        "spectral_gap": body.get("spectral_gap") if math.isfinite(body.get("spectral_gap", math.nan)) else None,
+        "body_seconds": body_seconds - body.get("diagnostic_seconds", 0.0),
+        "candidates": None, "net_seconds": None, "test_error": None,
+    }
+    if span is not None:
+        basis, scale = span
+        X, Y = source.head(min(samples, SELECTION_SAMPLES))
+        n_val = max(1, len(X) // 5)
+        radius = float(np.clip(1.5 * math.sqrt(heads) * scale, 1.0, BodySettings().norm_bound))
+        candidates, info = net_search(X[n_val:], Y[n_val:], basis, heads, radius=radius, resolution=None,
+                                      max_candidates=200_000, score_samples=256, keep=4, search="net", rng=rng)
+        _, model = least_squares_candidates(X[n_val:], Y[n_val:], X[:n_val], Y[:n_val],
+                                            [thetas for thetas, _ in candidates])[0]
+        X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=np.random.default_rng([seed, heads, 7]))
+        metrics.update(candidates=info["candidates"], net_seconds=info["seconds"],
+                       test_error=relative_error(model, teacher, X_test))
+    metrics["peak_memory_mb"] = _peak_memory_mb()
+    return metrics
+
+
+def samples_to_target(rows: list[dict], target: float = SPAN_TARGET) -> dict[int, float]:
+    """Per m, the smallest n whose median span distance over seeds is ≤ ``target`` (inf if none).
+
+    A refusal counts as distance 1 (no span).
+    """
+    needed = {}
+    for (heads,), group in group_rows(rows, ["heads"]).items():
+        needed[heads] = math.inf
+        for (samples,), cells in group_rows(group, ["samples"]).items():
+            distances = [1.0 if row.get("span_distance") is None else row["span_distance"] for row in cells]
+            if float(np.median(distances)) <= target:
+                needed[heads] = samples
+                break
+    return needed
+
+
+def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Writes ``sculpt-vs-m.png`` (four panels) and ``sculpt-vs-m.txt`` in ``out_dir``."""
+    if not rows:
+        raise ValueError("rows: expected stored results of sculpt-vs-m, received none (run the sweep first)")
+    out_dir = Path(out_dir)
+    rows = [{**row, "span_or_one": 1.0 if row.get("span_distance") is None else row["span_distance"]}
+            for row in rows]
+    heads_values = sorted({row["heads"] for row in rows})
+    samples_values = sorted({row["samples"] for row in rows})
+    names = [f"m = {heads}" for heads in heads_values]
+    fig, (span_ax, rows_ax, error_ax, need_ax) = new_figure(4)
+    table = []
+    for heads, name in zip(heads_values, names):
+        group = [row for row in rows if row["heads"] == heads]
+        style = style_for(name, names)
+        plot_band(span_ax, summarize_curve(group, "samples", "span_or_one"), label=name, style=style)
+        found = [row for row in group if row.get("agreement_rows")]
+        plot_band(rows_ax, summarize_curve(found, "samples", "agreement_rows"), label=name, style=style)
+        tested = [row for row in group if row.get("test_error") is not None]
+        plot_band(error_ax, summarize_curve(tested, "samples", "test_error"), label=name, style=style)
+        for (samples,), cells in group_rows(group, ["samples"]).items():
+            def median(key):
+                values = [row[key] for row in cells if row.get(key) is not None]
+                return median_quartiles(values)[1] if values else math.nan
+            table.append((heads, samples, len(cells), median("agreement_rows"), median("precision"),
+                          median("feasible"), median("refined_w_sum_error"), median("span_or_one"),
+                          sum(row.get("refused") is not None for row in cells), median("candidates"),
+                          median("test_error"), median("body_seconds"), max(row["peak_memory_mb"] for row in cells)))
+    needed = samples_to_target(rows)
+    unreached = samples_values[-1] * 3
+    values = [needed[heads] if math.isfinite(needed[heads]) else unreached for heads in heads_values]
+    need_ax.bar(heads_values, values, color=[style_for(name, names)["color"] for name in names])
+    for heads, value in zip(heads_values, values):
+        if value == unreached:
+            need_ax.text(heads, value, f"> {samples_values[-1]:g}", ha="center", va="bottom", fontsize=8)
+    for ax in (span_ax, rows_ax, error_ax):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        set_grid_ticks(ax, samples_values)
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_xlabel("sequences n")
+        ax.grid(True, which="major", alpha=0.3)
+    span_ax.axhline(SPAN_TARGET, color="0.5", ls=":", lw=1)
+    span_ax.set_ylabel("body's span distance (1 = refused)")
+    rows_ax.set_ylabel("agreement rows accepted for K*")
+    error_ax.set_ylabel("test error of the paper's output (no polish)")
+    need_ax.set_yscale("log")
+    need_ax.set_xticks(heads_values)
+    need_ax.set_xlabel("heads m")
+    need_ax.set_ylabel(f"n for median span distance ≤ {SPAN_TARGET}")
+    span_ax.legend(fontsize=8)
+    first = rows[0]
+    fig.suptitle(f"Chen & Li's body as m grows — d = {first['dim']}, k = {first['length']}, ‖Θ_i‖_F = 2, "
+                 f"noiseless; median and quartiles over seeds", fontsize=9)
+    return [
+        save_figure(fig, out_dir / "sculpt-vs-m.png"),
+        write_tables(out_dir / "sculpt-vs-m.txt", [
+            ("medians over seeds", ["m", "n", "seeds", "agreement_rows", "precision", "feasible", "W_sum_error",
+                                    "span_distance", "refused", "candidates", "test_error", "body_s",
+                                    "peak_MB"], table),
+            (f"samples for median span distance ≤ {SPAN_TARGET}", ["m", "n"],
+             [(heads, needed[heads]) for heads in heads_values]),
+        ]),
+    ]
+
+
+register_experiment(Experiment(
+    "sculpt-vs-m",
+    "Chen & Li's body as m grows: agreement rows, span distance and samples needed, n up to 10^6 (streamed)",
+    sculpt_vs_m_cells, run_sculpt_vs_m_cell, plot_sculpt_vs_m))

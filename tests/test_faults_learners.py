@@ -1,0 +1,132 @@
+"""Faults a user meets with the attention learners (issue 12): units, degenerate data, bad hyper-parameters.
+
+Each test failed on the learners as they were before issue 12.
+"""
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+import mhalearn
+from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner
+
+LEARNERS = [
+    lambda: GradientLearner(2, random_state=0),
+    lambda: MomentLearner(2, max_candidates=20_000, random_state=0),
+    lambda: SculptLearner(2, max_candidates=20_000, random_state=0),
+]
+
+
+def _instance(heads=2, dim=5, length=4, samples=1200, seed=3):
+    teacher = mhalearn.sample_teacher(heads, dim, rng=seed)
+    X, Y = mhalearn.make_dataset(teacher, samples, length, rng=seed + 1)
+    return teacher, X, Y, mhalearn.boolean_inputs(800, length, dim, rng=seed + 2)
+
+
+@pytest.mark.parametrize("make", LEARNERS)
+@pytest.mark.parametrize("scale", [1e-8, 1e8])
+def test_learners_are_equivariant_under_label_units(make, scale):
+    # F is linear in W: learning c·Y must give the teacher with c·W as well as
+    # learning Y gives the teacher (before, GradientLearner reached 0.44 at 1e-8).
+    teacher, X, Y, X_test = _instance()
+    scaled = MultiHeadAttention(teacher.thetas, scale * teacher.ws)
+    reference = mhalearn.relative_error(make().fit(X, Y).model_, teacher, X_test)
+    error = mhalearn.relative_error(make().fit(X, scale * Y).model_, scaled, X_test)
+    assert error <= max(10 * reference, 1e-12)
+
+
+def test_gradient_learner_is_equivariant_under_input_units():
+    # F(cX) with Θ/c² and W/c is F(X): Gaussian inputs of any variance.
+    teacher = mhalearn.sample_teacher(1, 4, rng=5)
+    X = mhalearn.gaussian_inputs(600, 4, 4, rng=6)
+    X_test = mhalearn.gaussian_inputs(400, 4, 4, rng=7)
+    for c in (1e-3, 1e3):
+        scaled = MultiHeadAttention(teacher.thetas / c ** 2, teacher.ws / c)
+        learner = GradientLearner(1, random_state=0).fit(c * X, teacher.predict(X))
+        assert mhalearn.relative_error(learner.model_, scaled, c * X_test) < 1e-8
+
+
+def test_inputs_whose_logits_would_overflow_are_learned_in_their_units():
+    teacher = mhalearn.sample_teacher(1, 4, rng=8)
+    X = mhalearn.boolean_inputs(400, 4, 4, rng=9)
+    learner = GradientLearner(1, random_state=0).fit(X * 1e154, teacher.predict(X))
+    assert np.all(np.isfinite(learner.model_.thetas)) and np.all(np.isfinite(learner.model_.ws))
+
+
+@pytest.mark.parametrize("make", LEARNERS)
+def test_all_zero_labels_give_the_zero_layer(make):
+    teacher, X, Y, _ = _instance()
+    learner = make().fit(X, np.zeros_like(Y), teacher=teacher)
+    assert isinstance(learner.model_, MultiHeadAttention)
+    assert np.all(learner.model_.ws == 0) and learner.model_.heads == 2
+    assert "zero layer" in learner.report_["zero_labels"]
+    np.testing.assert_array_equal(learner.predict(X), np.zeros_like(X))
+
+
+def test_score_refuses_all_zero_reference():
+    teacher, X, Y, _ = _instance(heads=1)
+    learner = GradientLearner(1, random_state=0).fit(X, Y)
+    with pytest.raises(ValueError, match="not all zero"):
+        learner.score(X, np.zeros_like(Y))
+
+
+@pytest.mark.parametrize("params, name", [
+    (dict(span_route="moment", max_constraints="banana"), "max_constraints"),
+    (dict(net_radius=-1.0), "net_radius"),
+    (dict(net_radius=float("nan")), "net_radius"),
+    (dict(net_resolution=0.0), "net_resolution"),
+    (dict(norm_bound=0.0), "norm_bound"),
+    (dict(refine="bfgs"), "refine"),
+    (dict(quantile=0.0), "quantile"),
+    (dict(random_state="seed"), "random_state"),
+    (dict(allow_non_boolean=1), "allow_non_boolean"),
+])
+def test_every_hyperparameter_is_checked_before_any_work(params, name, monkeypatch):
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    monkeypatch.setattr(SculptLearner, "_fit", lambda *args: pytest.fail("_fit ran with a bad hyper-parameter"))
+    with pytest.raises(ValueError, match=f"^{name}: expected"):
+        SculptLearner(1, **params).fit(X, Y)
+
+
+def test_gradient_learner_checks_its_hyperparameters():
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    with pytest.raises(ValueError, match="^restarts: expected an integer >= 1, received 0"):
+        GradientLearner(1, restarts=0).fit(X, Y)
+    with pytest.raises(ValueError, match="^method: expected one of 'lbfgs', 'adam', received 'sgd'"):
+        GradientLearner(1, method="sgd").fit(X, Y)
+
+
+def test_a_fine_net_resolution_respects_the_candidate_budget():
+    # Before, net_resolution=0.01 enumerated every tuple of the grid (3.5 GB).
+    teacher, X, Y, _ = _instance(heads=2, samples=600)
+    learner = MomentLearner(2, net_resolution=0.05, max_candidates=5000, random_state=0).fit(X, Y)
+    assert learner.report_["net"]["candidates"] <= 5000
+    with pytest.raises(ValueError, match="net_resolution"):
+        MomentLearner(2, net_resolution=1e-4, random_state=0).fit(X, Y)
+
+
+def test_shapes_the_maths_cannot_serve_are_refused_or_learned():
+    layer = MultiHeadAttention(np.array([[[1.5]]]), np.array([[[0.7]]]))
+    X, Y = mhalearn.make_dataset(layer, 400, 4, rng=1)
+    for learner in (MomentLearner(1, random_state=0), SculptLearner(1, random_state=0)):
+        assert mhalearn.relative_error(learner.fit(X, Y).model_, layer, X) < 1e-12  # d = 1 is learned
+    with pytest.raises(ValueError, match="d² >= heads = 2"):
+        MomentLearner(2).fit(X, Y)
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    with pytest.raises(ValueError, match="at least 2 sequences"):
+        GradientLearner(1).fit(X[:1], Y[:1])
+    with pytest.raises(ValueError, match="length k >= 2"):
+        SculptLearner(1).fit(X[:, :1], Y[:, :1])
+
+
+def test_wrong_teacher_type_names_the_argument():
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    with pytest.raises(TypeError, match="^teacher: expected a MultiHeadAttention"):
+        GradientLearner(1).fit(X, Y, teacher=teacher.thetas)
+
+
+def test_unfitted_learners_raise_not_fitted_error():
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    for learner in (GradientLearner(1), MomentLearner(1), SculptLearner(1)):
+        with pytest.raises(NotFittedError):
+            learner.predict(X)
