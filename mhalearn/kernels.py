@@ -23,6 +23,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ._validation import check_logit_range
+
 # Contraction lets LLVM fuse multiply-adds.  Reassociation is deliberately
 # off: it would undo the rounding trick in ``exp_nonpositive`` and the
 # Cody–Waite split of ln 2.  Loops are written so that the inner loop is an
@@ -577,7 +579,10 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
     """F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i for a batch ``X`` of shape (n, k, d).
 
     With ``return_attention=True`` also returns the weights, shape (n, m, k, k).
+    Finite inputs whose logits could overflow raise ``ValueError``
+    (:func:`~mhalearn._validation.check_logit_range`).
     """
+    check_logit_range(X, thetas)
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty(X.shape)
@@ -596,7 +601,8 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
 
 
 def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
-    """Attention weights softmax(X Θ_i Xᵀ), shape (n, m, k, k)."""
+    """Attention weights softmax(X Θ_i Xᵀ), shape (n, m, k, k); overflowing logits raise ``ValueError``."""
+    check_logit_range(X, thetas)
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty((n, m, k, k))
