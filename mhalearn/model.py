@@ -115,6 +115,7 @@ class MultiHeadAttention:
         being decompressed.  The version must be the integer
         :data:`FORMAT_VERSION`.
         """
+        path = os.fspath(path)
         if not os.path.isfile(path):
             raise ValueError(f"path: expected an existing model file, received {path!r}")
         try:
@@ -129,7 +130,7 @@ class MultiHeadAttention:
             raise ValueError(f"path: expected an mhalearn model file, {path!r} lacks the format tag")
         version = contents["version"]
         if version.shape != () or int(version) != FORMAT_VERSION:
-            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received {version.tolist()!r}")
+            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received version {version.tolist()!r}")
         return cls(contents["thetas"], contents["ws"])
 
 
