@@ -28,11 +28,16 @@ GRIDS = TESTS / "grids"
 
 def toy_cells(grid: dict) -> list[dict]:
     """Every combination of ``a``, ``b`` (and ``pause``) of a grid table."""
-    axes = [(key, value if isinstance(value, list) else [value]) for key, value in grid.items()]
-    cells = [{}]
-    for key, values in axes:
-        cells = [{**cell, key: value} for cell in cells for value in values]
-    return cells
+    fields = ("a", "b", "pause") if "pause" in grid else ("a", "b")
+    try:
+        from mhalearn.experiments.registry import expand_grid
+    except ImportError:  # mhalearn 0.1.0
+        cells = [{}]
+        for key in fields:
+            values = grid[key] if isinstance(grid[key], list) else [grid[key]]
+            cells = [{**cell, key: value} for cell in cells for value in values]
+        return cells
+    return expand_grid(grid, fields, experiment="toy")
 
 
 def toy_run_cell(cell: dict) -> dict:

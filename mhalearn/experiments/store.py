@@ -557,14 +557,19 @@ class ResultStore:
         then ``status``, ``error``, ``seconds`` (the cell's wall time),
         ``host``, ``finished_at``, ``code_id`` and the provenance as
         ``provenance.mhalearn``, ``provenance.git_commit``… A metric whose
-        name is also a grid key is named ``metrics.NAME``.
+        name is also a grid key is named ``metrics.NAME``.  Columns have
+        pandas' nullable dtypes (``Int64``, ``Float64``, ``boolean``,
+        ``string``), so missing values (e.g. a metric one learner does not
+        report) do not change a column's type.
         """
         try:
             import pandas
         except ImportError as error:
             raise ImportError("to_dataframe needs pandas: pip install 'mhalearn[tables]'") from error
         records = [flatten_record(record) for record in self.iter_records(experiment)]
-        return pandas.DataFrame.from_records(records, columns=_column_order(records))
+        # Nullable dtypes (Int64, Float64, boolean, string): a column with missing values keeps its
+        # type, and the table reads back from Parquet unchanged.
+        return pandas.DataFrame.from_records(records, columns=_column_order(records)).convert_dtypes()
 
 
 _BOOKKEEPING = ("status", "error", "seconds", "host", "finished_at", "code_id")
