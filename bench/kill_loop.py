@@ -23,7 +23,9 @@ Finally every file is resumed to completion and compared with the grid.
     python bench/kill_loop.py --creation 5 --sweep 5 --out /tmp/kill.jsonl
 
 Each trial is appended to ``--out`` (JSON lines) as it ends; the counts are
-printed at the end.
+printed at the end.  Run it on a snapshot of the code (e.g. a ``git clone``):
+editing the package while it runs changes the code id, and the children's
+sweeps would then, rightly, refuse to mix rows.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def main() -> int:
     grid_file.write_text(f"[full]\ncells = {args.cells}\npause = {args.pause}\n")
     register(grid_file)
     rng = random.Random(args.seed)
-    totals = {"kills": 0, "refused": 0, "lost": 0, "duplicated": 0, "wrong": 0, "not_ok": 0}
+    totals = {"kills": 0, "refused": 0, "lost": 0, "duplicated": 0, "wrong": 0, "not_ok": 0, "child_errors": 0}
     seen: dict[Path, set] = {}
     out = args.out.open("a")
 
@@ -215,6 +217,9 @@ def main() -> int:
         sweep_kills += not finished
         entry = {"phase": "sweep", "trial": trial, "file": db.name, "delay_s": round(delay, 3),
                  "finished_before_kill": finished, "elapsed_s": round(time.monotonic() - start, 3)}
+        if finished and process.returncode != 0:  # a sweep that ended by itself must have succeeded
+            entry["child_error"] = process.stderr.read().strip().splitlines()[-1:]
+            totals["child_errors"] += 1
         account(db, inspect(db), entry)
         log(entry)
         trial += 1
@@ -237,11 +242,12 @@ def main() -> int:
           f"during sweeps in {trial} sweep trials over {len(sweep_files)} files); files refused: "
           f"{totals['refused']}; rows lost: {totals['lost']}; rows duplicated: {totals['duplicated']}; rows with "
           f"wrong metrics: {totals['wrong']}; files not writable, complete or intact after resume: "
-          f"{totals['not_ok']}; temporary files left by killed creations: {len(leftovers)} "
+          f"{totals['not_ok']}; sweeps that ended by themselves with an error: {totals['child_errors']}; "
+          f"temporary files left by killed creations: {len(leftovers)} "
           "(removed by a later creation in the directory after a minute)")
     log({"phase": "totals", **totals, "creation_kills": creation_kills, "sweep_kills": sweep_kills,
          "files": len(files), "leftover_temporaries": len(leftovers)})
-    return 0 if not any(totals[key] for key in ("refused", "lost", "duplicated", "wrong", "not_ok")) else 1
+    return 0 if not any(totals[key] for key in ("refused", "lost", "duplicated", "wrong", "not_ok", "child_errors")) else 1
 
 
 if __name__ == "__main__":
