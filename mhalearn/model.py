@@ -79,6 +79,26 @@ class MultiHeadAttention:
     def copy(self) -> "MultiHeadAttention":
         return MultiHeadAttention(self.thetas.copy(), self.ws.copy())
 
+    # -------------------------------------------------------------- interop
+    def to_torch(self):
+        """This layer as a float64 ``torch.nn.Module`` (Θ, W as parameters); see :mod:`mhalearn.interop`."""
+        from .interop import to_torch
+
+        return to_torch(self)
+
+    @classmethod
+    def from_torch(cls, module) -> "MultiHeadAttention":
+        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.interop`."""
+        from .interop import from_torch
+
+        return from_torch(module)
+
+    def to_jax(self):
+        """``(apply, params)``: a pure JAX function ``apply(params, X)`` and this layer's params."""
+        from .interop import to_jax
+
+        return to_jax(self)
+
     # ------------------------------------------------------------------ I/O
     def save(self, path) -> None:
         """Write the parameters to an ``.npz`` file carrying a format version.
