@@ -1,4 +1,4 @@
-"""Input validation shared by every public entry point (DESIGN.md §6).
+"""Input validation shared by every public entry point (docs/design.md §6).
 
 Every check raises ``ValueError`` naming the argument, what was expected and
 what was received, so that a user's mistake is reported where it was made and
@@ -125,7 +125,7 @@ def as_generator(rng) -> np.random.Generator:
     raise ValueError(f"rng: expected None, an integer seed or a numpy.random.Generator, received {rng!r}")
 
 
-#: Largest |logit| the attention kernels accept: the row-max shift of the softmax
+#: Largest absolute logit the attention kernels accept: the row-max shift of the softmax
 #: subtracts two logits, and both the sum and the difference must stay finite.
 LOGIT_LIMIT = np.finfo(np.float64).max / 4
 
@@ -133,7 +133,7 @@ LOGIT_LIMIT = np.finfo(np.float64).max / 4
 def check_logit_range(X: np.ndarray, thetas: np.ndarray, name: str = "X") -> None:
     """Raise ``ValueError`` when the logits x_jᵀ Θ_i x_l of finite inputs could overflow.
 
-    Uses the bound |x_jᵀ Θ x_l| ≤ max|x|² · Σ_ab |Θ_ab|, which also bounds
+    Uses the bound ``|x_jᵀ Θ x_l| ≤ max|x|² · Σ_ab |Θ_ab|``, which also bounds
     every partial sum of the products, so inputs that pass cannot produce an
     infinite logit (or a NaN softmax).  Costs one pass over ``X`` and the
     parameters, against the kernels' O(n·m·k·d·(k+d)).

@@ -1,4 +1,4 @@
-"""The ``mhalearn`` command (DESIGN.md §5).
+"""The ``mhalearn`` command (docs/design.md §5).
 
 Subcommands::
 
@@ -40,7 +40,7 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
 
-#: Shapes and seed of the demo instance (DESIGN.md §5: m = 2, d = k = 8).
+#: Shapes and seed of the demo instance (docs/design.md §5: m = 2, d = k = 8).
 DEMO_SETTING = dict(learner="sculpt", heads=2, dim=8, length=8, samples=1000, family="random", noise=0.0,
                     seed=0, test_samples=2000)
 

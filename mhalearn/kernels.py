@@ -1,4 +1,4 @@
-"""Numba kernels: every hot loop of mhalearn (DESIGN.md §3).
+"""Numba kernels: every hot loop of mhalearn (docs/design.md §3).
 
 All kernels take C-contiguous float64 arrays, are compiled with
 ``cache=True`` and run in parallel over the batch (small batches on the
@@ -657,7 +657,7 @@ def loss_and_grad(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarr
 
 
 # ==== Sparse variable creation (Edelman, Goel, Kakade & Zhang) ====
-# One softmax attention head over T Boolean tokens (DESIGN.md §4.4).  Token t
+# One softmax attention head over T Boolean tokens (docs/design.md §4.4).  Token t
 # of a sequence x ∈ {±1}^T is embedded as z_t = p_t + x_t r_t: a learned
 # positional embedding p_t ∈ R^e and a learned bit embedding r_t ∈ R^e of the
 # position (so that the token "bit x_t at position t" has its own vector,

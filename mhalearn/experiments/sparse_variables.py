@@ -1,4 +1,4 @@
-"""The ``sparse-variables`` experiment (DESIGN.md §4.4, §5).
+"""The ``sparse-variables`` experiment (docs/design.md §4.4, §5).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
