@@ -5,14 +5,16 @@ random moment and then check the results file:
 
 ``creation``
     A child process opens a new results file (the first milliseconds of a
-    sweep: file creation, schema, WAL; about 50 ms) and is killed a random
-    0–80 ms after it starts doing so.  Then the file must be absent or open as a results
-    file, and a sweep into it must complete.
+    sweep: file creation, schema, WAL; 10–50 ms) and is killed a random
+    0–40 ms after it starts doing so; trials continue until ``--creation``
+    kills have landed before the creation finished.  Then the file must be
+    absent or open as a results file that a sweep can write into.
 ``sweep``
     A child runs ``run_sweep`` (2 local workers) over a toy grid of 200
     cells of 50 ms and is killed, with its workers, a random 0–20 s after
     it starts (a whole sweep takes about 15 s on two loaded cores: imports,
-    worker start, cells).  After each kill the file must
+    worker start, cells); trials continue until ``--sweep`` kills have landed
+    before the sweep ended by itself.  After each kill the file must
     open, every stored row must have the metrics its cell determines, no key
     may be stored twice, and no row seen after an earlier kill may be
     missing.  When a file is complete the next trials start a new file.
@@ -136,9 +138,10 @@ def integrity(db: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--creation", type=int, default=50, help="kills during file creation")
-    parser.add_argument("--sweep", type=int, default=50, help="kills during sweeps")
-    parser.add_argument("--creation-window", type=float, default=0.08,
+    parser.add_argument("--creation", type=int, default=50,
+                        help="kills that land during file creation (trials whose kill comes after it are not counted)")
+    parser.add_argument("--sweep", type=int, default=50, help="kills that land during sweeps")
+    parser.add_argument("--creation-window", type=float, default=0.04,
                         help="kill a random 0..this many seconds after creation starts")
     parser.add_argument("--sweep-window", type=float, default=20.0,
                         help="kill a random 0..this many seconds after a sweep starts")
@@ -175,8 +178,9 @@ def main() -> int:
         seen[db] = seen.get(db, set()) | keys
 
     # Phase 1: kills while a results file is being created.
-    creation_kills = 0
-    for trial in range(args.creation):
+    creation_kills, creation_trial = 0, 0
+    while creation_kills < args.creation and creation_trial < 5 * args.creation:
+        trial, creation_trial = creation_trial, creation_trial + 1
         db = directory / f"creation-{trial}.db"
         process = start_child("creation", db, grid_file)
         process.stdout.readline()  # "ready": imports done, creation starts now
@@ -236,9 +240,9 @@ def main() -> int:
         totals["not_ok"] += entry["integrity"] != "ok" or not entry["complete"]
         log(entry)
     totals["kills"] = creation_kills + sweep_kills
-    files = [directory / f"creation-{trial}.db" for trial in range(args.creation)] + sweep_files
+    files = [directory / f"creation-{number}.db" for number in range(creation_trial)] + sweep_files
     leftovers = sorted(path.name for path in directory.glob("*.creating*"))
-    print(f"kills: {totals['kills']} ({creation_kills} of {args.creation} during file creation, {sweep_kills} "
+    print(f"kills: {totals['kills']} ({creation_kills} during file creation in {creation_trial} trials, {sweep_kills} "
           f"during sweeps in {trial} sweep trials over {len(sweep_files)} files); files refused: "
           f"{totals['refused']}; rows lost: {totals['lost']}; rows duplicated: {totals['duplicated']}; rows with "
           f"wrong metrics: {totals['wrong']}; files not writable, complete or intact after resume: "

@@ -268,11 +268,11 @@ def _fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
-def _remove_stale_temporaries(path: Path) -> None:
-    """Delete temporary files of creations that were killed (older than a minute)."""
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Delete temporary files of creations in ``directory`` that were killed (older than a minute)."""
     import time
 
-    for leftover in path.parent.glob(f".{path.name}.*.creating*"):
+    for leftover in directory.glob(".*.creating*"):
         try:
             if time.time() - leftover.stat().st_mtime > 60:
                 leftover.unlink()
@@ -327,7 +327,7 @@ class ResultStore:
             raise ValueError(f"db: directory {str(self.path.parent)!r} of the results file does not exist")
         _check_writable(self.path)
         if version is None:
-            _remove_stale_temporaries(self.path)
+            _remove_stale_temporaries(self.path.parent)
             _create_atomically(self.path, replace=self.path.exists())
             version = _inspect_existing(self.path)
         self._connection = sqlite3.connect(self.path, timeout=timeout)
