@@ -350,7 +350,7 @@ def test_learn_checks_output_paths_before_fitting(tmp_path, monkeypatch, capsys,
 
 def test_plot_onto_an_existing_file_is_refused_before_rendering(tmp_path, toy, capsys):
     db = tmp_path / "results.db"
-    run_sweep(TOY, db, workers=1, progress=False)
+    _partial_results(db, 3)
     target = tmp_path / "figures"
     target.write_text("not a directory")
     code = main(["plot", TOY, "--db", str(db), "--out", str(target)])
