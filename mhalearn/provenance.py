@@ -5,10 +5,12 @@
 ``mhalearn``
     the package version (:data:`mhalearn.__version__`);
 ``source_hash``
-    SHA-256 (first 16 hex digits) of every ``.py`` and ``.toml`` file of the
-    package, by relative path and content.  It identifies the code exactly,
-    from a checkout or from an installed copy alike, and is what
-    :func:`code_id` is built from;
+    SHA-256 (first 16 hex digits) of every ``.py`` file of the package, by
+    relative path and content.  It identifies the code exactly, from a
+    checkout or from an installed copy alike, and is what :func:`code_id` is
+    built from.  Grid files are left out: editing a grid changes which cells
+    a sweep computes, not how a cell is computed (the grid of every sweep is
+    recorded in the results file);
 ``git_commit``, ``git_dirty``
     the commit of the checkout the package is imported from and whether
     tracked files differ from it (None when it is not imported from a git
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_HASHED_SUFFIXES = (".py", ".toml")
+_HASHED_SUFFIXES = (".py",)
 
 
 def source_hash(package_dir: Path = _PACKAGE_DIR) -> str:

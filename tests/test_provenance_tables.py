@@ -56,7 +56,10 @@ def test_source_hash_changes_with_any_source_file_and_only_then(tmp_path):
     (copy / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"compiled")
     assert source_hash(copy) == source_hash(PACKAGE)
     grid = copy / "experiments" / "grids" / "error-vs-samples.toml"
-    grid.write_text(grid.read_text() + "\n# a comment\n")
+    grid.write_text(grid.read_text() + "\nseed = [9]\n")  # a grid is not code: same hash
+    assert source_hash(copy) == source_hash(PACKAGE)
+    kernels = copy / "kernels.py"
+    kernels.write_text(kernels.read_text() + "\n# a comment\n")
     assert source_hash(copy) != source_hash(PACKAGE)
 
 
