@@ -17,9 +17,8 @@ The full experiment is ``mhalearn sweep error-vs-samples --db FILE`` (its grid:
 import tempfile
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
 from mhalearn.experiments import get_experiment
+from mhalearn.experiments.figures import show_files
 
 experiment = get_experiment("error-vs-samples")
 grid = {"learner": ["gradient", "moment", "sculpt"], "family": "random", "heads": [1, 2], "dim": 6,
@@ -30,10 +29,4 @@ print(f"{len(rows)} fits")
 
 # %%
 # The figure and the numbers it shows, as ``mhalearn plot`` writes them.
-out = Path(tempfile.mkdtemp())
-figure, table = experiment.plot(rows, out)
-print(table.read_text())
-plt.figure(figsize=(10, 4))
-plt.imshow(plt.imread(figure))
-plt.axis("off")
-plt.show()
+show_files(experiment.plot(rows, Path(tempfile.mkdtemp())))

@@ -16,9 +16,8 @@ The full experiment is ``mhalearn sweep sparse-variables --db FILE``.
 import tempfile
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-
 from mhalearn.experiments import get_experiment
+from mhalearn.experiments.figures import show_files
 
 experiment = get_experiment("sparse-variables")
 grid = {"function": "majority", "student": ["attention", "mlp"], "sparsity": 3, "length": [16, 64],
@@ -28,14 +27,4 @@ print(f"{len(rows)} fits")
 
 # %%
 # The figure and the numbers it shows, as ``mhalearn plot`` writes them.
-out = Path(tempfile.mkdtemp())
-paths = experiment.plot(rows, out)
-for path in paths:
-    if path.suffix == ".txt":
-        print(path.read_text())
-for path in paths:
-    if path.suffix == ".png":
-        plt.figure(figsize=(10, 4))
-        plt.imshow(plt.imread(path))
-        plt.axis("off")
-plt.show()
+show_files(experiment.plot(rows, Path(tempfile.mkdtemp())))

@@ -184,25 +184,35 @@ def _partial_results(path: Path, cells: int) -> None:
             store.record(TOY, cell, {"value": 0.0})
 
 
-def test_sweep_on_a_read_only_results_file_refuses_before_computing(tmp_path, toy):
-    path = tmp_path / "results.db"
-    _partial_results(path, 5)
-    path.chmod(0o444)
-    marker = tmp_path / "computed.txt"
+def _unprivileged_sweep_refused(path: Path, directory: Path) -> None:
+    """A sweep run bound by file permissions exits 2 with a clear message, and computes no cell."""
+    marker = directory / "computed.txt"
     result = run_unprivileged(toy_cli(TOY, "toy", "sweep", TOY, "--db", str(path), "--quiet", "--workers", "1",
-                                      marking=True), tmp_path, MHALEARN_TEST_MARKER=str(marker))
+                                      marking=True), directory, MHALEARN_TEST_MARKER=str(marker))
     assert result.returncode == 2, result.stderr
     assert "read-only" in result.stderr and "Traceback" not in result.stderr
     assert not marker.exists()  # not a single cell was computed (and lost)
     assert len(stored_keys(path)) == 5
 
 
-def test_plot_and_status_read_a_results_file_in_a_read_only_directory(tmp_path, toy):
+def test_sweep_on_a_read_only_results_file_refuses_before_computing(tmp_path, toy):
+    path = tmp_path / "results.db"
+    _partial_results(path, 5)
+    path.chmod(0o444)
+    _unprivileged_sweep_refused(path, tmp_path)
+
+
+def _read_only_archive(tmp_path: Path, cells: int) -> Path:
     directory = tmp_path / "archive"
     directory.mkdir()
     path = directory / "results.db"
-    _partial_results(path, 12)
+    _partial_results(path, cells)
     directory.chmod(0o555)
+    return path
+
+
+def test_plot_and_status_read_a_results_file_in_a_read_only_directory(tmp_path, toy):
+    path = _read_only_archive(tmp_path, 12)
     out = tmp_path / "figures"
     result = run_unprivileged(toy_cli(TOY, "toy", "plot", TOY, "--db", str(path), "--out", str(out)),
                               tmp_path)
@@ -211,21 +221,11 @@ def test_plot_and_status_read_a_results_file_in_a_read_only_directory(tmp_path, 
     status = run_unprivileged(toy_cli(TOY, "toy", "sweep", "--status", "--db", str(path)), tmp_path)
     assert status.returncode == 0, status.stderr
     assert TOY in status.stdout and "12 ok" in status.stdout
-    assert sorted(os.listdir(directory)) == ["results.db"]
+    assert sorted(os.listdir(path.parent)) == ["results.db"]
 
 
 def test_sweep_in_a_read_only_directory_refuses_before_computing(tmp_path, toy):
-    directory = tmp_path / "archive"
-    directory.mkdir()
-    path = directory / "results.db"
-    _partial_results(path, 5)
-    directory.chmod(0o555)
-    marker = tmp_path / "computed.txt"
-    result = run_unprivileged(toy_cli(TOY, "toy", "sweep", TOY, "--db", str(path), "--quiet", "--workers", "1",
-                                      marking=True), tmp_path, MHALEARN_TEST_MARKER=str(marker))
-    assert result.returncode == 2, result.stderr
-    assert "read-only" in result.stderr or "cannot write" in result.stderr
-    assert "Traceback" not in result.stderr and not marker.exists()
+    _unprivileged_sweep_refused(_read_only_archive(tmp_path, 5), tmp_path)
 
 
 def _full_disk(monkeypatch):

@@ -653,8 +653,9 @@ class WriterLock:
         try:
             handle = open(self.path, "a+", encoding="utf-8")
         except OSError as error:
-            raise ValueError(f"db: cannot write beside the results file ({error}); its directory must be "
-                             "writable for a sweep: copy the file to a writable place or use another --db") from None
+            raise ValueError(f"db: the directory {str(self.path.parent)!r} of the results file is read-only "
+                             f"({error.strerror}); a sweep writes its lock and journal beside the file: copy the "
+                             "file to a writable place or use another --db; nothing was computed") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
