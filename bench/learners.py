@@ -22,8 +22,8 @@ from mhalearn.experiments.families import (
     SUCCESS_ERROR,
     run_family_cell,
     summarize_families,
-    teacher_families_cells,
 )
+from mhalearn.experiments import get_experiment
 from _common import load_jsonl
 
 CELL_KEYS = ("learner", "family", "heads", "dim", "length", "samples", "noise", "seed")
@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--families", default=None, help="comma-separated (default: all registered)")
     parser.add_argument("--out", default=None, help="JSON-lines file of rows (resumable)")
     args = parser.parse_args()
-    cells = teacher_families_cells(args.quick)
+    cells = get_experiment("teacher-families").cells(args.quick)
     if args.families:
         wanted = args.families.split(",")
         for family in wanted:

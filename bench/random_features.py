@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 
-from mhalearn.experiments.random_features import MODEL_NAMES, _GRIDS, run_random_features_cell
+from mhalearn.experiments import get_experiment
+from mhalearn.experiments.random_features import MODEL_NAMES, run_random_features_cell
 from mhalearn.random_feature_targets import RANDOM_FEATURE_TARGETS
 
-SETTING = {key: _GRIDS[False][key] for key in ("law", "dim", "keys", "heads")}
+SETTING = {key: get_experiment("random-features").grid().table[key] for key in ("law", "dim", "keys", "heads")}
 
 
 def errors(target: str, model: str, samples: int, seeds) -> np.ndarray:

@@ -1,4 +1,8 @@
-"""Plant a two-head teacher, learn it with SculptLearner and print the phase table.
+"""
+Recovering a planted teacher with SculptLearner
+===============================================
+
+Plant a two-head teacher, learn it with SculptLearner and print the phase table.
 
     python examples/recover_teacher.py
 """

@@ -1,4 +1,8 @@
-"""Sparse variable creation (Edelman, Goel, Kakade & Zhang, ICML 2022) in a few lines.
+"""
+Sparse variable creation in a few lines
+=======================================
+
+Sparse variable creation (Edelman, Goel, Kakade & Zhang, ICML 2022) in a few lines.
 
 A hidden majority of 3 of T = 128 bits, 128 training examples: the attention
 student finds the 3 positions and generalises; the MLP on the raw bits,

@@ -1,6 +1,6 @@
 """mhalearn: learning a single multi-head attention layer from examples.
 
-The public API is re-exported here; see DESIGN.md for the maths and the parts.
+The public API is re-exported here; see docs/design.md for the maths and the parts.
 """
 
 from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset

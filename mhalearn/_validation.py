@@ -1,4 +1,4 @@
-"""Input validation shared by every public entry point (DESIGN.md §6).
+"""Input validation shared by every public entry point (docs/design.md §6).
 
 Every check raises ``ValueError`` naming the argument, what was expected and
 what was received, so that a user's mistake is reported where it was made and
@@ -8,6 +8,8 @@ not as a shape error deep inside a Numba kernel.
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -41,6 +43,8 @@ def check_parameters(thetas, ws) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"thetas: expected heads >= 1, received shape {thetas.shape}")
     if thetas.shape[1] != thetas.shape[2]:
         raise ValueError(f"thetas: expected shape (heads, dim, dim), received {thetas.shape}")
+    if thetas.shape[1] < 1:
+        raise ValueError(f"thetas: expected dim >= 1, received shape {thetas.shape}")
     if ws.shape != thetas.shape:
         raise ValueError(f"ws: expected shape {thetas.shape} to match thetas, received {ws.shape}")
     return thetas, ws
@@ -200,3 +204,81 @@ def check_hyperparameters(estimator) -> None:
             continue
         expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
         raise ValueError(f"{name}: expected {expected}, received {value!r}")
+
+
+#: Largest absolute logit the attention kernels accept: the row-max shift of the softmax
+#: subtracts two logits, and both the sum and the difference must stay finite.
+LOGIT_LIMIT = np.finfo(np.float64).max / 4
+
+
+def check_logit_range(X: np.ndarray, thetas: np.ndarray, name: str = "X") -> None:
+    """Raise ``ValueError`` when the logits x_jᵀ Θ_i x_l of finite inputs could overflow.
+
+    Uses the bound ``|x_jᵀ Θ x_l| ≤ max|x|² · Σ_ab |Θ_ab|``, which also bounds
+    every partial sum of the products, so inputs that pass cannot produce an
+    infinite logit (or a NaN softmax).  Costs one pass over ``X`` and the
+    parameters, against the kernels' O(n·m·k·d·(k+d)).
+    """
+    if X.size == 0 or thetas.size == 0:
+        return
+    with np.errstate(over="ignore"):
+        largest_entry = max(float(X.max()), -float(X.min()))
+        theta_mass = float(np.abs(thetas).sum(axis=(1, 2)).max())
+        bound = largest_entry * largest_entry * theta_mass
+    if not bound <= LOGIT_LIMIT:
+        raise ValueError(
+            f"{name}: expected inputs whose attention logits x_j·Θ·x_l stay finite, received entries up to "
+            f"{largest_entry:.3g} with Σ|Θ_i| up to {theta_mass:.3g}, so logits could reach {bound:.3g} "
+            f"(limit {LOGIT_LIMIT:.3g}); rescale the inputs"
+        )
+
+
+def check_instance(value, name: str, expected: type | tuple, description: str | None = None):
+    """Return ``value``, raising ``TypeError`` naming the argument unless it is an ``expected`` instance."""
+    if not isinstance(value, expected):
+        wanted = description or (" or ".join(kind.__name__ for kind in expected) if isinstance(expected, tuple)
+                                 else expected.__name__)
+        raise TypeError(f"{name}: expected {wanted}, received {type(value).__name__} ({value!r:.80})")
+    return value
+
+
+def check_predictor(value, name: str):
+    """Return ``value``, raising ``TypeError`` unless it has a callable ``predict`` (a model or fitted learner)."""
+    if not callable(getattr(value, "predict", None)):
+        raise TypeError(f"{name}: expected a MultiHeadAttention or an object with predict(X), "
+                        f"received {type(value).__name__} ({value!r:.80})")
+    return value
+
+
+def check_output_file(path, name: str) -> Path:
+    """Return ``path`` as a ``Path`` a file can be written at, raising ``ValueError`` otherwise.
+
+    Checked before long work starts, so a fit or sweep is not lost to a
+    typo in an output path: the parent directory must exist and be
+    writable, and ``path`` must not be a directory (an existing file is
+    overwritten, as ``save`` does).
+    """
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise ValueError(f"{name}: expected a file path, {str(path)!r} is a directory")
+    if not parent.is_dir():
+        raise ValueError(f"{name}: directory {str(parent)!r} of {str(path)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{name}: {str(path)!r} is not writable")
+    return path
+
+
+def check_output_directory(path, name: str) -> Path:
+    """Return ``path`` as a ``Path`` of a directory that exists or can be created, and written to."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name}: expected a directory, {str(path)!r} is a file")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{name}: cannot create {str(path)!r}: {str(existing)!r} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: {str(existing)!r} is not writable, so {str(path)!r} cannot be written")
+    return path

@@ -1,17 +1,22 @@
-"""The ``mhalearn`` command (DESIGN.md §5).
+"""The ``mhalearn`` command (docs/design.md §5).
 
 Subcommands::
 
     mhalearn demo                     plant an m = 2 teacher, learn it with SculptLearner, draw a figure
     mhalearn learn --learner NAME     one learner on one planted instance; the model is saved to a file
     mhalearn sweep NAME --db PATH     run (or resume) a named experiment into a SQLite results file
+    mhalearn sweep --status --db PATH what a results file holds, by experiment and code version
     mhalearn plot NAME --db PATH --out DIR   render an experiment's figures from its results
+    mhalearn export NAME --db PATH --format csv|parquet --out FILE   the stored rows as a table
     mhalearn bench [SCRIPT ...]       run the benchmark scripts in bench/
 
 ``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
 as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
 results).  Bad input (unknown experiment, learner or family names, a file
-that is not a results file) is reported in one line with exit status 2.
+that is not a results file, an output path that cannot be written) is
+reported in one line with exit status 2, before any work starts; a sweep
+that had to stop (results file unwritable, workers gone) exits with 1 and
+keeps every stored row.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
+
+from ._validation import check_choice, check_output_directory, check_output_file
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
@@ -200,14 +208,27 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", parents=[common], help="run or resume a named experiment",
                                 description="Compute the cells of a named experiment missing from the results "
                                             "file; a killed sweep resumes where it stopped.")
-    sweep.add_argument("experiment", metavar="NAME", help="experiment name")
+    sweep.add_argument("experiment", metavar="NAME", nargs="?", help="experiment name")
     sweep.add_argument("--db", type=Path, required=True, help="SQLite results file (created if missing)")
-    sweep.add_argument("--quick", action="store_true", help="the small grid (about a minute)")
-    sweep.add_argument("--workers", type=int, default=None, help="local worker processes (default: CPU cores)")
+    sweep.add_argument("--status", action="store_true",
+                       help="list what the results file holds, by experiment and code version, and exit")
+    sweep.add_argument("--grid", type=Path, default=None, metavar="FILE",
+                       help="TOML grid file to sweep instead of the experiment's own (its [full] table, "
+                            "or [quick] with --quick)")
+    sweep.add_argument("--quick", action="store_true", help="the grid's [quick] table (about a minute)")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="local worker processes (default and at most: CPU cores)")
     sweep.add_argument("--backend", choices=("local", "dask"), default="local", help="where cells run")
     sweep.add_argument("--scheduler", default=None, metavar="ADDRESS",
                        help="Dask scheduler address, e.g. tcp://127.0.0.1:8786 (with --backend dask)")
     sweep.add_argument("--retry-failed", action="store_true", help="recompute cells stored as failures")
+    sweep.add_argument("--allow-mixed", action="store_true",
+                       help="add rows to an experiment whose stored rows came from other code")
+    sweep.add_argument("--write-timeout", type=float, default=None, metavar="SECONDS",
+                       help="retry writing a row this long (disk full, file locked) before stopping "
+                            "(default 120)")
+    sweep.add_argument("--worker-timeout", type=float, default=None, metavar="SECONDS",
+                       help="with --backend dask: stop after this long without any worker (default 120)")
 
     plot = commands.add_parser("plot", parents=[common], help="figures of an experiment from its results",
                                description="Render an experiment's PNG figures (and a table of the numbers "
@@ -215,6 +236,17 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     plot.add_argument("experiment", metavar="NAME", help="experiment name")
     plot.add_argument("--db", type=Path, required=True, help="SQLite results file written by `mhalearn sweep`")
     plot.add_argument("--out", type=Path, required=True, help="output directory")
+
+    export = commands.add_parser("export", parents=[common], help="the stored rows of an experiment as a table",
+                                 description="Write the rows of an experiment stored in a results file as a CSV "
+                                             "or Parquet table: grid keys and metrics as columns (nested metrics "
+                                             "with dotted names), then status, timing and provenance.  Needs "
+                                             "pip install 'mhalearn[tables]'.")
+    export.add_argument("experiment", metavar="NAME", help="experiment name (as stored)")
+    export.add_argument("--db", type=Path, required=True, help="SQLite results file written by `mhalearn sweep`")
+    export.add_argument("--format", choices=("csv", "parquet"), default=None,
+                        help="table format (default: from the extension of --out)")
+    export.add_argument("--out", type=Path, required=True, help="output file")
 
     bench = commands.add_parser("bench", parents=[common], help="run the benchmark scripts in bench/",
                                 description="Run the scripts in the repository's bench/ directory "
@@ -290,6 +322,7 @@ def command_demo(args) -> int:
         raise ValueError(f"learner: the demo needs 'sculpt', which is not registered (registered: "
                          f"{sorted(LEARNERS) or 'none'})")
     setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
+    check_output_directory(args.out, "out")
     _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
     estimator, teacher, metrics = _learn_and_report(args, setting, {}, description="demo")
@@ -358,6 +391,11 @@ def demo_figure(model, teacher, metrics: dict, *, length: int, seed: int = 0):
 def command_learn(args) -> int:
     """``mhalearn learn``: one learner, one planted instance, model saved."""
     hyperparams = {key[3:]: value for key, value in vars(args).items() if key.startswith("hp_")}
+    check_output_file(args.out, "out")
+    if args.teacher_out is not None:
+        check_output_file(args.teacher_out, "teacher-out")
+        if Path(args.teacher_out).resolve() == Path(args.out).resolve():
+            raise ValueError(f"teacher-out: expected a file other than --out, received {str(args.teacher_out)!r}")
     setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
                    family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
     estimator, teacher, _ = _learn_and_report(args, setting, hyperparams, description="learn")
@@ -370,13 +408,41 @@ def command_learn(args) -> int:
 
 
 def command_sweep(args) -> int:
-    """``mhalearn sweep``: run or resume a named experiment."""
-    from .experiments.runner import run_sweep
+    """``mhalearn sweep``: run or resume a named experiment, or show what a results file holds."""
+    from .experiments.runner import WORKER_TIMEOUT, WRITE_TIMEOUT, run_sweep
+    from .experiments.store import format_status
 
-    summary = run_sweep(args.experiment, args.db, quick=args.quick, workers=args.workers, backend=args.backend,
-                        scheduler=args.scheduler, progress=not args.quiet, retry_failed=args.retry_failed)
+    if args.status:
+        print(format_status(args.db, args.experiment))
+        return 0
+    if args.experiment is None:
+        raise ValueError("experiment: expected an experiment name (or --status), received none; "
+                         "`mhalearn experiments` lists them")
+    summary = run_sweep(args.experiment, args.db, quick=args.quick, grid=args.grid, workers=args.workers,
+                        backend=args.backend, scheduler=args.scheduler, progress=not args.quiet,
+                        retry_failed=args.retry_failed, allow_mixed=args.allow_mixed,
+                        write_timeout=WRITE_TIMEOUT if args.write_timeout is None else args.write_timeout,
+                        worker_timeout=WORKER_TIMEOUT if args.worker_timeout is None else args.worker_timeout)
     print(summary)
     return EXIT_FAILURE if summary.failed else 0
+
+
+def command_export(args) -> int:
+    """``mhalearn export``: the stored rows of an experiment as a CSV or Parquet table."""
+    from .experiments.store import ResultStore
+    from .tables import write_table
+
+    table_format = args.format or args.out.suffix.lstrip(".").lower()
+    check_choice(table_format, "format", ("csv", "parquet"))
+    check_output_file(args.out, "out")
+    with ResultStore(args.db, readonly=True) as store:
+        if args.experiment not in store.experiments():
+            raise ValueError(f"experiment: expected one of the experiments stored in {str(args.db)!r} "
+                             f"{store.experiments()}, received {args.experiment!r}")
+        frame = store.to_dataframe(args.experiment)
+    write_table(frame, args.out, table_format)
+    print(f"{args.experiment}: {len(frame)} rows × {len(frame.columns)} columns written to {args.out}")
+    return 0
 
 
 def command_plot(args) -> int:
@@ -385,7 +451,8 @@ def command_plot(args) -> int:
     from .experiments.store import ResultStore
 
     experiment = get_experiment(args.experiment)
-    with ResultStore(args.db, create=False) as store:
+    check_output_directory(args.out, "out")
+    with ResultStore(args.db, readonly=True) as store:
         rows = store.rows(args.experiment)
         failed = store.count(args.experiment, status="failed")
     if not rows:
@@ -416,8 +483,6 @@ def bench_scripts() -> dict[str, Path]:
 
 def command_bench(args) -> int:
     """``mhalearn bench``: list or run the benchmark scripts."""
-    from ._validation import check_choice
-
     scripts = bench_scripts()
     if args.list:
         for name, path in scripts.items():
@@ -450,7 +515,15 @@ def command_experiments(args) -> int:
 
 
 COMMANDS = {"demo": command_demo, "learn": command_learn, "sweep": command_sweep, "plot": command_plot,
-            "bench": command_bench, "experiments": command_experiments}
+            "export": command_export, "bench": command_bench, "experiments": command_experiments}
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of mhalearn's own as one line on stderr, others as Python shows them."""
+    if category.__module__.startswith("mhalearn"):
+        print(f"mhalearn: warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -467,7 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command in ("sweep", "plot", "experiments"):
             import mhalearn.experiments  # noqa: F401  registers the named experiments
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return COMMANDS[args.command](args)
     except ValueError as error:
         print(f"mhalearn: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -1,10 +1,10 @@
-"""Input laws and labelled datasets drawn from a planted teacher (DESIGN.md §1–2)."""
+"""Input laws and labelled datasets drawn from a planted teacher (docs/design.md §1–2)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_generator, check_choice, check_positive_int, check_real
+from ._validation import as_float_array, as_generator, check_choice, check_positive_int, check_real
 
 INPUT_LAWS = ("boolean", "gaussian")
 
@@ -36,6 +36,7 @@ def draw_inputs(law: str, samples: int, length: int, dim: int, rng=None) -> np.n
 def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
     """Y plus i.i.d. Gaussian noise of standard deviation ``noise`` (a new array)."""
     noise = check_real(noise, "noise", low=0.0)
+    Y = as_float_array(Y, "Y", np.ndim(Y))
     if noise == 0.0:
         return np.array(Y, dtype=np.float64, copy=True)
     return Y + noise * as_generator(rng).standard_normal(np.shape(Y))

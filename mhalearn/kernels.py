@@ -1,4 +1,4 @@
-"""Numba kernels: every hot loop of mhalearn (DESIGN.md §3).
+"""Numba kernels: every hot loop of mhalearn (docs/design.md §3).
 
 All kernels take C-contiguous float64 arrays, are compiled with
 ``cache=True`` and run in parallel over the batch (small batches on the
@@ -22,6 +22,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ._validation import check_logit_range
 
 # Contraction lets LLVM fuse multiply-adds.  Reassociation is deliberately
 # off: it would undo the rounding trick in ``exp_nonpositive`` and the
@@ -577,7 +579,10 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
     """F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i for a batch ``X`` of shape (n, k, d).
 
     With ``return_attention=True`` also returns the weights, shape (n, m, k, k).
+    Finite inputs whose logits could overflow raise ``ValueError``
+    (:func:`~mhalearn._validation.check_logit_range`).
     """
+    check_logit_range(X, thetas)
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty(X.shape)
@@ -596,7 +601,8 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
 
 
 def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
-    """Attention weights softmax(X Θ_i Xᵀ), shape (n, m, k, k)."""
+    """Attention weights softmax(X Θ_i Xᵀ), shape (n, m, k, k); overflowing logits raise ``ValueError``."""
+    check_logit_range(X, thetas)
     n, k, d = X.shape
     m = thetas.shape[0]
     out = np.empty((n, m, k, k))
@@ -651,7 +657,7 @@ def loss_and_grad(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarr
 
 
 # ==== Sparse variable creation (Edelman, Goel, Kakade & Zhang) ====
-# One softmax attention head over T Boolean tokens (DESIGN.md §4.4).  Token t
+# One softmax attention head over T Boolean tokens (docs/design.md §4.4).  Token t
 # of a sequence x ∈ {±1}^T is embedded as z_t = p_t + x_t r_t: a learned
 # positional embedding p_t ∈ R^e and a learned bit embedding r_t ∈ R^e of the
 # position (so that the token "bit x_t at position t" has its own vector,

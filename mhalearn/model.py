@@ -1,19 +1,24 @@
-"""The multi-head attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i (DESIGN.md §1)."""
+"""The multi-head attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i (docs/design.md §1)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import zipfile
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from . import kernels
-from ._validation import check_inputs, check_parameters
+from ._validation import check_inputs, check_instance, check_parameters, check_predictor
 
 #: Version written into saved models; ``load`` refuses any other.
 FORMAT_VERSION = 1
 _FORMAT_TAG = "mhalearn.MultiHeadAttention"
+#: The members of a model file and the dtype kinds each may have ("U" text, "i"/"u" integer, "f" float).
+_MEMBERS = {"format.npy": "U", "version.npy": "iu", "thetas.npy": "f", "ws.npy": "f"}
+#: Largest model file content ``load`` reads by default (declared, uncompressed): 1 GiB.
+MAX_MODEL_BYTES = 1 << 30
 
 
 class MultiHeadAttention:
@@ -74,31 +79,116 @@ class MultiHeadAttention:
     def copy(self) -> "MultiHeadAttention":
         return MultiHeadAttention(self.thetas.copy(), self.ws.copy())
 
-    # ------------------------------------------------------------------ I/O
-    def save(self, path) -> None:
-        """Write the parameters to an ``.npz`` file carrying a format version."""
-        with open(path, "wb") as handle:
-            np.savez(handle, format=np.array(_FORMAT_TAG), version=np.array(FORMAT_VERSION),
-                     thetas=self.thetas, ws=self.ws)
+    # -------------------------------------------------------------- interop
+    def to_torch(self):
+        """This layer as a float64 ``torch.nn.Module`` (Θ, W as parameters); see :mod:`mhalearn.interop`."""
+        from .interop import to_torch
+
+        return to_torch(self)
 
     @classmethod
-    def load(cls, path) -> "MultiHeadAttention":
-        """Read a model written by :meth:`save`; anything else raises ``ValueError``."""
+    def from_torch(cls, module) -> "MultiHeadAttention":
+        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.interop`."""
+        from .interop import from_torch
+
+        return from_torch(module)
+
+    def to_jax(self):
+        """``(apply, params)``: a pure JAX function ``apply(params, X)`` and this layer's params."""
+        from .interop import to_jax
+
+        return to_jax(self)
+
+    # ------------------------------------------------------------------ I/O
+    def save(self, path) -> None:
+        """Write the parameters to an ``.npz`` file carrying a format version.
+
+        The file is written next to ``path`` under a temporary name and then
+        renamed over it (:func:`os.replace`), so ``path`` never holds a
+        half-written model, even if the process is killed.
+        """
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                             delete=False)
+        try:
+            with handle:
+                np.savez(handle, format=np.array(_FORMAT_TAG), version=np.array(FORMAT_VERSION),
+                         thetas=self.thetas, ws=self.ws)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(handle.name, path)
+        except BaseException:
+            if os.path.exists(handle.name):
+                os.unlink(handle.name)
+            raise
+
+    @classmethod
+    def load(cls, path, *, max_bytes: int = MAX_MODEL_BYTES) -> "MultiHeadAttention":
+        """Read a model written by :meth:`save`; anything else raises ``ValueError``.
+
+        The zip directory is checked before any member is read: exactly the
+        members ``format``, ``version``, ``thetas`` and ``ws``, each a plain
+        ``.npy`` array of the expected kind whose declared size matches its
+        header, ``max_bytes`` at most in all.  So a crafted file (extra
+        members, a decompression bomb, a pickled object) is refused without
+        being decompressed.  The version must be the integer
+        :data:`FORMAT_VERSION`.
+        """
+        path = os.fspath(path)
         if not os.path.isfile(path):
             raise ValueError(f"path: expected an existing model file, received {path!r}")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                contents = {key: data[key] for key in data.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-            raise ValueError(f"path: expected an mhalearn model (.npz), could not read {path!r}: {error}") from None
-        if "format" not in contents or str(contents["format"]) != _FORMAT_TAG:
+            with zipfile.ZipFile(path) as archive:
+                contents = _read_model_members(archive, path, max_bytes)
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as error:
+            message = str(error)
+            if not message.startswith("path:"):
+                message = f"path: expected an mhalearn model (.npz), could not read {path!r}: {message}"
+            raise ValueError(message) from None
+        if contents["format"].shape != () or str(contents["format"]) != _FORMAT_TAG:
             raise ValueError(f"path: expected an mhalearn model file, {path!r} lacks the format tag")
-        version = int(contents.get("version", -1))
-        if version != FORMAT_VERSION:
-            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received version {version}")
-        if "thetas" not in contents or "ws" not in contents:
-            raise ValueError(f"path: model file {path!r} lacks thetas or ws")
+        version = contents["version"]
+        if version.shape != () or int(version) != FORMAT_VERSION:
+            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received version {version.tolist()!r}")
         return cls(contents["thetas"], contents["ws"])
+
+
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _read_model_members(archive: zipfile.ZipFile, path, max_bytes: int) -> dict[str, np.ndarray]:
+    """The four arrays of a model file, after checking names, kinds and declared sizes."""
+    infos = archive.infolist()
+    names = [info.filename for info in infos]
+    if sorted(names) != sorted(_MEMBERS):
+        raise ValueError(f"path: expected an mhalearn model with members {sorted(_MEMBERS)}, "
+                         f"{path!r} has {sorted(names)[:10]}")
+    declared = sum(info.file_size for info in infos)
+    if declared > max_bytes:
+        raise ValueError(f"path: {path!r} declares {declared} bytes of content, more than max_bytes = {max_bytes}")
+    contents = {}
+    for info in infos:
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in _HEADER_READERS:
+                raise ValueError(f"path: member {info.filename} of {path!r} has .npy version {version}")
+            shape, fortran_order, dtype = _HEADER_READERS[version](member)
+            header_bytes = member.tell()
+            if dtype.hasobject or dtype.kind not in _MEMBERS[info.filename]:
+                raise ValueError(f"path: member {info.filename} of {path!r} has dtype {dtype}, "
+                                 f"expected kind {_MEMBERS[info.filename]!r}")
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if header_bytes + size != info.file_size:
+                raise ValueError(f"path: member {info.filename} of {path!r} declares {info.file_size} bytes "
+                                 f"but its array header needs {header_bytes + size}")
+            data = member.read(size)
+            if len(data) != size:
+                raise ValueError(f"path: member {info.filename} of {path!r} is truncated")
+            array = np.frombuffer(data, dtype=dtype)
+            array = array.reshape(shape[::-1]).T if fortran_order else array.reshape(shape)
+            contents[info.filename[:-len(".npy")]] = array
+    return contents
 
 
 # --------------------------------------------------------------------- metrics
@@ -107,12 +197,22 @@ def relative_error(model, reference, X) -> float:
     """Σ‖F̂(X) − F(X)‖² / Σ‖F(X)‖² of ``model`` against ``reference`` on inputs X.
 
     Either argument may be a ``MultiHeadAttention`` or any object with
-    ``predict``.
+    ``predict``.  A reference whose outputs on X are all zero makes the
+    ratio undefined and raises ``ValueError``.
     """
+    check_predictor(model, "model")
+    check_predictor(reference, "reference")
     X = check_inputs(X)
     truth = reference.predict(X)
     estimate = model.predict(X)
-    return float(np.sum((estimate - truth) ** 2) / np.sum(truth ** 2))
+    scale = np.sum(truth ** 2)
+    if not scale > 0:
+        raise ValueError("reference: expected outputs that are not all zero on X (the relative error divides by "
+                         "Σ‖F(X)‖²), received a reference whose outputs are all zero")
+    error = float(np.sum((estimate - truth) ** 2) / scale)
+    if not np.isfinite(error):
+        raise ValueError(f"model: expected finite outputs on X, the relative error is {error}")
+    return error
 
 
 def match_heads(model: MultiHeadAttention, reference: MultiHeadAttention) -> np.ndarray:
@@ -121,6 +221,8 @@ def match_heads(model: MultiHeadAttention, reference: MultiHeadAttention) -> np.
     The matching minimises Σ_j ‖Θ̂_perm[j] − Θ_j‖² + ‖Ŵ_perm[j] − W_j‖² (Hungarian
     assignment, :func:`scipy.optimize.linear_sum_assignment`).
     """
+    check_instance(model, "model", MultiHeadAttention)
+    check_instance(reference, "reference", MultiHeadAttention)
     if model.heads != reference.heads or model.dim != reference.dim:
         raise ValueError(
             f"model: expected {reference.heads} heads of dim {reference.dim} to match the reference, "
@@ -160,6 +262,8 @@ def head_collapse(model: MultiHeadAttention, reference: MultiHeadAttention) -> d
     other), and ``w_inflation`` = max_i ‖Ŵ_i‖_F / max_i ‖W_i‖_F (≫ 1 when
     merged heads imitate a missing one with large opposite projections).
     """
+    check_instance(model, "model", MultiHeadAttention)
+    check_instance(reference, "reference", MultiHeadAttention)
     w_inflation = float(np.max(np.linalg.norm(model.ws.reshape(model.heads, -1), axis=1))
                         / np.max(np.linalg.norm(reference.ws.reshape(reference.heads, -1), axis=1)))
     if model.heads < 2:

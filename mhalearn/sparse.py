@@ -1,4 +1,4 @@
-"""Sparse variable creation: a sparse Boolean task and two students (DESIGN.md §4.4).
+"""Sparse variable creation: a sparse Boolean task and two students (docs/design.md §4.4).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
@@ -74,14 +74,14 @@ def _check_examples(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 class SparseBooleanTask:
-    """Random x ∈ {±1}^T labelled by y = g(x_S) for a hidden support S, |S| = s.
+    """Random x ∈ {±1}^T labelled by y = g(x_S) for a hidden support S of size s.
 
     Parameters
     ----------
     length : int
         T, the number of bits per sequence.
     sparsity : int
-        s = |S|, 1 <= s <= T (odd for ``"majority"``).
+        s = size of S, 1 <= s <= T (odd for ``"majority"``).
     function : {"and", "parity", "majority"}
         g.  AND is +1 iff all of x_S are +1; parity is Π_{i∈S} x_i;
         majority is sign(Σ_{i∈S} x_i).
@@ -328,7 +328,7 @@ class AttentionStudent(_BooleanStudent):
         AdamW budget, mini-batch size, peak step size (cosine schedule) and
         decoupled weight decay λ (applied to all but the biases).  Adam's
         steps have size ≈ η per coordinate whatever the gradient's size, so
-        AdamW keeps each weight near |θ| ≲ 1/λ: λ = 0.5 is a norm bound
+        AdamW keeps each weight near ``|θ| ≲ 1/λ``: λ = 0.5 is a norm bound
         of ≈ 2 per coordinate, ample for the sparse construction (logit gap
         ⟨q, p_i⟩ ≈ log T) but tight for the dense solutions that memorise
         the sample through many small attention weights and a large MLP

@@ -1,4 +1,4 @@
-"""Planted teachers that satisfy explicit non-degeneracy conditions (DESIGN.md §2).
+"""Planted teachers that satisfy explicit non-degeneracy conditions (docs/design.md §2).
 
 A teacher is a :class:`~mhalearn.MultiHeadAttention` whose heads are distinct,
 whose attention matrices have a fixed Frobenius norm and whose projection sum
@@ -15,7 +15,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_generator, check_choice, check_positive_int, check_real
+from ._validation import as_generator, check_choice, check_instance, check_positive_int, check_real
+from .data import INPUT_LAWS
 from .model import MultiHeadAttention
 
 DEFAULT_GRAM_FLOOR = 0.2
@@ -79,7 +80,7 @@ class NondegeneracyReport:
 def nondegeneracy(model: MultiHeadAttention, *, gram_floor: float = DEFAULT_GRAM_FLOOR,
                   condition_ceiling: float = DEFAULT_CONDITION_CEILING,
                   w_floor: float = DEFAULT_W_FLOOR) -> NondegeneracyReport:
-    """Measure the non-degeneracy conditions of DESIGN.md §2 on ``model``."""
+    """Measure the non-degeneracy conditions of docs/design.md §2 on ``model``."""
     norms = np.linalg.norm(model.thetas.reshape(model.heads, -1), axis=1)
     if np.any(norms == 0):
         gram_ratio = 0.0
@@ -173,6 +174,15 @@ TEACHER_FAMILIES: dict[str, TeacherFamily] = {}
 
 def register_family(family: TeacherFamily) -> TeacherFamily:
     """Add ``family`` to :data:`TEACHER_FAMILIES` (its name must be new)."""
+    check_instance(family, "family", TeacherFamily, "a TeacherFamily(name, description, build, ...)")
+    check_instance(family.name, "family.name", str)
+    if not callable(family.build):
+        raise TypeError(f"family.build: expected a callable (heads, dim, rng) -> MultiHeadAttention, "
+                        f"received {type(family.build).__name__}")
+    if family.samples is not None and not callable(family.samples):
+        raise TypeError(f"family.samples: expected None or a callable (heads, dim, length) -> int, "
+                        f"received {type(family.samples).__name__}")
+    check_choice(family.law, "family.law", INPUT_LAWS)
     if family.name in TEACHER_FAMILIES:
         raise ValueError(f"family: name {family.name!r} is already registered")
     TEACHER_FAMILIES[family.name] = family

@@ -7,16 +7,16 @@ import pytest
 
 from mhalearn import MultiHeadAttention
 from mhalearn.cli import build_parser, learner_hyperparameters, main
-from mhalearn.experiments import EXPERIMENTS, Experiment
+from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
 
-from test_experiments import toy_cells, toy_plot, toy_run_cell
+from toy_experiments import toy_experiment as make_toy_experiment
 
 
 @pytest.fixture
 def toy_experiment():
-    EXPERIMENTS["toy-cli"] = Experiment("toy-cli", "toy grid", toy_cells, toy_run_cell, toy_plot)
+    EXPERIMENTS["toy-cli"] = make_toy_experiment("toy-cli")
     yield "toy-cli"
     EXPERIMENTS.pop("toy-cli", None)
 

@@ -8,15 +8,12 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mhalearn.experiments import EXPERIMENTS, Experiment, get_experiment
+from mhalearn.experiments import EXPERIMENTS, get_experiment
 from mhalearn.experiments.learning import (
-    error_vs_samples_cells,
-    heads_dependence_cells,
     plot_error_vs_samples,
     plot_heads_dependence,
     run_learning_cell,
@@ -25,63 +22,22 @@ from mhalearn.experiments.learning import (
 from mhalearn.experiments.runner import execute_cell, run_sweep
 from mhalearn.experiments.store import SCHEMA_VERSION, ResultStore, cell_key
 from mhalearn.learners import LEARNERS
+from mhalearn.provenance import code_id
+
+from toy_experiments import TESTS, stored_keys, toy_experiment, toy_run_cell
 
 TOY = "toy-sweep"
-TESTS = Path(__file__).resolve().parent
-
-
-# --------------------------------------------------------- a test experiment
-# Module-level so the local backend's worker processes can unpickle them
-# (they import this module by name; the tests directory is on their sys.path).
-
-def toy_cells(quick: bool) -> list[dict]:
-    return [{"a": a, "b": b} for a in range(3 if quick else 4) for b in ("x", "y", "z")]
-
-
-def toy_run_cell(cell: dict) -> dict:
-    """Deterministic metrics from the cell; ``a == -1`` raises; ``pause`` sleeps first."""
-    if cell["a"] == -1:
-        raise ArithmeticError(f"cell {cell['b']} cannot be computed")
-    time.sleep(cell.get("pause", 0.0))
-    rng = np.random.default_rng([cell["a"], ord(cell["b"])])
-    return {"value": float(rng.standard_normal()), "square": cell["a"] ** 2}
-
-
-def toy_plot(rows: list[dict], out_dir: Path) -> list[Path]:
-    path = Path(out_dir) / "toy.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{len(rows)} rows\n")
-    return [path]
-
-
-def failing_cells(quick: bool) -> list[dict]:
-    return [{"a": a, "b": "x"} for a in (-1, 0, 1)]
-
-
-def sleepy_cells(quick: bool) -> list[dict]:
-    return [{"a": a, "b": "x", "pause": 0.25} for a in range(16)]
 
 
 @pytest.fixture
 def toy_experiments():
     """Register the test experiments for the duration of one test."""
-    added = {
-        TOY: Experiment(TOY, "toy grid", toy_cells, toy_run_cell, toy_plot),
-        "toy-failing": Experiment("toy-failing", "one cell raises", failing_cells, toy_run_cell, toy_plot),
-        "toy-sleepy": Experiment("toy-sleepy", "slow cells", sleepy_cells, toy_run_cell, toy_plot),
-    }
+    added = {TOY: toy_experiment(TOY), "toy-failing": toy_experiment("toy-failing", "toy-failing"),
+             "toy-sleepy": toy_experiment("toy-sleepy", "toy-sleepy")}
     EXPERIMENTS.update(added)
     yield added
     for name in added:
         EXPERIMENTS.pop(name, None)
-
-
-def stored_keys(path) -> list[str]:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return [key for (key,) in connection.execute("SELECT cell_key FROM results")]
-    finally:
-        connection.close()
 
 
 def comparable_rows(path, experiment) -> list[tuple]:
@@ -148,11 +104,12 @@ def test_store_refuses_foreign_files_without_modifying_them(tmp_path):
 
 def test_sweep_resumes_computing_only_missing_cells(tmp_path, toy_experiments):
     path = tmp_path / "results.db"
-    cells = toy_cells(False)
+    cells = EXPERIMENTS[TOY].cells(False)
     with ResultStore(path) as store:  # a sweep that stopped after five cells
         for cell in cells[:5]:
             outcome = execute_cell(toy_run_cell, cell)
-            store.record(TOY, outcome.cell, outcome.metrics, seconds=outcome.seconds)
+            store.record(TOY, outcome.cell, outcome.metrics, seconds=outcome.seconds,
+                         code_id=code_id(outcome.provenance), provenance=outcome.provenance)
     summary = run_sweep(TOY, path, workers=2, progress=False)
     assert (summary.total, summary.skipped, summary.computed, summary.failed) == (12, 5, 7, 0)
     keys = stored_keys(path)
@@ -184,10 +141,10 @@ def test_failed_cells_are_recorded_not_fatal(tmp_path, toy_experiments):
 
 def test_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path, toy_experiments):
     path = tmp_path / "results.db"
-    script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_experiments as t; "
+    script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import toy_experiments as t; "
               "from mhalearn.experiments import EXPERIMENTS, Experiment; "
               "from mhalearn.experiments.runner import run_sweep; "
-              "EXPERIMENTS['toy-sleepy'] = Experiment('toy-sleepy', '', t.sleepy_cells, t.toy_run_cell, t.toy_plot); "
+              "EXPERIMENTS['toy-sleepy'] = t.toy_experiment('toy-sleepy', 'toy-sleepy'); "
               f"run_sweep('toy-sleepy', {str(path)!r}, workers=2, progress=False)")
     process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
@@ -242,14 +199,15 @@ def test_runner_rejects_bad_arguments_before_touching_the_store(tmp_path, toy_ex
 def test_learning_experiments_are_registered_with_the_stated_grids():
     assert {"error-vs-samples", "heads-dependence"} <= set(EXPERIMENTS)
     assert get_experiment("error-vs-samples").run_cell is run_learning_cell
-    cells = error_vs_samples_cells(False)
+    cells = get_experiment("error-vs-samples").cells(False)
     assert {cell["heads"] for cell in cells} == {1, 2, 3}
     assert {cell["learner"] for cell in cells} <= set(LEARNERS)
     samples = sorted({cell["samples"] for cell in cells})
     assert np.allclose(np.diff(np.log(samples)), np.log(2))  # a log grid
-    assert len(error_vs_samples_cells(True)) < len(cells)
-    assert max(cell["heads"] for cell in heads_dependence_cells(False)) >= 4
-    for grid in (cells, heads_dependence_cells(False)):
+    assert len(get_experiment("error-vs-samples").cells(True)) < len(cells)
+    heads_cells = get_experiment("heads-dependence").cells(False)
+    assert max(cell["heads"] for cell in heads_cells) >= 4
+    for grid in (cells, heads_cells):
         assert len({cell_key("e", cell) for cell in grid}) == len(grid)
 
 

@@ -10,7 +10,6 @@ from mhalearn.experiments.families import (
     plot_teacher_families,
     run_family_cell,
     summarize_families,
-    teacher_families_cells,
 )
 from mhalearn.experiments.store import cell_key
 from mhalearn.model import MultiHeadAttention
@@ -55,13 +54,13 @@ def test_head_collapse_sees_merged_heads_and_inflated_projections(rng):
 
 
 def test_teacher_families_grid_covers_every_family_once():
-    cells = teacher_families_cells(False)
+    cells = get_experiment("teacher-families").cells(False)
     assert {cell["family"] for cell in cells} == set(mhalearn.TEACHER_FAMILIES)
     assert {cell["heads"] for cell in cells} == {1, 2, 3}
     assert len({cell_key("teacher-families", cell) for cell in cells}) == len(cells)
     low = [cell for cell in cells if cell["family"] == "low-sample"]
     assert all(cell["samples"] == 2 * cell["heads"] * 36 for cell in low)
-    quick = teacher_families_cells(True)
+    quick = get_experiment("teacher-families").cells(True)
     assert {cell["family"] for cell in quick} == {"random", "dominant-head"} and len(quick) < len(cells)
     assert get_experiment("teacher-families").run_cell is run_family_cell
 

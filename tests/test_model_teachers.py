@@ -35,7 +35,7 @@ def test_load_refuses_garbage_and_wrong_version(tmp_path, rng):
         MultiHeadAttention.load(wrong)
     other = tmp_path / "other.npz"
     np.savez(other, a=np.zeros(3))
-    with pytest.raises(ValueError, match="format tag"):
+    with pytest.raises(ValueError, match="expected an mhalearn model with members"):
         MultiHeadAttention.load(other)
 
 

@@ -11,7 +11,7 @@ from sklearn.base import clone
 from mhalearn import kernels
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.sparse_variables import (growth_exponents, growth_ratios, run_sparse_variables_cell,
-                                                   samples_to_accuracy, sparse_variables_cells)
+                                                   samples_to_accuracy)
 from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, boolean_function
 
 
@@ -275,7 +275,7 @@ def test_experiment_grid_is_registered_and_unique():
         keys = {tuple(sorted(cell.items())) for cell in cells}
         assert len(keys) == len(cells)
         assert all(isinstance(value, (str, int)) for cell in cells for value in cell.values())
-    full = sparse_variables_cells(False)
+    full = experiment.cells(False)
     assert {cell["length"] for cell in full} == {16, 32, 64, 128, 256}
     assert {cell["function"] for cell in full} == {"and", "parity", "majority"}
     assert {cell["student"] for cell in full} == {"attention", "mlp"}

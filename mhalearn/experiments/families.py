@@ -19,18 +19,11 @@ import numpy as np
 
 from ..teachers import TEACHER_FAMILIES, get_family
 from .figures import dodge, group_rows, median_quartiles, new_figure, save_figure, style_for, write_tables
-from .learning import available_learners, run_learning_cell
+from .learning import learning_cells, run_learning_cell
 from .registry import Experiment, register_experiment
 
 #: Relative test error at or below which a fit counts as a recovery.
 SUCCESS_ERROR = 1e-6
-
-_GRIDS = {
-    False: dict(families=None, heads=(1, 2, 3), dim=6, length=7, samples=2000, seeds=tuple(range(10))),
-    True: dict(families=("random", "dominant-head"), heads=(1, 2), dim=6, length=7, samples=2000,
-               seeds=(0, 1)),
-}
-
 
 def family_samples(family: str, heads: int, dim: int, length: int, default: int) -> int:
     """The family's own sample count when it sets one, else ``default``."""
@@ -38,19 +31,14 @@ def family_samples(family: str, heads: int, dim: int, length: int, default: int)
     return rule(heads, dim, length) if rule else default
 
 
-def teacher_families_cells(quick: bool) -> list[dict]:
-    """The grid: learners × families (all registered; quick: two) × m × seeds."""
-    grid = _GRIDS[bool(quick)]
-    families = grid["families"] or tuple(TEACHER_FAMILIES)
-    return [
-        {"learner": learner, "family": family, "heads": heads, "dim": grid["dim"], "length": grid["length"],
-         "samples": family_samples(family, heads, grid["dim"], grid["length"], grid["samples"]),
-         "noise": 0.0, "seed": seed}
-        for learner in available_learners()
-        for family in families
-        for heads in grid["heads"]
-        for seed in grid["seeds"]
-    ]
+def teacher_families_cells(grid: dict) -> list[dict]:
+    """The cells of a grid table: learners × families × m × seeds (``family`` left out: every registered one).
+
+    A family that sets its own sample count overrides the grid's ``samples``.
+    """
+    cells = learning_cells({"family": list(TEACHER_FAMILIES), **grid}, "teacher-families")
+    return [{**cell, "samples": family_samples(cell["family"], cell["heads"], cell["dim"], cell["length"],
+                                               cell["samples"])} for cell in cells]
 
 
 def run_family_cell(cell: dict) -> dict:

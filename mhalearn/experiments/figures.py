@@ -113,6 +113,18 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+def show_files(paths: Sequence[Path]) -> None:
+    """Print the text tables among ``paths`` and show the PNGs as matplotlib figures (for notebooks and galleries)."""
+    for path in paths:
+        if Path(path).suffix == ".txt":
+            print(Path(path).read_text())
+    for path in paths:
+        if Path(path).suffix == ".png":
+            image = plt.imread(path)
+            fig = plt.figure(figsize=(image.shape[1] / 100, image.shape[0] / 100))
+            fig.figimage(image)
+
+
 def write_tables(path: Path, tables: Sequence[tuple[str, Sequence[str], Iterable[Sequence]]]) -> Path:
     """Write aligned plain-text tables (the numbers a figure shows) and return the path.
 

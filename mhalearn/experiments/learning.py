@@ -1,4 +1,4 @@
-"""The learning experiments ``error-vs-samples`` and ``heads-dependence`` (DESIGN.md §5).
+"""The learning experiments ``error-vs-samples`` and ``heads-dependence`` (docs/design.md §5).
 
 Both plant a teacher from a registered family, draw ``samples`` noisy
 examples from it, fit a registered learner, and measure the relative error
@@ -40,7 +40,7 @@ from ..model import head_collapse, parameter_error, relative_error
 from ..teachers import get_family, make_teacher
 from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
-from .registry import Experiment, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Learners compared by the experiments, in plotting order.
 LEARNER_NAMES = ("gradient", "moment", "sculpt")
@@ -49,38 +49,24 @@ EPSILON = 1e-2
 #: Fresh test inputs per cell.
 TEST_SAMPLES = 1000
 
-#: The full and quick grids.  ``dim`` = ``length`` = token dimension d and tokens k.
-#: Sizes: the full sweeps take well under an hour on two cores (cells run single-threaded,
-#: 0.1–15 s each), the quick ones about a minute.
-_GRIDS = {
-    "error-vs-samples": {
-        False: dict(family="random", dim=8, length=8, noise=0.1, heads=(1, 2, 3),
-                    samples=(8, 16, 32, 64, 128, 256, 512, 1024, 2048), seeds=(0, 1, 2, 3, 4)),
-        True: dict(family="random", dim=6, length=6, noise=0.1, heads=(1, 2, 3),
-                   samples=(32, 256), seeds=(0, 1)),
-    },
-    "heads-dependence": {
-        False: dict(family="random", dim=6, length=6, noise=0.1, heads=(1, 2, 3, 4, 5),
-                    samples=(8, 16, 32, 64, 128, 256, 512, 1024), seeds=(0, 1, 2)),
-        True: dict(family="random", dim=4, length=4, noise=0.1, heads=(1, 2, 3, 4),
-                   samples=(16, 64, 256), seeds=(0,)),
-    },
-}
+#: Fields of a cell of either learning experiment, in the order the grid's axes nest.
+#: The grids are in ``grids/error-vs-samples.toml`` and ``grids/heads-dependence.toml``.
+CELL_FIELDS = ("learner", "family", "heads", "dim", "length", "samples", "noise", "seed")
 #: A cell is in a grid only if its n·k·d scalar labels are at least this many times the
 #: 2·m·d² unknowns (with fewer, the learners' validation split leaves too few to fit).
 LABELS_PER_UNKNOWN = 2
 
 
-def available_learners() -> list[str]:
-    """The learners of :data:`LEARNER_NAMES` that are registered, warning about the others.
+def available_learners(names=LEARNER_NAMES) -> list[str]:
+    """The learners of ``names`` that are registered, warning about the others.
 
     Raises ``ValueError`` when none is registered.
     """
-    present = [name for name in LEARNER_NAMES if name in learner_registry.LEARNERS]
-    missing = [name for name in LEARNER_NAMES if name not in learner_registry.LEARNERS]
+    present = [name for name in names if name in learner_registry.LEARNERS]
+    missing = [name for name in names if name not in learner_registry.LEARNERS]
     if not present:
         raise ValueError(
-            f"learner: none of {list(LEARNER_NAMES)} is registered (registered: "
+            f"learner: none of {list(names)} is registered (registered: "
             f"{sorted(learner_registry.LEARNERS) or 'none'}); the learning experiments need at least one")
     if missing:
         warnings.warn(f"learners {missing} are not registered yet and are left out of the grid",
@@ -88,28 +74,28 @@ def available_learners() -> list[str]:
     return present
 
 
-def _grid(name: str, quick: bool) -> list[dict]:
-    grid = _GRIDS[name][bool(quick)]
-    dim, length = grid["dim"], grid["length"]
-    return [
-        {"learner": learner, "family": grid["family"], "heads": heads, "dim": dim, "length": length,
-         "samples": samples, "noise": grid["noise"], "seed": seed}
-        for learner in available_learners()
-        for heads in grid["heads"]
-        for samples in grid["samples"]
-        if samples * length * dim >= LABELS_PER_UNKNOWN * 2 * heads * dim * dim
-        for seed in grid["seeds"]
-    ]
+def learning_cells(grid: dict, experiment: str = "learning") -> list[dict]:
+    """The cells of a learning grid table: every combination of its axes, less two kinds of cell.
+
+    Left out: learners that are not registered (with a warning, see
+    :func:`available_learners`), and (m, n) whose n·k·d scalar labels are
+    fewer than :data:`LABELS_PER_UNKNOWN` times the 2·m·d² unknowns.
+    """
+    cells = expand_grid(grid, CELL_FIELDS, experiment=experiment)
+    learners = set(available_learners(sorted({cell["learner"] for cell in cells})))
+    return [cell for cell in cells if cell["learner"] in learners
+            and cell["samples"] * cell["length"] * cell["dim"]
+            >= LABELS_PER_UNKNOWN * 2 * cell["heads"] * cell["dim"] * cell["dim"]]
 
 
-def error_vs_samples_cells(quick: bool) -> list[dict]:
-    """The grid of ``error-vs-samples``: learners × m ∈ {1, 2, 3} × n × seeds."""
-    return _grid("error-vs-samples", quick)
+def error_vs_samples_cells(grid: dict) -> list[dict]:
+    """The cells of an ``error-vs-samples`` grid table (see :func:`learning_cells`)."""
+    return learning_cells(grid, "error-vs-samples")
 
 
-def heads_dependence_cells(quick: bool) -> list[dict]:
-    """The grid of ``heads-dependence``: learners × m × n × seeds."""
-    return _grid("heads-dependence", quick)
+def heads_dependence_cells(grid: dict) -> list[dict]:
+    """The cells of a ``heads-dependence`` grid table (see :func:`learning_cells`)."""
+    return learning_cells(grid, "heads-dependence")
 
 
 # ---------------------------------------------------------------------- cells

@@ -1,4 +1,4 @@
-"""The ``random-features`` experiment (DESIGN.md §4.3, §5).
+"""The ``random-features`` experiment (docs/design.md §4.3, §5).
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023.
@@ -38,7 +38,7 @@ from ..learners.random_features import RandomFeatureAttention, RandomFeatureMLP
 from ..random_feature_targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
 from .figures import (dodge, plt, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
-from .registry import Experiment, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Models compared, in plotting order.
 MODEL_NAMES = ("attention-zero", "attention-identity", "mlp")
@@ -47,22 +47,14 @@ ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 #: Fresh test inputs per cell.
 TEST_SAMPLES = 2000
 
-#: Full and quick grids.  d = token dimension, keys = N, heads = M (the MLP gets M·(d+1) features).
-#: The full grid takes about half an hour on two idle cores; the quick one about a minute.
-_GRIDS = {
-    False: dict(law="sphere", dim=16, keys=16, heads=128, samples=(64, 256, 1024, 4096, 16384),
-                seeds=(0, 1, 2)),
-    True: dict(law="sphere", dim=16, keys=16, heads=32, samples=(64, 256, 1024), seeds=(0,)),
-}
+#: Fields of a cell, in the order the grid's axes nest (grids in ``grids/random-features.toml``).
+#: d = token dimension, keys = N, heads = M (the MLP gets M·(d+1) features).
+CELL_FIELDS = ("target", "model", "law", "dim", "keys", "heads", "samples", "seed")
 
 
-def random_features_cells(quick: bool) -> list[dict]:
-    """Every (target, model, n, seed) of the grid as a flat dict."""
-    grid = _GRIDS[bool(quick)]
-    return [dict(target=target, model=model, law=grid["law"], dim=grid["dim"], keys=grid["keys"],
-                 heads=grid["heads"], samples=samples, seed=seed)
-            for target in RANDOM_FEATURE_TARGETS for model in MODEL_NAMES
-            for samples in grid["samples"] for seed in grid["seeds"]]
+def random_features_cells(grid: dict) -> list[dict]:
+    """Every (target, model, n, seed) of a grid table as a flat dict."""
+    return expand_grid(grid, CELL_FIELDS, experiment="random-features")
 
 
 def make_model(name: str, heads: int, dim: int, seed: int, alpha=ALPHAS):
@@ -166,7 +158,7 @@ RANDOM_FEATURES = register_experiment(Experiment(
     name="random-features",
     description="random-feature attention (zero / identity query-key mean) vs random-feature MLP: "
                 "test error vs n on invariant and control targets (Fu, Guo, Bai & Mei)",
-    cells=random_features_cells,
+    expand=random_features_cells,
     run_cell=run_random_features_cell,
     plot=plot_random_features,
 ))

@@ -1,21 +1,33 @@
-"""The registry of named experiments (DESIGN.md §5).
+"""The registry of named experiments and their grid files (docs/design.md §5).
 
 An experiment is a named grid of independent cells.  Each experiment module
 builds an :class:`Experiment` and calls :func:`register_experiment` at import;
 the runner (``mhalearn.experiments.runner``) stores one row per finished cell
 and the CLI finds experiments here by name.
 
-Contract for the three callables:
+Grids live in TOML files, one per experiment, shipped with the package as
+``mhalearn/experiments/grids/NAME.toml``.  A grid file holds a table
+``[full]`` (the experiment's grid) and a table ``[quick]`` (the small grid of
+``--quick``); a user's file given with ``mhalearn sweep NAME --grid FILE``
+has the same form, or is a single grid with its keys at the top level.
+Every key of a grid table is a field of every cell: a list is an axis (one
+cell per value; every combination of the axes is a cell, the last key
+varying fastest), a single value is the same in every cell.  See
+``docs/grids.rst``.
 
-``cells(quick: bool) -> list[dict]``
-    The grid.  Each cell is a flat dict of JSON scalars (str, int, float,
-    bool) that identifies the cell uniquely, e.g.
+Contract for the three callables of an experiment:
+
+``expand(grid: dict) -> list[dict]``
+    The cells of a grid table.  Usually :func:`expand_grid` with the
+    experiment's field names, plus the experiment's own rules (e.g. leave
+    out under-determined cells).  Each cell is a flat dict of JSON scalars
+    (str, int, float, bool) that identifies it uniquely, e.g.
     ``{"learner": "sculpt", "heads": 2, "samples": 1000, "seed": 3}``.
 ``run_cell(cell: dict) -> dict``
     Computes one cell from scratch, deterministically from the cell's own
-    parameters (seed included), and returns a flat dict of JSON scalars
-    (metrics such as ``test_error``, ``seconds``).  It must be a module-level
-    function so it pickles to worker processes and Dask workers.
+    parameters (seed included), and returns a dict of metrics (JSON scalars,
+    or dicts of them, which tables flatten to dotted names).  It must be a
+    module-level function so it pickles to worker processes and Dask workers.
 ``plot(rows: list[dict], out_dir: pathlib.Path) -> list[pathlib.Path]``
     Renders PNG figures from the stored rows (each row is the cell merged
     with its metrics) and returns the files written.
@@ -23,20 +35,144 @@ Contract for the three callables:
 
 from __future__ import annotations
 
+import itertools
+import math
+import tomllib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
 from .._validation import check_choice
 
+#: The grid tables of a grid file: the experiment's grid and the one of ``--quick``.
+GRID_NAMES = ("full", "quick")
+_SCALARS = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One grid table and where it came from (recorded with the sweep's rows)."""
+
+    experiment: str
+    name: str
+    table: dict
+    source: str
+    text: str
+
 
 @dataclass(frozen=True)
 class Experiment:
+    """A named experiment: how to expand a grid into cells, compute a cell and plot the rows.
+
+    ``grid_file`` is the TOML file of its grids; None means the packaged
+    ``mhalearn/experiments/grids/NAME.toml``.
+    """
+
     name: str
     description: str
-    cells: Callable[[bool], list[dict]]
+    expand: Callable[[dict], list[dict]]
     run_cell: Callable[[dict], dict]
     plot: Callable[[list[dict], Path], list[Path]]
+    grid_file: str | Path | None = None
+
+    def grid(self, quick: bool = False, path: str | Path | None = None) -> Grid:
+        """The grid table to sweep: ``[quick]`` or ``[full]`` of ``path`` (default: the experiment's file)."""
+        name = "quick" if quick else "full"
+        if path is not None:
+            source, text = str(path), _read_text(Path(path), "grid")
+        elif self.grid_file is not None:
+            source, text = str(self.grid_file), _read_text(Path(self.grid_file), "grid")
+        else:
+            packaged = resources.files(__package__).joinpath("grids", f"{self.name}.toml")
+            if not packaged.is_file():
+                raise ValueError(f"grid: experiment {self.name!r} ships no grid file grids/{self.name}.toml")
+            source, text = f"mhalearn/experiments/grids/{self.name}.toml", packaged.read_text(encoding="utf-8")
+        return Grid(self.name, name, grid_table(parse_grid_file(text, source), name, source), source, text)
+
+    def cells(self, quick: bool = False, path: str | Path | None = None) -> list[dict]:
+        """The cells of :meth:`grid` (``quick`` picks the ``[quick]`` table)."""
+        return self.expand(self.grid(quick, path).table)
+
+
+def _read_text(path: Path, name: str) -> str:
+    if not path.is_file():
+        raise ValueError(f"{name}: expected a TOML grid file, {str(path)!r} does not exist")
+    return path.read_text(encoding="utf-8")
+
+
+def parse_grid_file(text: str, source: str = "<grid>") -> dict:
+    """The grid tables of a grid file's text: ``{"full": {...}, "quick": {...}}`` (those present).
+
+    A file without ``[full]`` and ``[quick]`` tables is a single grid, taken
+    as ``full``.  Syntax errors raise ``ValueError`` naming the file.
+    """
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"grid: {source} is not valid TOML: {error}") from None
+    tables = {name: document[name] for name in GRID_NAMES if isinstance(document.get(name), dict)}
+    if tables:
+        extra = sorted(set(document) - set(tables))
+        if extra:
+            raise ValueError(f"grid: {source} has keys {extra} outside its tables {sorted(tables)}; "
+                             "put every key inside [full] or [quick]")
+        return tables
+    return {"full": document}
+
+
+def grid_table(tables: dict, name: str, source: str = "<grid>") -> dict:
+    """The table ``name`` of parsed grid tables, or a ``ValueError`` saying which exist."""
+    if name not in tables:
+        raise ValueError(f"grid: {source} has no [{name}] table (it has {sorted(tables)})")
+    return tables[name]
+
+
+def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment: str = "experiment") -> list[dict]:
+    """Every combination of a grid table's axes, as cells with the keys ``fields``.
+
+    Parameters
+    ----------
+    table : dict
+        Keys → a scalar (the same in every cell) or a non-empty list of
+        scalars (an axis).
+    fields : sequence of str
+        The keys a cell of this experiment has, in the order the axes are
+        nested (the last varies fastest).
+    defaults : dict, optional
+        Values of keys the table may leave out.
+    experiment : str
+        Name used in error messages.
+
+    Returns
+    -------
+    list of dict
+
+    Raises
+    ------
+    ValueError
+        Unknown or missing keys, nested tables, empty lists, non-finite numbers.
+    """
+    defaults = defaults or {}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise ValueError(f"grid: expected the keys {list(fields)} of {experiment!r}, received unknown keys {unknown}")
+    values = {**defaults, **table}
+    missing = [key for key in fields if key not in values]
+    if missing:
+        raise ValueError(f"grid: {experiment!r} needs the keys {missing} (expected {list(fields)})")
+    axes = []
+    for key in fields:
+        value = values[key]
+        options = value if isinstance(value, list) else [value]
+        if not options:
+            raise ValueError(f"grid: key {key!r} of {experiment!r} is an empty list")
+        for option in options:
+            if not isinstance(option, _SCALARS) or (isinstance(option, float) and not math.isfinite(option)):
+                raise ValueError(f"grid: key {key!r} of {experiment!r} expected a string, number or boolean "
+                                 f"(or a list of them), received {option!r}")
+        axes.append(options)
+    return [dict(zip(fields, combination)) for combination in itertools.product(*axes)]
 
 
 EXPERIMENTS: dict[str, Experiment] = {}

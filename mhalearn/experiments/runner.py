@@ -1,20 +1,38 @@
-"""Run a named experiment's grid, resumably, on local processes or a Dask cluster (DESIGN.md §5).
+"""Run a named experiment's grid, resumably, on local processes or a Dask cluster (docs/design.md §5).
 
-:func:`run_sweep` asks the results store which cells of the experiment are
-already stored, submits only the others, and writes each result from the
+:func:`run_sweep` asks the results store which cells of the experiment's grid
+are already stored, submits only the others, and writes each result from the
 coordinating process as soon as it arrives (one committed transaction per
 row).  Killing a sweep (even with ``kill -9``) therefore loses only the cells
 that were still running; starting it again computes exactly the missing
 cells, and a finished sweep started again computes nothing.
+
+Every row carries its provenance (:mod:`mhalearn.provenance`): which code,
+on which libraries, computed it.  A sweep resumed on a file whose rows of the
+experiment came from other code stops before computing, unless
+``allow_mixed=True`` (``--allow-mixed``).  The grid swept is recorded in the
+file too.
 
 Failures: a cell whose ``run_cell`` raises is stored as a row with status
 ``"failed"`` and the traceback, and the sweep goes on.  Cells are
 deterministic functions of their parameters, so a failed cell counts as
 finished and is not recomputed on resume unless ``retry_failed=True``
 (``mhalearn sweep --retry-failed``).  The summary returned (and printed by
-the CLI) counts the failures and shows the first error.  A worker process
-that dies (e.g. out of memory) is not a cell failure: the sweep stops with a
-``RuntimeError`` saying so, and the rows already written are kept.
+the CLI) counts the failures and shows the first error.
+
+Faults, each stopping with a clear ``ValueError`` (before any work) or
+``RuntimeError`` (during it) and keeping every row already written:
+
+- the results file or its directory is read-only, or another coordinator is
+  writing to it (:class:`~mhalearn.experiments.store.WriterLock`): refused
+  before anything is computed;
+- the file cannot be written during the sweep (disk full, a write lock held
+  by another program): each write is retried for ``write_timeout`` seconds,
+  then the sweep stops;
+- a local worker process dies (e.g. out of memory);
+- the Dask scheduler is unreachable (checked in seconds, before submitting),
+  or has had no worker for ``worker_timeout`` seconds (e.g. the last worker
+  died).
 """
 
 from __future__ import annotations
@@ -22,21 +40,33 @@ from __future__ import annotations
 import multiprocessing
 import os
 import socket
+import sqlite3
 import threading
 import time
 import traceback
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable
+from urllib.parse import urlsplit
 
 from tqdm.auto import tqdm
 
-from .._validation import check_choice, check_positive_int
-from .registry import get_experiment
-from .store import STATUS_FAILED, STATUS_OK, ResultStore, cell_key
+from .._validation import check_choice, check_positive_int, check_real
+from ..provenance import code_id, code_provenance, describe
+from .registry import Grid, get_experiment
+from .store import STATUS_FAILED, STATUS_OK, ResultStore, WriterLock, cell_key, describe_write_error
 
 BACKENDS = ("local", "dask")
+#: Seconds a sweep retries writing one row (disk full, file locked) before it stops.
+WRITE_TIMEOUT = 120.0
+#: Seconds a Dask sweep waits for a worker to (re)appear before it stops.
+WORKER_TIMEOUT = 120.0
+
+
+class SweepWarning(UserWarning):
+    """Something a sweep did differently from what was asked (capped workers, mixed code)."""
 
 
 @dataclass
@@ -49,6 +79,7 @@ class CellOutcome:
     error: str | None
     seconds: float
     host: str
+    provenance: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -64,6 +95,8 @@ class SweepSummary:
     failed : of ``computed``, cells whose ``run_cell`` raised.
     seconds : wall time of the call.
     errors : the first few error messages of failed cells.
+    workers : local worker processes used (None for Dask or when nothing was computed).
+    code_id : the code that computed this call's rows.
     """
 
     experiment: str
@@ -73,6 +106,8 @@ class SweepSummary:
     failed: int
     seconds: float
     errors: list = field(default_factory=list)
+    workers: int | None = None
+    code_id: str | None = None
 
     def __str__(self) -> str:
         text = (f"{self.experiment}: {self.total} cells, {self.skipped} already stored, "
@@ -83,7 +118,7 @@ class SweepSummary:
 
 
 def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | None = None) -> CellOutcome:
-    """Run one cell in a worker and capture its metrics or its error.
+    """Run one cell in a worker and capture its metrics or its error, and the worker's provenance.
 
     Module-level so it pickles to worker processes and Dask workers, as does
     ``run_cell`` (the experiment's module-level function, pickled by
@@ -93,14 +128,15 @@ def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | No
     """
     if threads is not None:
         limit_threads(threads)
+    provenance = code_provenance()
     start = time.perf_counter()
     host = socket.gethostname()
     try:
         metrics = run_cell(dict(cell))
-        return CellOutcome(cell, STATUS_OK, dict(metrics), None, time.perf_counter() - start, host)
+        return CellOutcome(cell, STATUS_OK, dict(metrics), None, time.perf_counter() - start, host, provenance)
     except Exception as error:  # a failing cell is recorded, not fatal to the sweep
         message = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
-        return CellOutcome(cell, STATUS_FAILED, {}, message, time.perf_counter() - start, host)
+        return CellOutcome(cell, STATUS_FAILED, {}, message, time.perf_counter() - start, host, provenance)
 
 
 def limit_threads(threads: int) -> None:
@@ -132,6 +168,7 @@ def _init_worker(threads: int, coordinator: int) -> None:
     process disappears (e.g. ``kill -9``), so no orphan keeps computing.
     """
     limit_threads(threads)
+    code_provenance()  # hash the sources the worker imported now, not when a cell ends
 
     def exit_when_orphaned() -> None:
         while os.getppid() == coordinator:
@@ -141,24 +178,53 @@ def _init_worker(threads: int, coordinator: int) -> None:
     threading.Thread(target=exit_when_orphaned, daemon=True, name="mhalearn-orphan-watch").start()
 
 
-def pending_cells(experiment_name: str, store: ResultStore, *, quick: bool = False,
-                  retry_failed: bool = False) -> tuple[list[dict], int]:
-    """Cells of the experiment's grid that the store lacks, and the grid size.
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS tells it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
-    Raises ``ValueError`` when the grid repeats a cell.
-    """
-    experiment = get_experiment(experiment_name)
-    cells = experiment.cells(quick)
+
+def grid_cells(experiment_name: str, grid: Grid) -> list[dict]:
+    """The cells of ``grid`` for the experiment; ``ValueError`` when the grid repeats a cell."""
+    cells = get_experiment(experiment_name).expand(grid.table)
     keys = [cell_key(experiment_name, cell) for cell in cells]
     if len(set(keys)) != len(keys):
-        raise ValueError(f"experiment {experiment_name!r}: its grid repeats cells; every cell must be unique")
+        raise ValueError(f"grid: {grid.source} [{grid.name}] repeats cells of {experiment_name!r}; "
+                         "every cell must be unique")
+    return cells
+
+
+def pending_cells(experiment_name: str, store: ResultStore, cells: list[dict], *,
+                  retry_failed: bool = False) -> list[dict]:
+    """The cells the store lacks (and, with ``retry_failed``, those stored as failures)."""
     stored = store.finished_keys(experiment_name, include_failed=not retry_failed)
-    return [cell for key, cell in zip(keys, cells) if key not in stored], len(cells)
+    return [cell for cell in cells if cell_key(experiment_name, cell) not in stored]
+
+
+def check_code_versions(store: ResultStore, experiment_name: str, current: str, *, allow_mixed: bool) -> None:
+    """Refuse (``ValueError``) to add rows to an experiment whose stored rows came from other code.
+
+    With ``allow_mixed`` it warns (:class:`SweepWarning`) instead.
+    """
+    others = [entry for entry in store.code_versions(experiment_name) if entry["code_id"] != current]
+    if not others:
+        return
+    listing = "; ".join(f"{entry['ok'] + entry['failed']} rows by {describe(entry['provenance'])}"
+                        for entry in others)
+    message = (f"{str(store.path)!r} holds rows of {experiment_name!r} computed by other code ({listing}); "
+               f"this code is {describe(code_provenance())}")
+    if not allow_mixed:
+        raise ValueError(f"db: {message}. Refusing to mix rows of different code in one sweep: pass "
+                         "--allow-mixed (allow_mixed=True) to add rows of this code anyway, or use another --db. "
+                         "`mhalearn sweep --status --db FILE` lists the stored code versions")
+    warnings.warn(f"{message}; mixing them as asked (--allow-mixed)", SweepWarning, stacklevel=3)
 
 
 def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int):
     """Yield outcomes as local worker processes finish them."""
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, available_cores() // workers)
     context = multiprocessing.get_context("spawn")  # fork is unsafe with Numba's thread pools
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                                initargs=(threads, os.getpid()))
@@ -184,35 +250,101 @@ def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int
         pool.shutdown(wait=finished, cancel_futures=True)
 
 
-def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: str):
-    """Yield outcomes as the Dask cluster at ``scheduler`` finishes them."""
+def check_scheduler_address(scheduler: str, timeout: float = 5.0) -> None:
+    """Fail fast (``ValueError``) on a malformed Dask scheduler address or a TCP port nobody listens on."""
+    if not isinstance(scheduler, str) or not scheduler:
+        raise ValueError(f"scheduler: expected an address such as tcp://127.0.0.1:8786, received {scheduler!r}")
+    parts = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+    if parts.scheme not in ("tcp", "tls"):
+        return  # inproc://, ucx://…: leave them to Dask
     try:
-        from dask.distributed import Client, as_completed
+        port = parts.port
+    except ValueError:
+        port = -1
+    if not parts.hostname or port is None or not 0 < port < 65536:
+        raise ValueError(f"scheduler: expected an address such as tcp://127.0.0.1:8786 with a port in 1–65535, "
+                         f"received {scheduler!r}")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            pass
+    except OSError as error:
+        raise ValueError(f"scheduler: no Dask scheduler answers at {scheduler!r} ({error}); start one "
+                         "(`dask scheduler`) or check the address") from None
+
+
+def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: str, worker_timeout: float):
+    """Yield outcomes as the Dask cluster at ``scheduler`` finishes them.
+
+    Stops with ``RuntimeError`` when the cluster has had no worker for
+    ``worker_timeout`` seconds (Dask itself would wait for one forever).
+    """
+    try:
+        from dask.distributed import Client, wait as dask_wait
     except ImportError as error:  # pragma: no cover - dask[distributed] is a dependency
         raise ValueError(f"backend: 'dask' needs dask.distributed installed ({error})") from None
     try:
         client = Client(scheduler, timeout="20s")
     except (OSError, TimeoutError) as error:
         raise ValueError(f"scheduler: could not connect to a Dask scheduler at {scheduler!r}: {error}") from None
+    futures = []
     try:
         futures = [client.submit(execute_cell, run_cell, cell, 1, pure=False) for cell in cells]
-        try:
-            for future in as_completed(futures):
+        pending = set(futures)
+        workerless_since = None
+        while pending:
+            try:
+                done, pending = dask_wait(pending, timeout=1.0, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                done = set()
+            for future in done:
                 try:
                     outcome = future.result()
                 except Exception as error:  # the task itself never raises: execute_cell catches cell errors
                     raise RuntimeError(f"the Dask cluster could not run a cell ({type(error).__name__}: {error}); "
                                        "the rows written so far are kept, run the sweep again to resume") from None
                 yield outcome
-        finally:
-            client.cancel([future for future in futures if not future.done()])
+            if done or not pending:
+                workerless_since = None
+                continue
+            if client.nthreads():
+                workerless_since = None
+            elif workerless_since is None:
+                workerless_since = time.monotonic()
+            elif time.monotonic() - workerless_since > worker_timeout:
+                raise RuntimeError(f"no workers: the Dask scheduler at {scheduler!r} has had no worker for "
+                                   f"{worker_timeout:g} s with {len(pending)} cells left; the rows written so far "
+                                   "are kept, start workers and run the sweep again to resume")
     finally:
+        client.cancel([future for future in futures if not future.done()])
         client.close()
 
 
-def run_sweep(experiment_name: str, db_path, *, quick: bool = False, workers: int | None = None,
+def _store_outcome(store: ResultStore, experiment_name: str, outcome: CellOutcome, *, replace: bool,
+                   write_timeout: float) -> None:
+    """Write one outcome, retrying for ``write_timeout`` seconds while the file cannot be written."""
+    deadline = time.monotonic() + write_timeout
+    delay = 0.05
+    while True:
+        try:
+            store.record(experiment_name, outcome.cell, outcome.metrics, status=outcome.status,
+                         error=outcome.error, seconds=outcome.seconds, host=outcome.host, replace=replace,
+                         code_id=code_id(outcome.provenance), provenance=outcome.provenance)
+            return
+        except sqlite3.OperationalError as error:
+            if time.monotonic() + delay > deadline:
+                raise _StoreUnavailable(describe_write_error(error, write_timeout)) from None
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
+
+
+class _StoreUnavailable(Exception):
+    """The results file could not be written for the whole write timeout."""
+
+
+def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, workers: int | None = None,
               backend: str = "local", scheduler: str | None = None, progress: bool = True,
-              retry_failed: bool = False) -> SweepSummary:
+              retry_failed: bool = False, allow_mixed: bool = False, write_timeout: float = WRITE_TIMEOUT,
+              worker_timeout: float = WORKER_TIMEOUT) -> SweepSummary:
     """Compute the cells of a named experiment that ``db_path`` lacks, storing each as it finishes.
 
     Parameters
@@ -224,10 +356,14 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, workers: in
         The results file (created if missing; a file that is not a results
         file raises ``ValueError`` and is left untouched).
     quick : bool
-        Run the experiment's small grid (about a minute) instead of the full one.
+        Sweep the grid's ``[quick]`` table (about a minute) instead of ``[full]``.
+    grid : str or os.PathLike, optional
+        A TOML grid file to sweep instead of the experiment's own
+        (``mhalearn/experiments/grids/NAME.toml``); see ``docs/grids.rst``.
     workers : int, optional
-        Local worker processes (default: the number of CPU cores, at most
-        the number of pending cells).  Ignored by the Dask backend.
+        Local worker processes (default: the number of CPU cores).  Capped
+        at the cores and at the pending cells, with a :class:`SweepWarning`
+        when that lowers the number asked for.  Ignored by the Dask backend.
     backend : {"local", "dask"}
         Where cells run: local worker processes, or the Dask cluster whose
         scheduler listens at ``scheduler``.  Both store the same rows.
@@ -237,11 +373,29 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, workers: in
         Show a progress bar with elapsed time and ETA.
     retry_failed : bool
         Recompute cells stored as failures (their rows are replaced).
+    allow_mixed : bool
+        Add rows to an experiment whose stored rows came from other code
+        (with a warning) instead of refusing.
+    write_timeout : float
+        Seconds to retry writing a row (disk full, file locked) before stopping.
+    worker_timeout : float
+        Seconds a Dask sweep waits with no worker before stopping.
 
     Returns
     -------
     SweepSummary
         Counts of stored, computed and failed cells.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, a file that is not a results file, a read-only or
+        locked file, a second coordinator, rows of other code, an
+        unreachable scheduler: all before any cell is computed.
+    RuntimeError
+        The sweep could not go on (file unwritable for ``write_timeout``,
+        a worker died, no Dask worker for ``worker_timeout``); the rows
+        already written are kept and the same call resumes.
 
     Notes
     -----
@@ -258,32 +412,76 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, workers: in
         raise ValueError("scheduler: the dask backend needs a scheduler address (e.g. tcp://127.0.0.1:8786)")
     if workers is not None:
         workers = check_positive_int(workers, "workers")
-    run_cell = get_experiment(experiment_name).run_cell  # unknown names fail before the store is touched
-    with ResultStore(db_path) as store:
-        cells, total = pending_cells(experiment_name, store, quick=quick, retry_failed=retry_failed)
-        summary = SweepSummary(experiment_name, total, total - len(cells), 0, 0, 0.0)
-        if cells:
+    write_timeout = check_real(write_timeout, "write_timeout", low=0.0)
+    worker_timeout = check_real(worker_timeout, "worker_timeout", low=0.0)
+    experiment = get_experiment(experiment_name)  # unknown names fail before the store is touched
+    chosen_grid = experiment.grid(quick, grid)
+    cells = grid_cells(experiment_name, chosen_grid)
+    if backend == "dask":
+        check_scheduler_address(scheduler)
+    current = code_id()
+    summary = SweepSummary(experiment_name, len(cells), 0, 0, 0, 0.0, code_id=current)
+    with WriterLock(db_path, purpose=f"sweep {experiment_name}"), \
+            ResultStore(db_path, timeout=min(write_timeout, 5.0)) as store:
+        todo = pending_cells(experiment_name, store, cells, retry_failed=retry_failed)
+        summary.skipped = len(cells) - len(todo)
+        if todo:
+            check_code_versions(store, experiment_name, current, allow_mixed=allow_mixed)
+        try:
+            store.record_grid(chosen_grid, current)
+        except sqlite3.OperationalError as error:
+            raise ValueError(f"db: cannot write to {str(db_path)!r}: "
+                             f"{describe_write_error(error, min(write_timeout, 5.0))}; nothing was computed") from None
+        if todo:
             if backend == "local":
-                workers = min(workers or os.cpu_count() or 1, len(cells))
-                outcomes = _run_local(run_cell, cells, workers)
+                summary.workers = _worker_count(workers, len(todo))
+                outcomes = _run_local(experiment.run_cell, todo, summary.workers)
             else:
-                outcomes = _run_dask(run_cell, cells, scheduler)
-            bar = tqdm(total=total, initial=summary.skipped, desc=experiment_name, unit="cell",
-                       disable=not progress, dynamic_ncols=True)
-            try:
-                for outcome in outcomes:
-                    store.record(experiment_name, outcome.cell, outcome.metrics, status=outcome.status,
-                                 error=outcome.error, seconds=outcome.seconds, host=outcome.host,
-                                 replace=retry_failed)
-                    summary.computed += 1
-                    if outcome.status == STATUS_FAILED:
-                        summary.failed += 1
-                        if len(summary.errors) < 3:
-                            summary.errors.append(f"cell {outcome.cell}: {outcome.error}")
-                    bar.set_postfix(failed=summary.failed, refresh=False)
-                    bar.update(1)
-            finally:
-                bar.close()
-                outcomes.close()
+                outcomes = _run_dask(experiment.run_cell, todo, scheduler, worker_timeout)
+            _collect(outcomes, store, summary, replace=retry_failed, allow_mixed=allow_mixed,
+                     write_timeout=write_timeout, progress=progress)
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _worker_count(requested: int | None, pending: int) -> int:
+    """Worker processes for ``pending`` cells: the request, capped at the cores and the cells."""
+    cores = available_cores()
+    count = min(requested or cores, cores, pending)
+    if requested is not None and count < requested:
+        warnings.warn(f"workers: using {count} worker processes instead of {requested} "
+                      f"({pending} cells to compute, {cores} cores: more processes would only share them)",
+                      SweepWarning, stacklevel=3)
+    return count
+
+
+def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bool, allow_mixed: bool,
+             write_timeout: float, progress: bool) -> None:
+    """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable."""
+    bar = tqdm(total=summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
+               disable=not progress, dynamic_ncols=True)
+    try:
+        for outcome in outcomes:
+            worker_code = code_id(outcome.provenance)
+            if worker_code != summary.code_id and not allow_mixed:
+                raise RuntimeError(
+                    f"a worker on {outcome.host} runs other code ({describe(outcome.provenance)}) than this "
+                    f"coordinator ({summary.code_id}); its rows would mix code versions. Update the workers, or "
+                    "pass --allow-mixed; the rows written so far are kept")
+            try:
+                _store_outcome(store, summary.experiment, outcome, replace=replace, write_timeout=write_timeout)
+            except _StoreUnavailable as error:
+                raise RuntimeError(
+                    f"could not store results in {str(store.path)!r}: {error}; the sweep stopped after storing "
+                    f"{summary.computed} cells (every row written is kept). Fix that and run the same command "
+                    "to resume") from None
+            summary.computed += 1
+            if outcome.status == STATUS_FAILED:
+                summary.failed += 1
+                if len(summary.errors) < 3:
+                    summary.errors.append(f"cell {outcome.cell}: {outcome.error}")
+            bar.set_postfix(failed=summary.failed, refresh=False)
+            bar.update(1)
+    finally:
+        bar.close()
+        outcomes.close()

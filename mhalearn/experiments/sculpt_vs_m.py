@@ -33,8 +33,8 @@ from ..learners.net import net_search
 from ..learners.selection import least_squares_candidates
 from ..learners.streams import TeacherSource
 from ..model import relative_error
-from ..teachers import sample_teacher
 from ..data import boolean_inputs
+from ..teachers import sample_teacher
 from .figures import (
     group_rows,
     median_quartiles,
@@ -46,7 +46,7 @@ from .figures import (
     summarize_curve,
     write_tables,
 )
-from .registry import Experiment, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Span distance (sin of the largest principal angle) the body must reach.
 SPAN_TARGET = 0.1
@@ -54,18 +54,21 @@ SPAN_TARGET = 0.1
 SELECTION_SAMPLES = 20_000
 TEST_SAMPLES = 4000
 
-_GRIDS = {
-    False: dict(heads=(1, 2, 3, 4), dim=12, length=4,
-                samples=(1000, 3000, 10_000, 30_000, 100_000, 300_000, 1_000_000), seeds=(0, 1, 2)),
-    True: dict(heads=(1, 2), dim=12, length=4, samples=(3000, 30_000), seeds=(0,)),
-}
+#: The fields of a cell, in the order the grid's axes are nested.
+FIELDS = ("heads", "dim", "length", "samples", "seed")
 
 
-def sculpt_vs_m_cells(quick: bool) -> list[dict]:
-    """The grid: m × n × seeds at d = 12, k = 4 (quick: m ≤ 2, two n, one seed)."""
-    grid = _GRIDS[bool(quick)]
-    return [{"heads": heads, "dim": grid["dim"], "length": grid["length"], "samples": samples, "seed": seed}
-            for heads in grid["heads"] for samples in grid["samples"] for seed in grid["seeds"]]
+def sculpt_vs_m_cells(table: dict) -> list[dict]:
+    """The cells of a grid table (``grids/sculpt-vs-m.toml``): m × n × seeds.
+
+    Refuses d ≤ k, where the body cannot detect agreement rows.
+    """
+    cells = expand_grid(table, FIELDS, experiment="sculpt-vs-m")
+    for cell in cells:
+        if cell["dim"] <= cell["length"]:
+            raise ValueError(f"grid: sculpt-vs-m needs dim > length (the body detects agreement rows only "
+                             f"for d > k), received dim = {cell['dim']}, length = {cell['length']}")
+    return cells
 
 
 def _peak_memory_mb() -> float:

@@ -1,4 +1,4 @@
-"""The ``sparse-variables`` experiment (DESIGN.md §4.4, §5).
+"""The ``sparse-variables`` experiment (docs/design.md §4.4, §5).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
@@ -32,7 +32,7 @@ import numpy as np
 from ..sparse import FUNCTIONS, STUDENTS, SparseBooleanTask
 from .figures import (dodge, group_rows, new_figure, plot_band, plt, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
-from .registry import Experiment, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Students compared, in plotting order.
 STUDENT_NAMES = tuple(STUDENTS)
@@ -42,24 +42,16 @@ SPARSITY = 3
 TARGET_ACCURACY = 0.95
 #: Fresh test examples per cell (the standard error of an accuracy near 95 % is ≈ 0.35 %).
 TEST_SAMPLES = 4000
-#: n from 8 to 4096 in steps of √2.
+#: n from 8 to 4096 in steps of √2 (the samples axis of the full grid, and bench/sparse.py's ladder).
 SAMPLE_GRID = tuple(int(round(8 * 2 ** (k / 2))) for k in range(19))
 
-#: Full and quick grids.  The full grid (2,850 cells of 0.5–2.5 s each) takes about a
-#: quarter of an hour on two cores; the quick one (majority only) about a minute.
-_GRIDS = {
-    False: dict(functions=FUNCTIONS, lengths=(16, 32, 64, 128, 256), samples=SAMPLE_GRID, seeds=(0, 1, 2, 3, 4)),
-    True: dict(functions=("majority",), lengths=(16, 256), samples=(16, 32, 64, 128, 256, 512, 1024),
-               seeds=(0,)),
-}
+#: Fields of a cell, in the order the grid's axes nest (grids in ``grids/sparse-variables.toml``).
+CELL_FIELDS = ("function", "student", "sparsity", "length", "samples", "seed")
 
 
-def sparse_variables_cells(quick: bool) -> list[dict]:
-    """Every (function, student, T, n, seed) of the grid as a flat dict."""
-    grid = _GRIDS[bool(quick)]
-    return [dict(function=function, student=student, sparsity=SPARSITY, length=length, samples=samples, seed=seed)
-            for function in grid["functions"] for student in STUDENT_NAMES for length in grid["lengths"]
-            for samples in grid["samples"] for seed in grid["seeds"]]
+def sparse_variables_cells(grid: dict) -> list[dict]:
+    """Every (function, student, T, n, seed) of a grid table as a flat dict."""
+    return expand_grid(grid, CELL_FIELDS, experiment="sparse-variables")
 
 
 def make_problem(function: str, *, sparsity: int, length: int, samples: int, seed: int,
@@ -264,7 +256,7 @@ SPARSE_VARIABLES = register_experiment(Experiment(
     name="sparse-variables",
     description="Sparse Boolean functions (AND, parity, majority of 3 of T bits): samples to 95 % test "
                 "accuracy vs T for a softmax-attention student and an MLP on raw bits (Edelman et al. 2022)",
-    cells=sparse_variables_cells,
+    expand=sparse_variables_cells,
     run_cell=run_sparse_variables_cell,
     plot=plot_sparse_variables,
 ))

@@ -232,6 +232,13 @@ def _solve_system(system: dict, samples: int, alphas: tuple, fit_intercept: bool
     return solution, chosen, report
 
 
+def _overflow_message(X: np.ndarray) -> str:
+    """Why finite inputs gave non-finite features: their scale (the logits and ReLUs grow like |x|²)."""
+    return (f"X: expected inputs whose random features stay finite, received entries up to "
+            f"{float(np.max(np.abs(X))):.3g}, whose features overflow; rescale the inputs "
+            "(the models expect tokens of norm about √d)")
+
+
 class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
     """Shared fit/predict of a ridge regression over frozen random features.
 
@@ -263,6 +270,8 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         self.coef_, self.intercept_, self.alpha_, report = fit_ridge(
             lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, alphas,
             bool(self.fit_intercept))
+        if not (np.all(np.isfinite(self.coef_)) and np.isfinite(self.intercept_)):
+            raise ValueError(_overflow_message(X))
         report.update(samples=X.shape[0], features=width, seconds=time.perf_counter() - start_time)
         self.report_ = report
         return self
@@ -274,7 +283,10 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         out = np.empty(X.shape[0])
         for start, stop in _row_blocks(X.shape[0], self.coef_.shape[0]):
             out[start:stop] = self._features(X[start:stop]) @ self.coef_
-        return out + self.intercept_
+        out += self.intercept_
+        if not np.all(np.isfinite(out)):
+            raise ValueError(_overflow_message(X))
+        return out
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""

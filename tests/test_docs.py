@@ -1,0 +1,57 @@
+"""The documentation site builds with warnings as errors (issue 13).
+
+The default suite builds it without executing the gallery (``-D
+plot_gallery=0``, about 20 s): every docstring, cross-reference, toctree
+and page is checked, in CI too, since the ``dev`` extra brings the docs
+tools.  The slow test builds the whole site, executing ``examples/`` (the
+seed papers' figures at small scale), as a user would, within five minutes.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("sphinx", "numpydoc", "sphinx_gallery", "myst_parser")
+MISSING = [name for name in TOOLS if importlib.util.find_spec(name) is None]
+needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"the docs extra is not installed (missing {MISSING}): "
+                                                       "pip install -e '.[docs]'")
+PAGES = ["index", "install", "quickstart", "experiments", "grids", "cluster", "interop", "maths", "design", "api",
+         "auto_examples/index", "auto_examples/plot_chen_li", "auto_examples/plot_fu_random_features",
+         "auto_examples/plot_edelman_sparse_variables", "auto_examples/recover_teacher"]
+
+
+def build(out: Path, *options: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                   "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", *options,
+                           str(ROOT / "docs"), str(out)], capture_output=True, text=True, env=environment,
+                          timeout=900)
+
+
+@needs_tools
+def test_docs_build_with_warnings_as_errors(tmp_path):
+    result = build(tmp_path / "html", "-D", "plot_gallery=0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for page in PAGES:
+        assert (tmp_path / "html" / f"{page}.html").is_file(), page
+    api = (tmp_path / "html" / "api.html").read_text()
+    assert "mhalearn.model.MultiHeadAttention.to_torch" in api and "ResultStore.to_dataframe" in api
+
+
+@pytest.mark.slow
+@needs_tools
+def test_docs_build_with_the_gallery_executed_within_five_minutes(tmp_path):
+    start = time.monotonic()
+    result = build(tmp_path / "html")
+    seconds = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    images = sorted(path.name for path in (tmp_path / "html" / "_images").glob("sphx_glr_plot_*_001.png"))
+    assert images == ["sphx_glr_plot_chen_li_001.png", "sphx_glr_plot_edelman_sparse_variables_001.png",
+                      "sphx_glr_plot_fu_random_features_001.png"]
+    assert seconds < 300, f"the docs took {seconds:.0f} s to build"
