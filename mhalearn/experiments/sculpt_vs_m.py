@@ -100,7 +100,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
         "refined_w_sum_error": report["min_norm"].get("refined_w_sum_error"),
         "span_distance": body.get("distance"),
         "refused": body.get("refused"),
-        "spectral_gap": body.get("spectral_gap") if math.isfinite(body.get("spectral_gap", math.nan)) else None,
+        "spectral_gap": body.get("spectral_gap"),
         "body_seconds": body_seconds - body.get("diagnostic_seconds", 0.0),
         "candidates": None, "net_seconds": None, "test_error": None,
     }
@@ -117,7 +117,9 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
         metrics.update(candidates=info["candidates"], net_seconds=info["seconds"],
                        test_error=relative_error(model, teacher, X_test))
     metrics["peak_memory_mb"] = _peak_memory_mb()
-    return metrics
+    # Undefined figures (no agreement row, no long direction at m = 1) are stored as None.
+    return {key: None if isinstance(value, float) and not math.isfinite(value) else value
+            for key, value in metrics.items()}
 
 
 def samples_to_target(rows: list[dict], target: float = SPAN_TARGET) -> dict[int, float]:

@@ -1,4 +1,4 @@
-"""Learners of a multi-head attention layer, one module per family (DESIGN.md §4).
+"""Learners of a multi-head attention layer, one module per family (docs/design.md §4).
 
 :data:`LEARNERS` maps the names used by experiments and the CLI (``sculpt``,
 ``gradient``, ``moment``) to estimator classes.  Every class takes ``heads``

@@ -14,7 +14,7 @@ in closed form (one (k−1)×(k−1) Cholesky factorisation per sequence, shared
 by its k rows; :func:`decode_patterns`, a Numba kernel).  A small relative residual
 and an â close to the simplex flag an agreement row.  The test needs d > k:
 at d ≤ k the k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1
-and residuals carry almost no information (DESIGN.md §4.1, step 2).
+and residuals carry almost no information (docs/design.md §4.1, step 2).
 
 On an agreement row the log-ratios of the pattern are linear in every Θ_i:
 

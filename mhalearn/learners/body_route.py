@@ -106,7 +106,7 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     if source.dim <= source.length:
         # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
         # every row is fitted with (almost) zero residual: agreement rows
-        # cannot be told apart (DESIGN.md §4.1, step 2).
+        # cannot be told apart (docs/design.md §4.1, step 2).
         report["span"]["body"] = {"refused": f"d = {source.dim} <= k = {source.length}: the decoding "
                                              f"residual cannot detect agreement rows (needs d > k)"}
         return None

@@ -2,7 +2,7 @@
 
 Everything the sculpting phases decode depends on Ŵ_Σ: an agreement row is
 recognised by y_ℓ ≈ âᵀ X Ŵ_Σ, so Ŵ_Σ must be accurate to a few per cent
-before the body carries the span (DESIGN.md §4.1a).
+before the body carries the span (docs/design.md §4.1a).
 
 - :func:`crude_projection_sum` (phase 1): every output row regressed on its
   sequence's mean token, exact under uniform attention, 20–50 % off otherwise.

@@ -1,4 +1,4 @@
-"""SculptLearner: Chen & Li's learner of a multi-head attention layer (DESIGN.md §4.1).
+"""SculptLearner: Chen & Li's learner of a multi-head attention layer (docs/design.md §4.1).
 
 Chen & Li, *Provably learning a multi-head attention layer*, learn
 F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i from uniform Boolean examples: sculpt a convex
