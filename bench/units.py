@@ -35,8 +35,8 @@ def main():
             learner = mhalearn.make_learner(name, 2, random_state=0).fit(X, c * Y)
             scaled = mhalearn.MultiHeadAttention(teacher.thetas, c * teacher.ws)
             errors[c] = mhalearn.relative_error(learner.model_, scaled, X_test)
-        print(f"{name} | " + " | ".join(f"{errors[c]:.2e} ({errors[c] / max(errors[1.0], 1e-300):.2g})"
-                                         for c in scales))
+        cells = [f"{errors[c]:.2e} ({errors[c] / max(errors[1.0], 1e-300):.2g})" for c in scales]
+        print(f"{name} | " + " | ".join(cells))
     print(f"(errors near 1e-18 are round-off; a ratio within 10 of 1 — or both at round-off — is equivariant; "
           f"numpy {np.__version__})")
 

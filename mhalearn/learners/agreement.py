@@ -20,7 +20,7 @@ On an agreement row the log-ratios of the pattern are linear in every Θ_i:
 
     log(a_j / a_{j₀}) = ⟨x_ℓ (x_j − x_{j₀})ᵀ, Θ_i⟩     for every head i,
 
-so each accepted row gives *slabs* |⟨C, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j for the
+so each accepted row gives *slabs* ``|⟨C, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j`` for the
 tokens with â_j ≥ w_min (j₀ the top token, t_j from the decoding's
 uncertainty σ_j: t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min) and one-sided
 constraints ⟨C, Θ⟩ ≤ log((w_min + κσ_j)/(â_{j₀} − κσ_{j₀})) for the negligible
@@ -241,6 +241,8 @@ class AgreementRows:
     residual : (c,) relative residual ‖âᵀXŴ_Σ − y_ℓ‖ / ‖y_ℓ‖.
     violation : (c,) distance of â from the simplex.
     scanned : rows decoded to find these.
+    found : rows that passed the test, before any cap on the rows kept
+        (``len(self)`` when nothing was capped).
     """
 
     tokens: np.ndarray
@@ -251,14 +253,19 @@ class AgreementRows:
     residual: np.ndarray
     violation: np.ndarray
     scanned: int
+    found: int | None = None
+
+    def __post_init__(self):
+        if self.found is None:
+            self.found = len(self.query)
 
     def __len__(self) -> int:
         return len(self.query)
 
     @property
     def fraction(self) -> float:
-        """Share of the decoded rows kept."""
-        return len(self) / self.scanned if self.scanned else 0.0
+        """Share of the decoded rows that passed the test (before any cap)."""
+        return self.found / self.scanned if self.scanned else 0.0
 
     def subset(self, keep) -> "AgreementRows":
         """The rows selected by ``keep`` (mask or indices); ``scanned`` is kept."""
@@ -317,11 +324,12 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     a million sequences do not give four million slabs.
     """
     rng = np.random.default_rng(0) if rng is None else rng
-    parts, scanned = [], 0
+    parts, scanned, found = [], 0, 0
     for X, Y in source.blocks():
         patterns, residuals, violations, spreads = decode_patterns(X, Y, w_sum)
         scanned += residuals.size
         samples, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
+        found += len(samples)
         if max_rows is not None:
             share = int(np.ceil(max_rows * X.shape[0] / source.samples))
             if len(samples) > share:
@@ -334,7 +342,7 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
         return AgreementRows(np.zeros((0, k, d)), np.zeros(0, np.int64), np.zeros((0, d)), np.zeros((0, k)),
                              np.zeros((0, k)), np.zeros(0), np.zeros(0), scanned)
     fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
-    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned)
+    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
 
 
 def agreement_precision(rows: AgreementRows, teacher, tolerance: float = 0.1) -> float:
@@ -354,7 +362,7 @@ def agreement_precision(rows: AgreementRows, teacher, tolerance: float = 0.1) ->
 class SlabSystem:
     """Linear constraints on vec Θ from agreement rows.
 
-    Slabs |E θ − b| ≤ t (one per accepted row and token with â_j ≥ w_min)
+    Slabs ``|E θ − b| ≤ t`` (one per accepted row and token with â_j ≥ w_min)
     and half-spaces H θ ≤ g (one per negligible token).  ``slab_row`` and
     ``halfspace_row`` give the accepted row each constraint came from.
     """
@@ -391,7 +399,7 @@ def slab_constraints(rows: AgreementRows, *, w_min: float = 0.02, kappa: float =
     For accepted row ℓ with decoded pattern â and top token j₀, and every
     token j not identical to x_{j₀}:
 
-    - â_j ≥ ``w_min``: the slab |⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j
+    - â_j ≥ ``w_min``: the slab ``|⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j``
       with t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min (first-order propagation
       of the decoding's uncertainty σ into the log-ratio, widened by κ);
     - â_j < ``w_min``: the half-space ⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ ≤

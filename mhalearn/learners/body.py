@@ -3,7 +3,7 @@ point, LP certification against it, and the span read off it.
 
 The body is
 
-    K = {Θ : |⟨C_r, Θ⟩ − b_r| ≤ t_r (slabs),  ⟨H_s, Θ⟩ ≤ g_s (half-spaces),  ‖Θ‖_F ≤ ρ}
+    K = {Θ : ⟨C_r, Θ⟩ − b_r ∈ [−t_r, t_r] (slabs),  ⟨H_s, Θ⟩ ≤ g_s (half-spaces),  ‖Θ‖_F ≤ ρ}
 
 built from agreement rows (:mod:`mhalearn.learners.agreement`).  Every Θ_i,
 and every affine combination of them, lies in it, so K is long along
@@ -144,10 +144,10 @@ def certify_margin(E: np.ndarray, b: np.ndarray, t: np.ndarray, directions: np.n
                    ridges=(1e-3, 1e-2, 1e-1), block: int = 1024) -> np.ndarray:
     """Lower bounds on min over Θ ∈ K of ⟨c, Θ⟩ for many directions c at once.
 
-    Weak duality: for any multipliers u on the slabs |EΘ − b| ≤ t, writing
+    Weak duality: for any multipliers u on the slabs ``|EΘ − b| ≤ t``, writing
     c = Eᵀu + r,
 
-        ⟨c, Θ⟩ = uᵀEΘ + ⟨r, Θ⟩ ≥ uᵀb − |u|ᵀt − ρ‖r‖      for every Θ ∈ K,
+        ⟨c, Θ⟩ = uᵀEΘ + ⟨r, Θ⟩ ≥ uᵀb − Σ_r abs(u_r) t_r − ρ‖r‖      for every Θ ∈ K,
 
     because ‖Θ‖ ≤ ρ on K.  The multipliers are the weighted ridge solutions
     u = T⁻²E(EᵀT⁻²E + μI)⁻¹c for a few ridges μ (relative to the largest

@@ -115,10 +115,11 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         diagnostics.put(entry, w_sum_error=diagnostics.w_sum_error(w_sum))
     with _PhaseTimer(report["sculpt"]):
         # One pass gives the crude round's rows and the pool our alternating refit starts from.
-        pool = draw_pool(source, w_sum, pool_fraction=settings.pool_fraction_for(heads), simplex_tol=settings.simplex_tol,
+        quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
+        pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
                          max_pool=settings.max_pool_for(heads), rng=rng)
-        rows = pool.accept(quantile=settings.quantile_for(heads) / settings.pool_fraction_for(heads), simplex_tol=settings.simplex_tol)
-        report["sculpt"]["quantile"] = settings.quantile_for(heads)
+        rows = pool.accept(quantile=quantile / pool_fraction, simplex_tol=settings.simplex_tol)
+        report["sculpt"]["quantile"] = quantile
         slabs = _slabs(rows, settings)
         report["sculpt"]["rounds"] = [_round_figures("crude Ŵ_Σ, quantile", rows, slabs, diagnostics)]
     with _PhaseTimer(report["min_norm"]):
@@ -136,15 +137,18 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     with _PhaseTimer(span["body"]):
         return _read_span(source, heads, slabs, settings, rng, span["body"], diagnostics)
 
+
 def _slabs(rows, settings):
     return slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
 
+
 def _round_figures(name, rows, slabs, diagnostics) -> dict:
-    entry = {"round": name, "accepted_rows": len(rows), "accepted_fraction": rows.fraction,
+    entry = {"round": name, "accepted_rows": len(rows), "found_rows": rows.found, "accepted_fraction": rows.fraction,
              "equalities": slabs.equalities, "halfspaces": len(slabs.g)}
     diagnostics.put(entry, precision=diagnostics.agreement_precision(rows),
                     teacher_feasible_fraction=diagnostics.feasible_fraction(slabs))
     return entry
+
 
 def _refine_projection_sum(source, heads, w_sum, pool, slabs, settings, rng, entry, diagnostics):
     """Phase 3: Θ̄ of the crude body, the paper's certified refit, then our alternating refit."""
@@ -189,6 +193,7 @@ def _refine_projection_sum(source, heads, w_sum, pool, slabs, settings, rng, ent
     diagnostics.put(entry, refined_w_sum_error=diagnostics.w_sum_error(w_sum))
     return w_sum
 
+
 def _mover(steps, crude, refined) -> str:
     """Which refit the final Ŵ_Σ comes from: the paper's certified one, ours, both or neither."""
     if refined is crude:
@@ -198,6 +203,7 @@ def _mover(steps, crude, refined) -> str:
     if certified and alternating:
         return "certified rows (Chen & Li), then alternating refit (ours)"
     return "certified rows (Chen & Li)" if certified else "alternating refit (ours)"
+
 
 def _read_span(source, heads, slabs, settings, rng, entry, diagnostics):
     """Phase 4: K*, its centre and minimum-norm point, the span — or a refusal."""

@@ -68,20 +68,15 @@ def _output_bound(model: MultiHeadAttention, token_norm: float, length: int) -> 
     return math.sqrt(length) * token_norm * float(spectral.sum())
 
 
-def _bernstein_upper(values: np.ndarray, value_range: float, delta: float) -> float:
-    """Upper confidence bound on E[Z] for i.i.d. Z in [0, range] (empirical Bernstein)."""
+def _bernstein_interval(values: np.ndarray, value_range: float, delta: float) -> tuple[float, float]:
+    """(lower, upper) confidence bounds on E[Z] for i.i.d. Z in [0, range], each holding with
+    probability ≥ 1 − δ (empirical Bernstein, Maurer & Pontil Theorem 4)."""
     n = len(values)
     log_term = math.log(2.0 / delta)
     variance = float(np.var(values, ddof=1)) if n > 1 else value_range ** 2
-    return float(np.mean(values)) + math.sqrt(2.0 * variance * log_term / n) + 7.0 * value_range * log_term / (3.0 * max(n - 1, 1))
-
-
-def _bernstein_lower(values: np.ndarray, value_range: float, delta: float) -> float:
-    """Lower confidence bound on E[Z] for i.i.d. Z in [0, range] (empirical Bernstein)."""
-    n = len(values)
-    log_term = math.log(2.0 / delta)
-    variance = float(np.var(values, ddof=1)) if n > 1 else value_range ** 2
-    return float(np.mean(values)) - math.sqrt(2.0 * variance * log_term / n) - 7.0 * value_range * log_term / (3.0 * max(n - 1, 1))
+    deviation = math.sqrt(2.0 * variance * log_term / n) + 7.0 * value_range * log_term / (3.0 * max(n - 1, 1))
+    mean = float(np.mean(values))
+    return mean - deviation, mean + deviation
 
 
 def selection_certificate(model: MultiHeadAttention, X_val: np.ndarray, Y_val: np.ndarray, *,
@@ -104,8 +99,8 @@ def selection_certificate(model: MultiHeadAttention, X_val: np.ndarray, Y_val: n
     energies = np.sum(Y_val ** 2, axis=(1, 2))
     output_bound = _output_bound(model, token_norm, X_val.shape[1])
     loss_range = (output_bound + label_bound) ** 2
-    upper = _bernstein_upper(losses, loss_range, delta / (2 * hypotheses))
-    lower = _bernstein_lower(energies, label_bound ** 2, delta / 2)
+    upper = _bernstein_interval(losses, loss_range, delta / (2 * hypotheses))[1]
+    lower = _bernstein_interval(energies, label_bound ** 2, delta / 2)[0]
     empirical = float(losses.sum() / energies.sum())
     return {"delta": delta, "bound": upper / lower if lower > 0 else math.inf, "empirical_error": empirical,
             "hypotheses": int(hypotheses), "validation_samples": int(len(losses)),
