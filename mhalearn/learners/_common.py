@@ -138,6 +138,21 @@ def _rms(array: np.ndarray) -> float:
     return peak * float(np.sqrt(np.mean((array / peak) ** 2)))
 
 
+class PhaseTimer:
+    """Context manager adding a phase's wall time to its report entry."""
+
+    def __init__(self, entry: dict, key: str = "seconds"):
+        self.entry, self.key = entry, key
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self.entry
+
+    def __exit__(self, *exc):
+        self.entry[self.key] = self.entry.get(self.key, 0.0) + time.perf_counter() - self.start
+        return False
+
+
 # ------------------------------------------------------------ least squares
 
 def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._common import PhaseTimer
 from .agreement import find_agreement_rows, slab_constraints
 from .body import ConvexBody, read_affine_hull, span_basis
 from .diagnostics import TeacherDiagnostics
@@ -32,21 +33,6 @@ from .projection_sum import (
     draw_pool,
     margin_rows,
 )
-
-
-class _PhaseTimer:
-    """Context manager adding a phase's wall time to its report entry."""
-
-    def __init__(self, entry: dict, key: str = "seconds"):
-        self.entry, self.key = entry, key
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-        return self.entry
-
-    def __exit__(self, *exc):
-        self.entry[self.key] = self.entry.get(self.key, 0.0) + time.perf_counter() - self.start
-        return False
 
 
 @dataclass(frozen=True)
@@ -110,10 +96,10 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         report["span"]["body"] = {"refused": f"d = {source.dim} <= k = {source.length}: the decoding "
                                              f"residual cannot detect agreement rows (needs d > k)"}
         return None
-    with _PhaseTimer(report["crude_sum"]) as entry:
+    with PhaseTimer(report["crude_sum"]) as entry:
         w_sum = crude_projection_sum(source)
         diagnostics.put(entry, w_sum_error=diagnostics.w_sum_error(w_sum))
-    with _PhaseTimer(report["sculpt"]):
+    with PhaseTimer(report["sculpt"]):
         # One pass gives the crude round's rows and the pool our alternating refit starts from.
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
@@ -122,10 +108,10 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         report["sculpt"]["quantile"] = quantile
         slabs = _slabs(rows, settings)
         report["sculpt"]["rounds"] = [_round_figures("crude Ŵ_Σ, quantile", rows, slabs, diagnostics)]
-    with _PhaseTimer(report["min_norm"]):
+    with PhaseTimer(report["min_norm"]):
         w_sum = _refine_projection_sum(source, heads, w_sum, pool, slabs, settings, rng, report["min_norm"],
                                        diagnostics)
-    with _PhaseTimer(report["sculpt"]):
+    with PhaseTimer(report["sculpt"]):
         rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
                                    simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
         slabs = _slabs(rows, settings)
@@ -134,7 +120,7 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         report["sculpt"].update({key: final[key] for key in final if key != "round"})
     span = report["span"]
     span["body"] = {}
-    with _PhaseTimer(span["body"]):
+    with PhaseTimer(span["body"]):
         return _read_span(source, heads, slabs, settings, rng, span["body"], diagnostics)
 
 

@@ -39,8 +39,8 @@ import numpy as np
 
 from .._validation import Integer, Options, Real, Seed
 from . import register_learner
-from ._common import AttentionLearner
-from .body_route import BodySettings, _PhaseTimer, sculpt_span
+from ._common import AttentionLearner, PhaseTimer
+from .body_route import BodySettings, sculpt_span
 from .moment_route import moment_span
 from .net import net_search
 from .selection import CHECK_EVERY, least_squares_candidates, polish, selection_certificate
@@ -84,7 +84,7 @@ class _SpanSearchLearner(AttentionLearner):
 
     def _moment_route(self, X, Y, rng, entry: dict, diagnostics):
         """Our moment route to the span: (basis, head-norm scale), figures in ``entry``."""
-        with _PhaseTimer(entry):
+        with PhaseTimer(entry):
             basis, estimates, info = moment_span(X, Y, self.heads, rng=rng)
         entry.update(info)
         diagnostics.put(entry, distance=diagnostics.span_distance(basis))
@@ -98,14 +98,14 @@ class _SpanSearchLearner(AttentionLearner):
         and ``least_squares_model``, the paper's own output.
         """
         net = report["net"]
-        with _PhaseTimer(net):
+        with PhaseTimer(net):
             candidates, info = net_search(
                 X, Y, basis, self.heads, radius=radius, resolution=self.net_resolution,
                 max_candidates=self.max_candidates, score_samples=self.score_samples, keep=self.keep,
                 search=self.search, rng=rng)
             net.update(info)
         refine = report["refine"]
-        with _PhaseTimer(refine):
+        with PhaseTimer(refine):
             scored = least_squares_candidates(X, Y, X_val, Y_val, [thetas for thetas, _ in candidates])
             paper_val, paper_model = scored[0]
             refine.update(mode=self.refine, val_least_squares=paper_val)

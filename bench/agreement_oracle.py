@@ -1,0 +1,51 @@
+"""Is it the agreement rows or Ŵ_Σ that starves the body at m ≥ 3?  An oracle check.
+
+Decodes n = 10⁶ sequences of the ``sculpt-vs-m`` teachers (m = 3 and 4,
+seeds 0–2) with the *true* W_Σ and SculptLearner's absolute tolerance,
+builds the slabs as phase 4 does and reads the affine hull: agreement rows,
+their precision, equalities, the share of constraints the heads satisfy,
+and — with at least d² equalities — the span distance and the gap between
+long and thin directions.  The teacher is used to compute the estimate here,
+so this is a diagnostic, not a learner.
+
+    python bench/agreement_oracle.py [--samples 1000000]
+"""
+
+import argparse
+
+import numpy as np
+
+from mhalearn.learners.agreement import agreement_precision, find_agreement_rows, slab_constraints
+from mhalearn.learners.body import read_affine_hull, span_basis
+from mhalearn.learners.body_route import BodySettings
+from mhalearn.learners.diagnostics import span_distance
+from mhalearn.learners.streams import TeacherSource
+from mhalearn.teachers import sample_teacher
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=1_000_000)
+    parser.add_argument("--heads", default="3,4")
+    args = parser.parse_args()
+    settings = BodySettings()
+    for heads in (int(m) for m in args.heads.split(",")):
+        for seed in (0, 1, 2):
+            # The teachers and streams of the sculpt-vs-m cells (mhalearn/experiments/sculpt_vs_m.py).
+            teacher = sample_teacher(heads, 12, rng=np.random.default_rng([20_251, heads, seed]))
+            source = TeacherSource(teacher, args.samples, 4, seed=seed)
+            rows = find_agreement_rows(source, teacher.projection_sum, residual_tol=settings.residual_tol,
+                                       simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
+            slabs = slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
+            line = (f"m = {heads}, seed {seed}, n = {args.samples}, true W_Σ: {rows.found} agreement rows "
+                    f"(precision {agreement_precision(rows, teacher):.2f}), {slabs.equalities} equalities, "
+                    f"heads satisfy {slabs.teacher_feasible_fraction(teacher):.3f} of the constraints")
+            if slabs.equalities >= teacher.dim ** 2:
+                centre, long_directions, info = read_affine_hull(slabs, heads)
+                distance = span_distance(span_basis(centre, long_directions, heads), teacher)
+                line += f"; span distance {distance:.3f}, gap {info['spectral_gap']:.2f}"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
