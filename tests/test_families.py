@@ -96,9 +96,15 @@ def test_family_summary_and_figure(tmp_path):
 
 @pytest.mark.slow
 def test_random_start_gradient_descent_merges_heads_on_dominant_head_teachers():
-    """The family's claim: single-start GD fails on most seeds by merging heads; the moment route less often."""
+    """The family's claim, on the ten teachers of bench/learners.py at m = 2: single-start gradient
+    descent fails on some of them, every failure is a merge of two heads, and the moment route
+    recovers at least as many.
+
+    Measured with the learners in standardised units (issue 12): gradient 7/10 (seeds 4, 7 and 9
+    fail), moment 10/10; in the old units gradient recovered 2/10.
+    """
     gradient, moment = [], []
-    for seed in range(4):
+    for seed in range(10):
         cell = {"family": "dominant-head", "heads": 2, "dim": 6, "length": 7, "samples": 2000, "noise": 0.0,
                 "seed": seed}
         gradient.append(run_family_cell({**cell, "learner": "gradient"}))
@@ -106,5 +112,4 @@ def test_random_start_gradient_descent_merges_heads_on_dominant_head_teachers():
     failures = [row for row in gradient if not row["success"]]
     assert failures, "gradient descent recovered every dominant-head teacher"
     assert all(row["head_cosine"] > 0.99 and row["w_inflation"] > 3 for row in failures)
-    # measured on seeds 0-3: gradient 1/4, moment 3/4 (its own failure, seed 3, is the same merge)
-    assert sum(row["success"] for row in moment) > sum(row["success"] for row in gradient)
+    assert sum(row["success"] for row in moment) >= sum(row["success"] for row in gradient)
