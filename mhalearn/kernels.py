@@ -893,14 +893,22 @@ def mlp_random_features(X: np.ndarray, weights: np.ndarray, offsets: np.ndarray 
 # ==== Sculpting learner (Chen & Li), phase 5: scoring the net's candidate tuples ====
 
 @njit(inline="always", cache=True)
-def _cholesky_reduction(matrix, rhs, size, cols):
-    """trace(rhsᵀ matrix⁻¹ rhs) by an in-place Cholesky factorisation (−1 if not PD)."""
+def cholesky_in_place(matrix, size, floor):
+    """Lower Cholesky factor of matrix[:size, :size], in place.
+
+    Returns False when a pivot is ≤ ``floor`` times the largest diagonal
+    entry (not positive definite, or numerically singular for floor > 0).
+    Shared by the net's candidate scores and the sculpting decoder.
+    """
+    scale = 0.0
+    for a in range(size):
+        scale = max(scale, matrix[a, a])
     for j in range(size):
         diagonal = matrix[j, j]
         for t in range(j):
             diagonal -= matrix[j, t] * matrix[j, t]
-        if diagonal <= 0.0:
-            return -1.0
+        if diagonal <= floor * scale:
+            return False
         diagonal = np.sqrt(diagonal)
         matrix[j, j] = diagonal
         for r in range(j + 1, size):
@@ -908,6 +916,14 @@ def _cholesky_reduction(matrix, rhs, size, cols):
             for t in range(j):
                 value -= matrix[r, t] * matrix[j, t]
             matrix[r, j] = value / diagonal
+    return True
+
+
+@njit(inline="always", cache=True)
+def _cholesky_reduction(matrix, rhs, size, cols):
+    """trace(rhsᵀ matrix⁻¹ rhs) by an in-place Cholesky factorisation (−1 if not PD)."""
+    if not cholesky_in_place(matrix, size, 0.0):
+        return -1.0
     total = 0.0
     for c in range(cols):  # forward substitution L z = rhs[:, c]; reduction = ‖z‖²
         for j in range(size):

@@ -38,33 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from ..kernels import cholesky_in_place
+
 # ---------------------------------------------------------------- decoding
 
 # A Cholesky pivot below this share of the largest diagonal entry marks the
 # distinct tokens' rows of X Ŵ_Σ as linearly dependent (Ŵ_Σ near singular).
 _CHOLESKY_FLOOR = 1e-12
-
-
-@njit(inline="always", cache=True)
-def _cholesky_in_place(G, size):
-    """Lower Cholesky factor of G[:size, :size] in place; False when not positive definite."""
-    scale = 0.0
-    for a in range(size):
-        scale = max(scale, G[a, a])
-    for j in range(size):
-        diagonal = G[j, j]
-        for t in range(j):
-            diagonal -= G[j, t] * G[j, t]
-        if diagonal <= _CHOLESKY_FLOOR * scale:
-            return False
-        diagonal = np.sqrt(diagonal)
-        G[j, j] = diagonal
-        for r in range(j + 1, size):
-            value = G[r, j]
-            for t in range(j):
-                value -= G[r, t] * G[j, t]
-            G[r, j] = value / diagonal
-    return True
 
 
 @njit(inline="always", cache=True)
@@ -129,7 +109,7 @@ def _decode_patterns_kernel(X, Y, w_sum, patterns, residuals, violations, spread
                     total += differences[u, e] * differences[v, e]
                 gram[u, v] = total
                 gram[v, u] = total
-        if free > 0 and not _cholesky_in_place(gram, free):
+        if free > 0 and not cholesky_in_place(gram, free, _CHOLESKY_FLOOR):
             for row in range(labels):
                 residuals[s, row] = np.inf
                 violations[s, row] = np.inf

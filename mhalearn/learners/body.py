@@ -80,13 +80,7 @@ class ConvexBody:
             cp.Minimize(cp.sum_squares(self.theta) + penalty * (cp.sum(slab_slack) + cp.sum(half_slack))),
             constraints)
         self.direction = cp.Parameter(dim2)
-        hard = []
-        if len(self.b):
-            hard += [cp.abs(self.E @ self.theta - self.b) <= self.t]
-        if len(self.g):
-            hard += [self.H @ self.theta <= self.g]
-        self.support_problem = cp.Problem(cp.Minimize(self.direction @ self.theta),
-                                          hard + [cp.norm(self.theta, 2) <= self.radius])
+        self.support_problem = self._support_problem()
 
     @property
     def constraints(self) -> int:
@@ -121,13 +115,16 @@ class ConvexBody:
         """Remove the constraints the elastic solve had to violate, so K is non-empty."""
         self.E, self.b, self.t = self.E[~slab_violated], self.b[~slab_violated], self.t[~slab_violated]
         self.H, self.g = self.H[~half_violated], self.g[~half_violated]
-        hard = []
+        self.support_problem = self._support_problem()
+
+    def _support_problem(self) -> cp.Problem:
+        """min ⟨direction, Θ⟩ over K's current constraints, the direction a parameter."""
+        hard = [cp.norm(self.theta, 2) <= self.radius]
         if len(self.b):
             hard += [cp.abs(self.E @ self.theta - self.b) <= self.t]
         if len(self.g):
             hard += [self.H @ self.theta <= self.g]
-        self.support_problem = cp.Problem(cp.Minimize(self.direction @ self.theta),
-                                          hard + [cp.norm(self.theta, 2) <= self.radius])
+        return cp.Problem(cp.Minimize(self.direction @ self.theta), hard)
 
     def certify(self, directions: np.ndarray) -> np.ndarray:
         """Weak-duality lower bounds on min over K of ⟨c, Θ⟩ (see :func:`certify_margin`)."""
