@@ -194,13 +194,17 @@ def _mover(steps, crude, refined) -> str:
 def _read_span(source, heads, slabs, settings, rng, entry, diagnostics):
     """Phase 4: K*, its centre and minimum-norm point, the span — or a refusal."""
     dim = source.dim
-    needed = settings.min_equalities or 2 * dim * dim
+    # Fewer than d² equations cannot fix a hull in R^(d²), whatever min_equalities says.
+    needed = max(settings.min_equalities or 2 * dim * dim, dim * dim)
     entry.update(equalities=slabs.equalities, needed=needed)
     if slabs.equalities < needed:
         entry["refused"] = f"too few equalities ({slabs.equalities} < {needed})"
         return None
     centre, long_directions, info = read_affine_hull(slabs, heads)
     entry.update(info)
+    if heads > 1 and info["spectral_gap"] < settings.min_gap:
+        entry["refused"] = (f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})")
+        return None
     theta_bar = None
     if settings.span_point == "min_norm" or diagnostics:
         # K*'s minimum-norm point (the paper's Θ̄*); with span_point="centre" it
@@ -211,9 +215,6 @@ def _read_span(source, heads, slabs, settings, rng, entry, diagnostics):
         entry.update({f"min_norm_{key}": value for key, value in solve.items()})
         if settings.span_point == "centre":
             entry["diagnostic_seconds"] = time.perf_counter() - started
-    if heads > 1 and info["spectral_gap"] < settings.min_gap:
-        entry["refused"] = (f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})")
-        return None
     if settings.span_point == "min_norm" and theta_bar is None:
         entry["refused"] = f"minimum-norm problem of K* {entry['min_norm_solver_status']}"
         return None

@@ -168,8 +168,8 @@ class SculptLearner(_SpanSearchLearner):
     pool_fraction : float
         Share of rows (per block) kept as candidates during the alternating refit.
     min_equalities : int or None
-        K* must hold at least this many slabs to be read (default 2d²);
-        with fewer the body refuses and the moment route is used.
+        K* must hold at least this many slabs to be read (default 2d², never
+        fewer than d²); with fewer the body refuses and the moment route is used.
     min_gap : float
         At m ≥ 2 the m − 1 long directions must be separated from the thin
         ones by this ratio of singular values, or the body refuses.
