@@ -161,3 +161,24 @@ def test_teacher_source_repeats_its_blocks():
         np.testing.assert_array_equal(a, b)
     X, Y = source.head(200)
     np.testing.assert_allclose(Y, teacher.predict(X))
+
+
+def test_certificate_covers_the_true_error_and_tightens_with_samples():
+    from mhalearn.learners.selection import selection_certificate
+
+    teacher = mhalearn.sample_teacher(2, 5, rng=16)
+    model = mhalearn.MultiHeadAttention(teacher.thetas * 1.05, teacher.ws)  # a near miss
+    X_big = mhalearn.boolean_inputs(200_000, 3, 5, rng=17)
+    truth = mhalearn.relative_error(model, teacher, X_big)
+    assert 1e-4 < truth < 1e-1
+    labels_bound = float(np.sqrt(np.max(np.sum(teacher.predict(X_big) ** 2, axis=(1, 2)))))
+    bounds = {}
+    for samples in (500, 20_000):
+        for draw in range(5 if samples > 500 else 30):
+            X = mhalearn.boolean_inputs(samples, 3, 5, rng=100 + draw)
+            certificate = selection_certificate(model, X, teacher.predict(X), delta=0.05, hypotheses=4,
+                                                label_bound=labels_bound, token_norm=np.sqrt(5))
+            assert certificate["bound"] >= truth  # δ = 0.05: a miss would be rare, several impossible
+            assert certificate["empirical_error"] == pytest.approx(truth, rel=0.5 if samples == 500 else 0.1)
+            bounds.setdefault(samples, []).append(certificate["bound"])
+    assert np.median(bounds[20_000]) < 0.2 * np.median(bounds[500])
