@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from mhalearn.experiments.random_features import MODEL_NAMES, _GRIDS, run_random_features_cell
+from mhalearn.experiments.random_features import GRIDS, MODEL_NAMES, run_random_features_cell
 from mhalearn.random_feature_targets import RANDOM_FEATURE_TARGETS
 
-SETTING = {key: _GRIDS[False][key] for key in ("law", "dim", "keys", "heads")}
+SETTING = dict({key: GRIDS["full"][key] for key in ("law", "dim", "keys", "heads")}, kind="fit")
 
 
 def errors(target: str, model: str, samples: int, seeds) -> np.ndarray:
