@@ -364,6 +364,19 @@ def _growth_text(low_values, high_values, level: float, resamples: int = 2000) -
 # Figures
 # --------------------------------------------------------------------------
 
+def _panel_row(series: list[tuple], draw, ylabel: str, legend: str, path: Path) -> Path:
+    """One panel per (g, learner) side by side, each filled by ``draw(ax, g, learner)``; saved at ``path``."""
+    fig, grid = plt.subplots(1, len(series), figsize=(3.0 * len(series), 3.2), squeeze=False, sharey=True,
+                             layout="constrained")
+    for ax, (function, student) in zip(grid[0], series):
+        draw(ax, function, student)
+        ax.set_title(f"{function}, {student}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    grid[0][0].set_ylabel(ylabel)
+    grid[0][0].legend(fontsize=7, loc=legend)
+    return save_figure(fig, path)
+
+
 def plot_sparse_variables(rows: list[dict], out_dir: Path) -> list[Path]:
     """Samples-to-95 % vs T with both growth fits, the probes, the parity loss curves, and the tables.
 
@@ -409,7 +422,8 @@ def plot_sparse_variables(rows: list[dict], out_dir: Path) -> list[Path]:
             reached = np.isfinite(summary[:, 0])
             x = np.array(lengths, float)
             fit = fit_growth_laws(per_length)
-            label = name if fit is None else f"{name}: α = {fit.power_params[1]:.2f}"
+            label = name if fit is None else (f"{name}: α = {fit.power_params[1]:.2f} "
+                                              f"[{fit.alpha_interval[0]:.2f}, {fit.alpha_interval[1]:.2f}]")
             high = np.where(np.isfinite(summary[:, 2]), summary[:, 2], ceiling)
             ax.errorbar(x[reached], summary[reached, 0],
                         yerr=[summary[reached, 0] - summary[reached, 1], high[reached] - summary[reached, 0]],
@@ -442,47 +456,41 @@ def plot_sparse_variables(rows: list[dict], out_dir: Path) -> list[Path]:
     paths = [save_figure(fig, out_dir / "sparse-variables.png")]
 
     series = _ordered_series(thresholds)
-    fig, grid = plt.subplots(1, len(series), figsize=(3.0 * len(series), 3.2), squeeze=False, sharey=True,
-                             layout="constrained")
     names = [f"T={length}" for length in lengths]
-    for ax, (function, student) in zip(grid[0], series):
+
+    def group(function, student, length):
+        return [row for row in rows if row["function"] == function and row["student"] == student
+                and row["length"] == length]
+
+    def draw_probes(ax, function, student):
         ax.set_xscale("log", base=2)
         for length, label in zip(lengths, names):
-            probes = [probe for row in rows if row["function"] == function and row["student"] == student
-                      and row["length"] == length for probe in json.loads(row["probes"])]
+            probes = [probe for row in group(function, student, length) for probe in json.loads(row["probes"])]
             if probes:
                 n, accuracy = np.array(probes).T
                 ax.plot(n, accuracy, ls="none", marker="o", ms=3, alpha=0.5, color=style_for(label, names)["color"],
                         label=label)
         ax.axhline(rows[0]["target"], color="0.5", ls=":", lw=1)
-        ax.set_title(f"{function}, {student}", fontsize=9)
         ax.set_xlabel("training samples n")
-        ax.grid(True, alpha=0.3)
-    grid[0][0].set_ylabel("test accuracy (every probe)")
-    grid[0][0].legend(fontsize=7, loc="lower right")
-    paths.append(save_figure(fig, out_dir / "sparse-variables-accuracy.png"))
 
+    def draw_losses(ax, function, student):
+        for length, label in zip(lengths, names):
+            members = [row for row in group(function, student, length) if row.get("loss_curve")]
+            if members:
+                curves = [json.loads(row["loss_curve"]) for row in members]
+                width = min(len(curve) for curve in curves)
+                ax.plot(np.linspace(0, members[0]["steps"], width), np.median([c[:width] for c in curves], axis=0),
+                        color=style_for(label, names)["color"], label=label, lw=1.3)
+        ax.axhline(math.log(2), color="0.5", ls=":", lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("Adam step")
+
+    paths.append(_panel_row(series, draw_probes, "test accuracy (every probe)", "lower right",
+                            out_dir / "sparse-variables-accuracy.png"))
     trained = [key for key in series if key[1] in GRADIENT_STUDENTS]
     if trained:
-        fig, grid = plt.subplots(1, len(trained), figsize=(3.0 * len(trained), 3.2), squeeze=False, sharey=True,
-                                 layout="constrained")
-        for ax, (function, student) in zip(grid[0], trained):
-            for length, label in zip(lengths, names):
-                curves = [json.loads(row["loss_curve"]) for row in rows if row["function"] == function
-                          and row["student"] == student and row["length"] == length and row.get("loss_curve")]
-                if curves:
-                    width = min(len(curve) for curve in curves)
-                    steps = rows[0].get("steps") or width
-                    ax.plot(np.linspace(0, 1, width) * steps, np.median([curve[:width] for curve in curves], axis=0),
-                            color=style_for(label, names)["color"], label=label, lw=1.3)
-            ax.axhline(math.log(2), color="0.5", ls=":", lw=1)
-            ax.set_yscale("log")
-            ax.set_title(f"{function}, {student}", fontsize=9)
-            ax.set_xlabel("Adam step")
-            ax.grid(True, alpha=0.3)
-        grid[0][0].set_ylabel("training loss at the largest n tried\n(median over seeds; dotted: log 2)")
-        grid[0][0].legend(fontsize=7, loc="lower left")
-        paths.append(save_figure(fig, out_dir / "sparse-variables-loss.png"))
+        paths.append(_panel_row(trained, draw_losses, "training loss at the largest n tried\n(median over seeds; "
+                                "dotted: log 2)", "lower left", out_dir / "sparse-variables-loss.png"))
     paths.append(write_tables(out_dir / "sparse-variables.txt", summary_tables(rows)))
     return paths
 
