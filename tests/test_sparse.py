@@ -535,3 +535,13 @@ def test_tuning_picks_the_setting_with_the_fewest_samples(tmp_path):
     assert ranking[-1][0] == pytest.approx(128) and ranking[-1][3] == 2  # not reached counts as twice the cap
     path, = get_experiment("sparse-variables-tuning").plot(rows, tmp_path)
     assert "weight_decay" in path.read_text()
+
+
+def test_students_defaults_are_the_frozen_hyperparameters():
+    for name, student in (("attention", AttentionStudent()), ("mlp", MLPStudent())):
+        parameters = student.get_params()
+        assert {key: parameters[key] for key in experiment.FROZEN_HYPERPARAMETERS[name]} == \
+            experiment.FROZEN_HYPERPARAMETERS[name]
+    assert all(cell[key] == experiment.FROZEN_HYPERPARAMETERS[cell["student"]][key]
+               for cell in experiment.sparse_variables_cells(False) if cell["student"] in ("attention", "mlp")
+               for key in ("steps", "learning_rate", "weight_decay"))
