@@ -1,4 +1,4 @@
-"""Acceptance figures of random-feature attention (Fu, Guo, Bai & Mei; DESIGN.md §4.3).
+"""Acceptance figures of random-feature attention (Fu, Guo, Bai & Mei; docs/design.md §4.3).
 
 Prints, from one run over several seeds (median):
 
@@ -26,7 +26,8 @@ from mhalearn.experiments import get_experiment
 from mhalearn.experiments.random_features import MODEL_NAMES, run_random_features_cell
 from mhalearn.random_feature_targets import RANDOM_FEATURE_TARGETS
 
-SETTING = {key: get_experiment("random-features").grid().table[key] for key in ("law", "dim", "keys", "heads")}
+SETTING = dict({key: get_experiment("random-features").grid().table[key] for key in ("law", "dim", "keys", "heads")},
+               kind="fit")
 
 
 def errors(target: str, model: str, samples: int, seeds) -> np.ndarray:

@@ -22,6 +22,8 @@ cosine learning-rate schedule.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from sklearn.base import BaseEstimator
 from threadpoolctl import threadpool_limits
@@ -54,16 +56,40 @@ def boolean_function(function: str, bits: np.ndarray) -> np.ndarray:
 
 
 def _check_bits(X, name: str = "X") -> np.ndarray:
-    """Validate a (n, T) array with n, T >= 1 and entries ±1."""
-    X = as_float_array(X, name, 2)
-    if X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"{name}: expected shape (samples, length) with both sizes >= 1, received {X.shape}")
-    check_boolean(X, name)
-    return X
+    """Validate a (n, T) array with n, T >= 1 and entries ±1; return it as int8.
+
+    Bits are kept as int8 (one byte per bit instead of eight): at T = 4096 and
+    n = 16 384 the training set is 64 MiB instead of 512 MiB.  The check
+    reads the array in its own dtype, so no float64 copy is made.
+    """
+    try:
+        array = np.asarray(X)
+    except Exception as error:  # pragma: no cover - exotic inputs
+        raise ValueError(f"{name}: expected an array, received {type(X).__name__} ({error})") from None
+    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) \
+            or np.iscomplexobj(array):
+        raise ValueError(f"{name}: expected a real numeric array, received dtype {array.dtype}")
+    if array.ndim != 2:
+        raise ValueError(f"{name}: expected an array of rank 2, received shape {array.shape}")
+    if array.shape[0] < 1 or array.shape[1] < 1:
+        raise ValueError(f"{name}: expected shape (samples, length) with both sizes >= 1, received {array.shape}")
+    check_boolean(array, name)
+    return array.astype(np.int8, copy=False)
+
+
+def _as_float_rows(X: np.ndarray) -> np.ndarray:
+    """±1 bits (any dtype) as the float64 array the kernels take."""
+    return np.ascontiguousarray(X, dtype=np.float64)
+
+
+def _row_blocks(samples: int, length: int):
+    """Row ranges of about 2^20 entries: bounds the float64 work arrays of prediction to a few MiB."""
+    size = max(1, (1 << 20) // max(length, 1))
+    return [(start, min(samples, start + size)) for start in range(0, samples, size)]
 
 
 def _check_examples(X, y) -> tuple[np.ndarray, np.ndarray]:
-    """Validate Boolean inputs (n, T) and labels (n,) in {±1}."""
+    """Validate Boolean inputs (n, T) and labels (n,) in {±1}; X comes back as int8."""
     X = _check_bits(X)
     y = as_float_array(y, "y", 1)
     if y.shape[0] != X.shape[0]:
@@ -119,12 +145,19 @@ class SparseBooleanTask:
             raise ValueError(f"X: expected {self.length} columns (length), received shape {X.shape}")
         return boolean_function(self.function, X[:, self.support])
 
-    def sample(self, n: int, rng=None) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``n`` uniform examples: X of shape (n, T) in {±1}, y of shape (n,) in {±1}."""
+    def sample(self, n: int, rng=None, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n`` uniform examples: X of shape (n, T) in {±1}, y of shape (n,) in {±1}.
+
+        ``dtype`` is that of X (float64, or int8 to store long sequences
+        compactly); the draws are the same whatever the dtype.  y is float64.
+        """
         n = check_positive_int(n, "n")
         generator = self._rng if rng is None else as_generator(rng)
-        X = generator.choice(np.array([-1.0, 1.0]), size=(n, self.length))
-        return X, boolean_function(self.function, X[:, self.support])
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float64), np.dtype(np.int8)):
+            raise ValueError(f"dtype: expected float64 or int8, received {dtype}")
+        X = generator.choice(np.array([-1, 1], dtype=dtype), size=(n, self.length))
+        return X, boolean_function(self.function, X[:, self.support].astype(np.float64))
 
     def __repr__(self) -> str:
         return (f"SparseBooleanTask(length={self.length}, sparsity={self.sparsity}, "
@@ -220,16 +253,44 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
 # Students
 # --------------------------------------------------------------------------
 
-class _BooleanStudent(BaseEstimator):
-    """scikit-learn estimator base: a real-valued score f(x) trained by :func:`adamw_descent`.
+class _BooleanClassifier(BaseEstimator):
+    """scikit-learn estimator base of a real-valued score f(x) on x ∈ {±1}^T, sign(f) the label.
+
+    Subclasses set ``n_features_in_`` and their fitted state in ``fit`` and
+    provide ``_scores(X)`` (float64 scores of int8 bits, any number of rows).
+    """
+
+    _fitted_attribute = "n_features_in_"
+
+    def _checked_inputs(self, X) -> np.ndarray:
+        if not hasattr(self, self._fitted_attribute):
+            raise ValueError(f"{type(self).__name__}: expected a fitted estimator, call fit(X, y) first")
+        X = _check_bits(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X: expected {self.n_features_in_} columns as in fit, received shape {X.shape}")
+        return X
+
+    def predict(self, X) -> np.ndarray:
+        """Real scores f(x) of shape (n,); sign(f) is the predicted label."""
+        return self._scores(self._checked_inputs(X))
+
+    def score(self, X, y) -> float:
+        """Accuracy of sign(f(x)) against labels ``y`` in {±1}."""
+        X, y = _check_examples(self._checked_inputs(X), y)
+        return float(np.mean(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y))
+
+
+class _BooleanStudent(_BooleanClassifier):
+    """A score f(x) trained by :func:`adamw_descent` on the logistic loss.
 
     Subclasses provide ``_initial_parameters(length, rng)``,
-    ``_forward(parameters, X) -> (scores, cache)``,
+    ``_forward(parameters, X) -> (scores, cache)`` on float64 bits,
     ``_backward(parameters, cache, d_scores) -> grads`` and the set
     ``_decayed`` of parameter names under weight decay (all but biases).
     """
 
     _decayed: frozenset = frozenset()
+    _fitted_attribute = "parameters_"
 
     def _check_hyperparameters(self) -> None:
         check_positive_int(self.hidden, "hidden")
@@ -240,7 +301,7 @@ class _BooleanStudent(BaseEstimator):
 
     def loss_and_grad(self, parameters: dict, X: np.ndarray, y: np.ndarray):
         """Logistic loss of ``parameters`` on (X, y) and its gradient (a dict like ``parameters``)."""
-        scores, cache = self._forward(parameters, X)
+        scores, cache = self._forward(parameters, _as_float_rows(X))
         loss, d_scores = logistic_loss(scores, y)
         return loss, self._backward(parameters, cache, d_scores)
 
@@ -248,7 +309,8 @@ class _BooleanStudent(BaseEstimator):
         """Train on Boolean inputs ``X`` (n, T) with labels ``y`` (n,) in {±1}; returns ``self``.
 
         Sets ``parameters_`` (dict of arrays), ``loss_curve_`` (mini-batch
-        loss per step) and ``n_features_in_`` (= T).
+        loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
+        and each mini-batch converted to float64 when it is used.
         """
         self._check_hyperparameters()
         X, y = _check_examples(X, y)
@@ -268,23 +330,11 @@ class _BooleanStudent(BaseEstimator):
         self.n_features_in_ = X.shape[1]
         return self
 
-    def _checked_inputs(self, X) -> np.ndarray:
-        if not hasattr(self, "parameters_"):
-            raise ValueError(f"{type(self).__name__}: expected a fitted estimator, call fit(X, y) first")
-        X = _check_bits(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X: expected {self.n_features_in_} columns as in fit, received shape {X.shape}")
-        return X
-
-    def predict(self, X) -> np.ndarray:
-        """Real scores f(x) of shape (n,); sign(f) is the predicted label."""
-        X = self._checked_inputs(X)
-        return self._forward(self.parameters_, X)[0]
-
-    def score(self, X, y) -> float:
-        """Accuracy of sign(f(x)) against labels ``y`` in {±1}."""
-        X, y = _check_examples(self._checked_inputs(X), y)
-        return float(np.mean(np.where(self.predict(X) >= 0.0, 1.0, -1.0) == y))
+    def _scores(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty(X.shape[0])
+        for start, stop in _row_blocks(*X.shape):
+            out[start:stop] = self._forward(self.parameters_, _as_float_rows(X[start:stop]))[0]
+        return out
 
 
 class AttentionStudent(_BooleanStudent):
@@ -328,13 +378,17 @@ class AttentionStudent(_BooleanStudent):
         AdamW budget, mini-batch size, peak step size (cosine schedule) and
         decoupled weight decay λ (applied to all but the biases).  Adam's
         steps have size ≈ η per coordinate whatever the gradient's size, so
-        AdamW keeps each weight near ``|θ| ≲ 1/λ``: λ = 0.5 is a norm bound
-        of ≈ 2 per coordinate, ample for the sparse construction (logit gap
-        ⟨q, p_i⟩ ≈ log T) but tight for the dense solutions that memorise
+        AdamW keeps each weight near ``|θ| ≲ 1/λ``: λ = 0.1 is a norm bound
+        of ≈ 10 per coordinate, ample for the sparse construction (logit gap
+        ⟨q, p_i⟩ ≈ log T) but a bound on the dense solutions that memorise
         the sample through many small attention weights and a large MLP
-        gain.  On 3-sparse majority any λ from 0.1 to 2 gives the same
-        samples-to-95 % within one √2 step of the n-grid, while λ = 0.01
-        doubles it at T = 256.
+        gain.  The defaults (4000 steps, η = 0.01, λ = 0.1) are those the
+        ``sparse-variables-tuning`` experiment chose on tasks that the
+        ``sparse-variables`` experiment does not evaluate (2-sparse AND and
+        parity at T = 64 and 512), out of steps ∈ {1500, 4000},
+        η ∈ {0.003, 0.01, 0.03}, λ ∈ {0.01, 0.1, 0.5}.  λ = 0.5 slows the
+        weak, higher-order signal of parity to a halt (the weights decay
+        faster than it grows).
     random_state : None, int or Generator
         Initialisation and mini-batch order.
 
@@ -350,8 +404,8 @@ class AttentionStudent(_BooleanStudent):
 
     _decayed = frozenset({"query", "positions", "bit_embeddings", "hidden_weights", "output_weights"})
 
-    def __init__(self, embedding_dim: int = 16, hidden: int = 32, *, steps: int = 1500, batch_size: int = 64,
-                 learning_rate: float = 0.01, weight_decay: float = 0.5, random_state=None):
+    def __init__(self, embedding_dim: int = 16, hidden: int = 32, *, steps: int = 4000, batch_size: int = 64,
+                 learning_rate: float = 0.01, weight_decay: float = 0.1, random_state=None):
         self.embedding_dim = embedding_dim
         self.hidden = hidden
         self.steps = steps
@@ -391,7 +445,23 @@ class AttentionStudent(_BooleanStudent):
         """Attention weights a of the fitted head, shape (n, T)."""
         X = self._checked_inputs(X)
         p = self.parameters_
-        return kernels.bit_attention_forward(X, p["query"], p["positions"], p["bit_embeddings"])[1]
+        return kernels.bit_attention_forward(_as_float_rows(X), p["query"], p["positions"],
+                                             p["bit_embeddings"])[1]
+
+    def support_attention(self, X, support) -> float:
+        """Mean over the rows of ``X`` of the attention weight the head puts on the positions ``support``.
+
+        1 means the head attends to exactly those positions; a uniform head
+        gives |support|/T.  Computed in blocks of rows (bounded memory).
+        """
+        X = self._checked_inputs(X)
+        p = self.parameters_
+        total = 0.0
+        for start, stop in _row_blocks(*X.shape):
+            weights = kernels.bit_attention_forward(_as_float_rows(X[start:stop]), p["query"], p["positions"],
+                                                    p["bit_embeddings"])[1]
+            total += weights[:, np.asarray(support)].sum()
+        return total / X.shape[0]
 
 
 class MLPStudent(_BooleanStudent):
@@ -411,7 +481,9 @@ class MLPStudent(_BooleanStudent):
     Parameters
     ----------
     hidden, steps, batch_size, learning_rate, weight_decay, random_state :
-        as for :class:`AttentionStudent`.
+        as for :class:`AttentionStudent`; the defaults (4000 steps, η = 0.03,
+        λ = 0.5) are the ones the ``sparse-variables-tuning`` experiment chose
+        for this student.
 
     Attributes
     ----------
@@ -422,8 +494,8 @@ class MLPStudent(_BooleanStudent):
 
     _decayed = frozenset({"hidden_weights", "output_weights"})
 
-    def __init__(self, hidden: int = 32, *, steps: int = 1500, batch_size: int = 64,
-                 learning_rate: float = 0.01, weight_decay: float = 0.5, random_state=None):
+    def __init__(self, hidden: int = 32, *, steps: int = 4000, batch_size: int = 64,
+                 learning_rate: float = 0.03, weight_decay: float = 0.5, random_state=None):
         self.hidden = hidden
         self.steps = steps
         self.batch_size = batch_size
@@ -441,8 +513,132 @@ class MLPStudent(_BooleanStudent):
         return _mlp_backward(parameters, cache, d_scores)[0]
 
 
-#: Student classes by the names experiments use.
-STUDENTS = {"attention": AttentionStudent, "mlp": MLPStudent}
+def _as_signatures(packed: np.ndarray) -> np.ndarray:
+    """Rows of packed bits (k, bytes) as exact, sortable signatures: one void scalar per row."""
+    packed = np.ascontiguousarray(packed)
+    return packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
 
-__all__ = ["AttentionStudent", "FUNCTIONS", "MLPStudent", "STUDENTS", "SparseBooleanTask",
+
+class SparseParitySearch(_BooleanClassifier):
+    """Empirical risk minimisation over the parities of s bits — a learner that is not gradient-based.
+
+    The class H_s = {χ_S(x) = Π_{i∈S} x_i : S ⊂ [T], |S| = s} has C(T, s)
+    members, so a learner that returns any parity consistent with the
+    sample is wrong with probability at most (C(T, s) − 1)·2^{−n} (a wrong
+    χ_{S'} agrees with χ_S on a uniform example with probability 1/2,
+    independently across examples): n ≈ log₂ C(T, s) ≈ s·log₂ T samples
+    suffice.  This is the statistical side of Edelman et al.'s claim for
+    sparse parity — the information needed grows like log T — free of the
+    computational barrier that makes gradient methods need a number of
+    steps growing like T^{s−1} (a parity of s bits is uncorrelated with every
+    function of fewer of them).
+
+    **Algorithm** (meet in the middle).  With bits b = (1 − x)/2 and label
+    bit c = (1 − y)/2, χ_S is consistent iff ⊕_{i∈S} b_i = c on every
+    example.  Split S = A ∪ B with |A| = ⌊s/2⌋: the n-bit signature
+    ⊕_{i∈B} b_i ⊕ c of every B is looked up, exactly, among the sorted
+    signatures ⊕_{i∈A} b_i of the A's.  Time O(T^{⌈s/2⌉}·(n/64 + log T))
+    and memory O(T·n) bits: C(4096, 2) ≈ 8.4 million lookups for s = 3.
+    Each consistent S is found C(s, ⌊s/2⌋) times (once per split), and one
+    is returned uniformly at random among them (``random_state``), so the
+    learner is a uniform consistent learner: with W wrong consistent parities
+    it is right with probability 1/(W + 1).
+
+    The data must be realisable (noiseless parity labels); when no parity of
+    s bits is consistent, the learner predicts the majority label and
+    ``support_`` is None.
+
+    Parameters
+    ----------
+    sparsity : int
+        s, 1 <= s <= 3 (the search is over T^{⌈s/2⌉} subsets).
+    random_state : None, int or Generator
+        Chooses among consistent parities.
+
+    Attributes
+    ----------
+    support_ : ndarray of int (s,) or None
+        The chosen S.
+    consistent_count_ : int
+        The number of parities of s bits consistent with the sample (1 once
+        the sample identifies S).
+    n_features_in_ : int
+    """
+
+    def __init__(self, sparsity: int = 3, *, random_state=None):
+        self.sparsity = sparsity
+        self.random_state = random_state
+
+    def fit(self, X, y):
+        """Search the parities of ``sparsity`` bits for those consistent with (X, y); returns ``self``."""
+        sparsity = check_positive_int(self.sparsity, "sparsity")
+        if sparsity > 3:
+            raise ValueError(f"sparsity: expected an integer in [1, 3] (the search enumerates T^ceil(s/2) "
+                             f"subsets), received {sparsity}")
+        X, y = _check_examples(X, y)
+        length = X.shape[1]
+        if sparsity > length:
+            raise ValueError(f"sparsity: expected an integer <= the {length} columns of X, received {sparsity}")
+        try:
+            rng = as_generator(self.random_state)
+        except ValueError:
+            raise ValueError(f"random_state: expected None, an integer seed or a numpy.random.Generator, "
+                             f"received {self.random_state!r}") from None
+        packed = np.packbits(X.T < 0, axis=1)  # (T, ⌈n/8⌉): the bits b_i of every example, packed
+        label = np.packbits(y < 0)
+        halves = sparsity // 2, sparsity - sparsity // 2
+        columns = _as_signatures(packed)
+        left = columns if halves[0] == 1 else _as_signatures(np.zeros((1, packed.shape[1]), dtype=np.uint8))
+        order = np.argsort(left, kind="stable")
+        left_sorted = left[order]
+        zero_left = halves[0] == 0
+
+        def block(first: int):
+            """Subsets B (as index rows) starting at ``first``, and their lookup signatures ⊕_B b ⊕ c."""
+            if halves[1] == 1:
+                rows = np.arange(length)[:, None]
+                targets = _as_signatures(packed ^ label)
+            else:
+                rows = np.column_stack([np.full(length - first - 1, first), np.arange(first + 1, length)])
+                targets = _as_signatures(packed[first + 1:] ^ packed[first] ^ label)
+            low = np.searchsorted(left_sorted, targets, side="left")
+            high = np.searchsorted(left_sorted, targets, side="right")
+            counts = high - low
+            if not zero_left:  # A must not meet B: drop the matches A = {i} with i ∈ B
+                for column in rows.T:
+                    counts -= columns[column] == targets
+            return rows, low, high, counts
+
+        firsts = [0] if halves[1] == 1 else list(range(length - 1))
+        totals = np.array([block(first)[3].sum() for first in firsts])
+        repeats = math.comb(sparsity, halves[0])
+        self.consistent_count_ = int(totals.sum()) // repeats
+        self.n_features_in_ = length
+        if self.consistent_count_ == 0:
+            self.support_ = None
+            self.constant_ = 1.0 if np.mean(y) >= 0 else -1.0
+            return self
+        pick = int(rng.integers(totals.sum()))
+        index = int(np.searchsorted(np.cumsum(totals), pick, side="right"))
+        pick -= int(totals[:index].sum())
+        rows, low, high, counts = block(firsts[index])
+        row = int(np.searchsorted(np.cumsum(counts), pick, side="right"))
+        pick -= int(counts[:row].sum())
+        subset = set(rows[row].tolist())
+        matches = [] if zero_left else [int(order[k]) for k in range(low[row], high[row])
+                                        if int(order[k]) not in subset]
+        chosen = subset | ({matches[pick]} if matches else set())
+        self.support_ = np.array(sorted(chosen))
+        return self
+
+    def _scores(self, X: np.ndarray) -> np.ndarray:
+        if self.support_ is None:
+            return np.full(X.shape[0], self.constant_)
+        return np.prod(X[:, self.support_].astype(np.float64), axis=1)
+
+
+#: Student classes by the names experiments use.
+STUDENTS = {"attention": AttentionStudent, "mlp": MLPStudent, "parity-search": SparseParitySearch}
+
+__all__ = ["AttentionStudent", "FUNCTIONS", "MLPStudent", "STUDENTS", "SparseBooleanTask", "SparseParitySearch",
            "adamw_descent", "boolean_function", "logistic_loss"]

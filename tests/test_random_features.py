@@ -354,29 +354,43 @@ def test_experiment_is_registered_and_its_grid_is_well_formed():
     registered = get_experiment("random-features")
     assert registered.run_cell is experiment.run_random_features_cell
     quick, full = registered.cells(True), registered.cells(False)
-    assert len(quick) == len(RANDOM_FEATURE_TARGETS) * 3 * 3
+    fits = [cell for cell in quick if cell["kind"] == "fit"]
+    assert len(fits) == len(RANDOM_FEATURE_TARGETS) * 3 * 3
     assert len({tuple(sorted(cell.items())) for cell in full}) == len(full)
     for cell in quick:
         assert all(isinstance(value, (str, int, float, bool)) for value in cell.values())
     assert {cell["model"] for cell in full} == set(experiment.MODEL_NAMES)
+    assert len({cell["seed"] for cell in full if cell["kind"] == "fit"}) >= 5  # seeds for confidence bands
+    floors = [cell for cell in full if cell["kind"] == "floor"]
+    assert len({cell["heads"] for cell in floors}) >= 3
+    assert all(cell["samples"] > cell["heads"] * (cell["dim"] + 1) for cell in floors)
 
 
 def test_run_cell_is_deterministic_and_plot_writes_a_png(tmp_path):
     rows = []
     for model in experiment.MODEL_NAMES:
         for samples in (32, 64):
-            cell = dict(target="correlation-relu", model=model, law="boolean", dim=6, keys=4, heads=6,
-                        samples=samples, seed=0)
-            metrics = experiment.run_random_features_cell(cell)
-            assert 0.0 < metrics["test_error"] < 3.0 and metrics["parameters"] == 6 * 7
-            assert metrics["alpha"] in experiment.ALPHAS
-            rows.append({**cell, **metrics})
+            for seed in (0, 1):
+                cell = dict(kind="fit", target="correlation-relu", model=model, law="sphere", dim=6, keys=4,
+                            heads=6, samples=samples, seed=seed)
+                metrics = experiment.run_random_features_cell(cell)
+                assert 0.0 < metrics["test_error"] < 3.0 and metrics["parameters"] == 6 * 7
+                assert metrics["alpha"] in experiment.ALPHAS
+                rows.append({**cell, **metrics})
+        floor = dict(kind="floor", model=model, law="sphere", dim=6, keys=4, heads=3, seed=0, samples=200)
+        metrics = experiment.run_random_features_cell(floor)
+        assert set(metrics) == {f"floor:{name}" for name in RANDOM_FEATURE_TARGETS} | {"fit_seconds"}
+        rows.append({**floor, **metrics})
     again = experiment.run_random_features_cell(dict(rows[0], **{}))
     assert again["test_error"] == rows[0]["test_error"]
     paths = experiment.plot_random_features(rows, tmp_path)
     png = [path for path in paths if path.suffix == ".png"]
     assert len(png) == 1 and png[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "correlation-relu" in (tmp_path / "random-features.txt").read_text()
+    text = (tmp_path / "random-features.txt").read_text()
+    assert "correlation-relu" in text and "bound n=64" in text and "floor M=3" in text
+    band = experiment.error_bands([row for row in rows if row["kind"] == "fit"])[("correlation-relu", "mlp")]
+    assert [point[:2] for point in band] == [(32, 2), (64, 2)]
+    assert all(low <= median <= high for _, _, median, low, high in band)
     with pytest.raises(ValueError, match="rows: expected stored results"):
         experiment.plot_random_features([], tmp_path)
     with pytest.raises(ValueError, match="model: expected one of"):

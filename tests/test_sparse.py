@@ -1,6 +1,7 @@
 """Sparse variable creation (Edelman, Goel, Kakade & Zhang): task, students, kernels, experiment."""
 
 import itertools
+import json
 import math
 
 import numba
@@ -10,9 +11,9 @@ from sklearn.base import clone
 
 from mhalearn import kernels
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.sparse_variables import (growth_exponents, growth_ratios, run_sparse_variables_cell,
-                                                   samples_to_accuracy)
-from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, boolean_function
+from mhalearn.experiments import sparse_variables as experiment
+from mhalearn.experiments.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
+from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch, boolean_function
 
 
 # --------------------------------------------------------------------------
@@ -265,69 +266,285 @@ def test_attention_beats_mlp_on_long_sparse_majority():
 
 
 # --------------------------------------------------------------------------
+# Compact inputs and the parity search
+# --------------------------------------------------------------------------
+
+def test_int8_and_float_inputs_train_and_predict_alike():
+    task = SparseBooleanTask(12, 3, "and", rng=0)
+    X8, y = task.sample(64, rng=1, dtype=np.int8)
+    X64, y64 = task.sample(64, rng=1)
+    assert X8.dtype == np.int8 and X64.dtype == np.float64
+    np.testing.assert_array_equal(X8, X64)  # same draws whatever the dtype
+    np.testing.assert_array_equal(y, y64)
+    for student in (AttentionStudent(steps=40, random_state=0), MLPStudent(steps=40, random_state=0)):
+        first = clone(student).fit(X8, y)
+        second = clone(student).fit(X64, y)
+        np.testing.assert_array_equal(first.predict(X64), second.predict(X8))
+    with pytest.raises(ValueError, match="^dtype: expected"):
+        task.sample(4, dtype=np.float32)
+
+
+def test_prediction_in_row_blocks_matches_one_block(monkeypatch):
+    task = SparseBooleanTask(40, 3, "majority", rng=0)
+    X, y = task.sample(300, rng=1)
+    student = AttentionStudent(steps=30, random_state=0).fit(X, y)
+    whole = student.predict(X)
+    monkeypatch.setattr("mhalearn.sparse._row_blocks", lambda n, T: [(s, min(n, s + 7)) for s in range(0, n, 7)])
+    np.testing.assert_allclose(student.predict(X), whole, rtol=1e-12, atol=1e-15)  # BLAS blocking differs
+    weights = student.attention(X)
+    assert student.support_attention(X, task.support) == pytest.approx(weights[:, task.support].sum(1).mean())
+
+
+@pytest.mark.parametrize("sparsity", [1, 2, 3])
+@pytest.mark.parametrize("samples", [6, 11, 80])
+def test_parity_search_counts_exactly_the_consistent_parities(sparsity, samples):
+    """Against brute force over every subset; 80 examples spans several packed bytes."""
+    task = SparseBooleanTask(11, sparsity, "parity", rng=samples)
+    X, y = task.sample(samples, rng=1)
+    consistent = [subset for subset in itertools.combinations(range(11), sparsity)
+                  if np.all(np.prod(X[:, subset], axis=1) == y)]
+    search = SparseParitySearch(sparsity, random_state=0).fit(X, y)
+    assert search.consistent_count_ == len(consistent)
+    assert tuple(search.support_) in consistent
+    np.testing.assert_array_equal(search.predict(X), y)
+
+
+def test_parity_search_chooses_uniformly_among_consistent_parities():
+    task = SparseBooleanTask(12, 3, "parity", rng=3)
+    X, y = task.sample(5, rng=4)
+    count = SparseParitySearch(random_state=0).fit(X, y).consistent_count_
+    assert count >= 4
+    chosen = [tuple(SparseParitySearch(random_state=seed).fit(X, y).support_) for seed in range(60 * count)]
+    frequencies = np.array([chosen.count(subset) for subset in set(chosen)]) / len(chosen)
+    assert len(set(chosen)) == count
+    assert np.all(np.abs(frequencies - 1 / count) < 4 * np.sqrt(1 / count / len(chosen)))
+
+
+def test_parity_search_identifies_the_support_from_logarithmically_many_samples():
+    """With n = log2 C(T, 3) + 12 examples a wrong parity survives with probability < 2^-12."""
+    task = SparseBooleanTask(512, 3, "parity", rng=5)
+    samples = int(math.log2(math.comb(512, 3))) + 12
+    X, y = task.sample(samples, rng=6, dtype=np.int8)
+    search = SparseParitySearch(random_state=0).fit(X, y)
+    assert search.consistent_count_ == 1
+    np.testing.assert_array_equal(search.support_, task.support)
+    X_test, y_test = task.sample(500, rng=7)
+    assert search.score(X_test, y_test) == 1.0
+
+
+def test_parity_search_without_a_consistent_parity_predicts_the_majority_label():
+    X = np.array([[1, 1, 1], [1, 1, 1], [-1, 1, 1]])
+    search = SparseParitySearch(3).fit(X, np.array([1.0, -1.0, 1.0]))  # two identical rows, two labels
+    assert search.consistent_count_ == 0 and search.support_ is None
+    np.testing.assert_array_equal(search.predict(X), [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda X, y: SparseParitySearch(4).fit(X, y), "sparsity"),
+    (lambda X, y: SparseParitySearch(3).fit(X[:, :2], y), "sparsity"),
+    (lambda X, y: SparseParitySearch(3, random_state="a").fit(X, y), "random_state"),
+    (lambda X, y: SparseParitySearch(3).fit(X, y[:-1]), "y"),
+    (lambda X, y: SparseParitySearch(3).predict(X), "SparseParitySearch"),
+])
+def test_parity_search_bad_input_names_the_argument(call, name):
+    X, y = _small_problem(function="majority")
+    with pytest.raises(ValueError, match=rf"^{name}: expected"):
+        call(X, y)
+
+
+def test_a_long_cell_fits_in_two_gibibytes():
+    """T = 4096, n = 16 384 (the largest cell of the sweep): data, training and scoring within 2 GiB.
+
+    tracemalloc sees every NumPy buffer; the training steps do not change the
+    footprint (a few of them stand for the 1500 of the sweep).
+    """
+    import tracemalloc
+
+    task = experiment.make_task("majority", sparsity=3, length=4096, seed=0)
+    tracemalloc.start()
+    try:
+        X, y = experiment.training_set(task, 0, 16384)
+        X_test, y_test = experiment.held_out_set(task, 0)
+        for student in (AttentionStudent(steps=5, random_state=0), MLPStudent(steps=5, random_state=0)):
+            student.fit(X, y).score(X, y)
+            student.score(X_test, y_test)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert X.nbytes == 16384 * 4096  # one byte per bit
+    assert peak < 2 * 2 ** 30 / 4, f"peak {peak / 2 ** 20:.0f} MiB"  # a quarter of the 2 GiB budget
+
+
+# --------------------------------------------------------------------------
+# Samples-to-target statistics
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("needed", [1, 8, 9, 37, 100, 1000, 5000])
+@pytest.mark.parametrize("per_octave", [1, 2, 4])
+def test_bisection_brackets_the_threshold_to_the_resolution(needed, per_octave):
+    found, probes = bisect_samples(lambda n: float(n >= needed), target=0.95, start=8, max_samples=4096,
+                                   per_octave=per_octave)
+    if needed > 4096:
+        assert found == math.inf and probes[-1] == (4096, 0.0)
+        return
+    assert found >= needed
+    assert found == 8 or any(n < needed and n * 2 ** (1 / per_octave) * 1.0001 >= found - 1 for n, _ in probes)
+    assert found / max(needed, 8) <= 2 ** (1 / per_octave) + 1 / needed
+    assert len(probes) == len({n for n, _ in probes})  # no n evaluated twice
+
+
+def test_bootstrap_median_and_not_reached():
+    median, low, high = bootstrap_median([10, 12, 14, 16, 18, 20, 22, 24, 26, 28])
+    assert median == 19 and low < 19 < high and 12 <= low and high <= 26
+    assert bootstrap_median([5, math.inf, math.inf])[0] == math.inf
+    assert bootstrap_median([5, 6, math.inf])[0] == 6
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_growth_fits_recover_the_law_that_made_the_data(seed):
+    """10 seeds with 3 % noise per seed: n = 12·ln T is told from a power law, n = 3·√T from a log law.
+
+    (With a large intercept, a + b·ln T bends too little over 16 <= T <= 4096
+    to be told from T^α at this noise: the fits only discriminate curvature.)
+    """
+    rng = np.random.default_rng(seed)
+    lengths = [16, 64, 256, 1024, 4096]
+    logarithmic = {T: list(12 * math.log(T) * np.exp(0.03 * rng.standard_normal(10))) for T in lengths}
+    power = {T: list(3 * T ** 0.5 * np.exp(0.03 * rng.standard_normal(10))) for T in lengths}
+    fit = fit_growth_laws(logarithmic, resamples=200)
+    assert fit.better == "log" and fit.delta_aic < -2
+    assert fit.b_interval[0] <= fit.log_params[1] <= fit.b_interval[1]
+    assert 12 * 0.85 < fit.b_interval[0] and fit.b_interval[1] < 12 * 1.15
+    fit = fit_growth_laws(power, resamples=200)
+    assert fit.better == "power" and fit.delta_aic > 2
+    assert fit.alpha_interval[0] <= fit.power_params[1] <= fit.alpha_interval[1]
+    assert 0.45 < fit.alpha_interval[0] and fit.alpha_interval[1] < 0.55
+    np.testing.assert_allclose(law_curve("power", fit.power_params, [256]), 48, rtol=0.1)
+    assert fit_growth_laws({16: [1.0], 32: [math.inf]}) is None
+
+
+# --------------------------------------------------------------------------
 # The experiment
 # --------------------------------------------------------------------------
 
-def test_experiment_grid_is_registered_and_unique():
-    experiment = get_experiment("sparse-variables")
-    for quick in (True, False):
-        cells = experiment.cells(quick)
-        keys = {tuple(sorted(cell.items())) for cell in cells}
-        assert len(keys) == len(cells)
-        assert all(isinstance(value, (str, int)) for cell in cells for value in cell.values())
-    full = experiment.cells(False)
-    assert {cell["length"] for cell in full} == {16, 32, 64, 128, 256}
-    assert {cell["function"] for cell in full} == {"and", "parity", "majority"}
-    assert {cell["student"] for cell in full} == {"attention", "mlp"}
+def test_experiment_grids_are_registered_and_unique():
+    for name in ("sparse-variables", "sparse-variables-tuning"):
+        for quick in (True, False):
+            cells = get_experiment(name).cells(quick)
+            keys = {tuple(sorted(cell.items())) for cell in cells}
+            assert len(keys) == len(cells)
+            assert all(isinstance(value, (str, int, float)) for cell in cells for value in cell.values())
+    full = get_experiment("sparse-variables").cells(False)
+    assert max(cell["length"] for cell in full) >= 4096
+    for function, student in (("and", "attention"), ("and", "mlp"), ("majority", "attention"), ("majority", "mlp"),
+                              ("parity", "parity-search")):
+        assert len({cell["seed"] for cell in full if (cell["function"], cell["student"]) == (function, student)}) >= 10
+    assert {(cell["function"], cell["student"]) for cell in full} == {
+        ("and", "attention"), ("and", "mlp"), ("majority", "attention"), ("majority", "mlp"),
+        ("parity", "attention"), ("parity", "mlp"), ("parity", "parity-search")}
+    assert all(2 ** (1 / cell["per_octave"]) < 2 ** 0.5 for cell in full)
+    tuning = get_experiment("sparse-variables-tuning").cells(False)
+    assert {cell["sparsity"] for cell in tuning} == {2} and {cell["sparsity"] for cell in full} == {3}
+    assert not {cell["seed"] for cell in tuning} & {cell["seed"] for cell in full}
 
 
-def test_run_cell_is_deterministic_and_shares_data_across_students():
-    cell = dict(function="and", student="attention", sparsity=3, length=16, samples=32, seed=0)
-    first, second = run_sparse_variables_cell(cell), run_sparse_variables_cell(cell)
-    assert first["test_accuracy"] == second["test_accuracy"]
-    assert 0.0 <= first["test_accuracy"] <= 1.0 and 0.0 <= first["support_attention"] <= 1.0
-    mlp = run_sparse_variables_cell(dict(cell, student="mlp"))
-    assert mlp["support_attention"] is None and 0.0 <= mlp["train_accuracy"] <= 1.0
+def test_training_sets_are_nested_and_shared_by_the_students():
+    task = experiment.make_task("and", sparsity=3, length=20, seed=4)
+    small = experiment.training_set(task, 4, 700)
+    large = experiment.training_set(task, 4, 2500)
+    np.testing.assert_array_equal(large[0][:700], small[0])
+    np.testing.assert_array_equal(large[1][:700], small[1])
+    np.testing.assert_array_equal(large[1], task.labels(large[0]))
+    X_test, _ = experiment.held_out_set(task, 4)
+    assert not any((X_test[:50, None, :] == large[0][None]).all(-1).any(1))  # no test row among training rows
+
+
+def test_run_cell_is_deterministic_and_reports_the_bisection():
+    cell = dict(function="and", student="attention", sparsity=3, length=16, seed=0, target=0.95, start=8,
+                max_samples=256, per_octave=2, steps=300, learning_rate=0.01, weight_decay=0.5)
+    first, second = experiment.run_sparse_variables_cell(cell), experiment.run_sparse_variables_cell(cell)
+    assert first == {**second, "fit_seconds": first["fit_seconds"]}
+    probes = json.loads(first["probes"])
+    assert first["fits"] == len(probes) and 0.0 <= first["support_attention"] <= 1.0
+    if first["samples_to_target"] is not None:
+        assert dict(map(tuple, probes))[first["samples_to_target"]] >= 0.95
+        assert all(accuracy < 0.95 for n, accuracy in probes if n < first["samples_to_target"])
+    assert len(json.loads(first["loss_curve"])) == 40
+    search = experiment.run_sparse_variables_cell(dict(function="parity", student="parity-search", sparsity=3,
+                                                       length=64, seed=0, target=0.95, start=8, max_samples=256,
+                                                       per_octave=4))
+    assert search["loss_curve"] is None and 8 < search["samples_to_target"] <= 40
     with pytest.raises(ValueError, match="^student: expected"):
-        run_sparse_variables_cell(dict(cell, student="cnn"))
+        experiment.run_sparse_variables_cell(dict(cell, student="cnn"))
+    with pytest.raises(ValueError, match="^student: 'parity-search'"):
+        experiment.run_sparse_variables_cell(dict(cell, student="parity-search"))
 
 
 def _synthetic_rows():
-    """Rows whose samples-to-95 % is known: attention reaches it at 16·log2(T)/4, mlp at 4·T (above 512: never)."""
+    """Rows of a sweep where attention needs 6·ln T samples, the MLP 2·T (not reached above 512), parity search log2 C(T,3)."""
     rows = []
-    for student, needed in (("attention", lambda T: 16 * math.log2(T) / 4), ("mlp", lambda T: 4 * T)):
-        for length in (16, 64, 256):
-            for samples in (8, 16, 32, 64, 128, 256, 512):
-                for seed, noise in enumerate((-0.01, 0.0, 0.3)):
-                    accuracy = (0.97 if samples >= needed(length) else 0.9) + noise
-                    rows.append(dict(function="majority", student=student, sparsity=3, length=length,
-                                     samples=samples, seed=seed, test_accuracy=accuracy))
+    rng = np.random.default_rng(0)
+    base = dict(sparsity=3, target=0.95, start=8, max_samples=512, per_octave=4, steps=100)
+    laws = {("and", "attention"): lambda T: 6 * math.log(T), ("and", "mlp"): lambda T: 2 * T,
+            ("parity", "parity-search"): lambda T: math.log2(math.comb(T, 3))}
+    for (function, student), law in laws.items():
+        for length in (16, 64, 256, 1024):
+            for seed in range(5):
+                needed = law(length) * math.exp(0.1 * rng.standard_normal())
+                reached = needed <= 512
+                largest = int(min(needed, 512))
+                rows.append(dict(base, function=function, student=student, length=length, seed=seed,
+                                 samples_to_target=int(needed) if reached else None,
+                                 probes=json.dumps([[8, 0.6], [largest, 0.97 if reached else 0.8]]),
+                                 largest_samples=largest, train_accuracy=1.0, test_accuracy=0.97 if reached else 0.8,
+                                 final_loss=0.01 if student != "parity-search" else None,
+                                 loss_curve=json.dumps([0.69, 0.3, 0.01]) if student != "parity-search" else None))
     return rows
 
 
-def test_samples_to_accuracy_uses_the_median_over_seeds():
-    thresholds = samples_to_accuracy(_synthetic_rows())
-    assert thresholds[("majority", "attention", 16)] == 16
-    assert thresholds[("majority", "attention", 64)] == 32
-    assert thresholds[("majority", "attention", 256)] == 32
-    assert thresholds[("majority", "mlp", 16)] == 64
-    assert thresholds[("majority", "mlp", 64)] == 256
-    assert thresholds[("majority", "mlp", 256)] == math.inf
-    ratios = growth_ratios(thresholds)
-    assert ratios[("majority", "attention")] == 2.0
-    assert ratios[("majority", "mlp")] == math.inf
-    exponents = growth_exponents(thresholds)  # log2 T = 4, 6, 8 against log2 n = 4, 5, 5
-    assert exponents[("majority", "attention")] == pytest.approx(0.25)
-    assert math.isnan(exponents[("majority", "mlp")])
+def test_summary_tables_fit_the_right_laws():
+    tables = {title.split(":")[0].split(" (")[0]: lines for title, _, lines in
+              experiment.summary_tables(_synthetic_rows())}
+    fits = {tuple(line[:2]): line for line in tables["growth laws fitted to the medians"]}
+    assert fits[("and", "attention")][8] == "log"
+    assert fits[("parity", "parity-search")][8] == "log"
+    assert fits[("and", "mlp")][8] == "power"
+    alpha = float(fits[("and", "mlp")][2].split()[0])
+    assert alpha == pytest.approx(1.0, abs=0.1)
 
 
 def test_plot_writes_the_figures_and_table(tmp_path):
     paths = get_experiment("sparse-variables").plot(_synthetic_rows(), tmp_path)
-    assert sorted(path.name for path in paths) == ["sparse-variables-accuracy.png", "sparse-variables.png",
-                                                   "sparse-variables.txt"]
-    for path in paths[:2]:
+    assert sorted(path.name for path in paths) == ["sparse-variables-accuracy.png", "sparse-variables-loss.png",
+                                                   "sparse-variables.png", "sparse-variables.txt"]
+    for path in paths[:3]:
         assert path.stat().st_size > 10_000
     text = (tmp_path / "sparse-variables.txt").read_text()
-    assert "not reached" in text and "majority" in text
+    assert "not reached" in text and "parity-search" in text and "alpha" in text
     with pytest.raises(ValueError, match="^rows: expected"):
         get_experiment("sparse-variables").plot([], tmp_path)
+
+
+def test_tuning_picks_the_setting_with_the_fewest_samples(tmp_path):
+    rows = []
+    for steps, decay, needed in ((100, 0.1, 30), (100, 0.5, 20), (200, 0.5, None)):
+        for seed in range(2):
+            rows.append(dict(function="and", student="attention", sparsity=2, length=64, seed=seed, target=0.95,
+                             start=8, max_samples=64, per_octave=2, steps=steps, learning_rate=0.01,
+                             weight_decay=decay, samples_to_target=needed))
+    assert experiment.best_hyperparameters(rows) == {"attention": dict(steps=100, learning_rate=0.01,
+                                                                        weight_decay=0.5)}
+    ranking = experiment.tuning_scores(rows)["attention"]
+    assert ranking[-1][0] == pytest.approx(128) and ranking[-1][3] == 2  # not reached counts as twice the cap
+    path, = get_experiment("sparse-variables-tuning").plot(rows, tmp_path)
+    assert "weight_decay" in path.read_text()
+
+
+def test_students_defaults_are_the_frozen_hyperparameters():
+    for name, student in (("attention", AttentionStudent()), ("mlp", MLPStudent())):
+        parameters = student.get_params()
+        assert {key: parameters[key] for key in experiment.FROZEN_HYPERPARAMETERS[name]} == \
+            experiment.FROZEN_HYPERPARAMETERS[name]
+    assert all(cell[key] == experiment.FROZEN_HYPERPARAMETERS[cell["student"]][key]
+               for cell in get_experiment("sparse-variables").cells(False) if cell["student"] in ("attention", "mlp")
+               for key in ("steps", "learning_rate", "weight_decay"))

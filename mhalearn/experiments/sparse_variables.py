@@ -1,262 +1,580 @@
-"""The ``sparse-variables`` experiment (docs/design.md §4.4, §5).
+"""The ``sparse-variables`` experiments (docs/design.md §4.4, §5).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
 
-For each sparse function g ∈ {AND, parity, majority} of s = 3 hidden bits
-among T ∈ {16, 32, 64, 128, 256}, both students of :mod:`mhalearn.sparse`
-(the attention head and the MLP on raw bits) are trained on n examples for
-n on a √2-spaced grid and several seeds; a cell is
-(function, student, T, n, seed) → test accuracy on fresh examples.
+**Claim tested.**  A bounded-norm attention head learns an s-sparse function
+g(x_S) of x ∈ {±1}^T from a number of samples growing like log T (its
+covering number grows like log T), whereas a network on the raw bits pays
+for every coordinate.  Here s = 3, g ∈ {AND, majority, parity} and
+T = 16 … 4096: log growth predicts a factor ln 4096/ln 16 = 3 between the
+ends, √T growth a factor 16, linear growth 256.
 
-The summary statistic is the **samples-to-95 %**: the smallest n of the grid
-at which the median test accuracy over seeds reaches 95 %.  Edelman et al.
-bound the sample complexity of a bounded-norm attention head by O(log T)
-(its covering number grows like log T), while a rotation-invariant learner on
-the raw bits needs Ω(T) (Ng, ICML 2004), so the growth from T = 16 to
-T = 256 is ≈ log 256 / log 16 = 2 under log growth and 16 under linear growth.
+**Cell.**  One cell is (g, student, T, seed): the student is trained on
+nested training sets (the first n examples of one stream per seed) and
+:func:`~mhalearn.experiments.growth.bisect_samples` finds the smallest n at
+which its test accuracy on 4000 fresh examples reaches 95 %, doubling n from
+8 and then bisecting on log n to a factor 2^(1/4) ≈ 1.19 (better than the √2
+of a √2-spaced grid), up to n = 16 384.  The cell stores that n (None when
+not reached), every probe (n, accuracy) and, at the largest n probed, the
+training accuracy and the loss curve.  The support S and the data depend on
+(g, s, T, seed) and not on the student, so all students of a seed see the
+same examples.
 
-A cell is a deterministic function of its parameters: the support S and
-the training and test sets depend on (function, s, T, n, seed) and not on
-the student, so the two students of a seed see the same data.
+**Students.**  The attention head and the MLP on raw bits of
+:mod:`mhalearn.sparse`, both trained by AdamW with the hyper-parameters in
+:data:`FROZEN_HYPERPARAMETERS`, which were chosen by the
+``sparse-variables-tuning`` experiment on tasks that are not evaluated
+(s = 2 AND and s = 2 parity, other seeds) and then frozen.  For parity a third
+learner, :class:`~mhalearn.sparse.SparseParitySearch`, minimises the empirical
+risk over all parities of 3 bits without gradients: it isolates the
+statistical claim (log₂ C(T, 3) ≈ 3 log₂ T samples) from the computational
+barrier that gradient methods face on parity (steps growing like T^{s−1}).
+
+**Summaries** (``mhalearn plot sparse-variables``): the median over seeds of
+the per-seed samples-to-95 % with a 90 % bootstrap interval, and for each
+(g, student) the fits n = a + b·ln T and n = c·T^α with α's and b's 90 %
+intervals, which law fits better (AIC on ln n and prediction of the largest
+T from the others), and the growth from T = 16 to T = 4096.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ..sparse import FUNCTIONS, STUDENTS, SparseBooleanTask
-from .figures import (dodge, group_rows, new_figure, plot_band, plt, save_figure, set_grid_ticks, style_for,
-                      summarize_curve, write_tables)
-from .registry import Experiment, expand_grid, register_experiment
+from ..sparse import FUNCTIONS, STUDENTS, SparseBooleanTask, SparseParitySearch
+from .figures import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
+from .growth import LAWS, bisect_samples, bootstrap_median, fit_growth_laws, law_curve
+from .._validation import check_choice, check_positive_int
+from .registry import Experiment, register_experiment
 
-#: Students compared, in plotting order.
+#: Learners in plotting order: the two gradient-trained students and the parity search.
 STUDENT_NAMES = tuple(STUDENTS)
-#: Size of the hidden support.
-SPARSITY = 3
+#: Students trained by AdamW (they take the hyper-parameters below).
+GRADIENT_STUDENTS = ("attention", "mlp")
 #: Target test accuracy of the samples-to-accuracy statistic.
 TARGET_ACCURACY = 0.95
 #: Fresh test examples per cell (the standard error of an accuracy near 95 % is ≈ 0.35 %).
 TEST_SAMPLES = 4000
-#: n from 8 to 4096 in steps of √2 (the samples axis of the full grid, and bench/sparse.py's ladder).
-SAMPLE_GRID = tuple(int(round(8 * 2 ** (k / 2))) for k in range(19))
+#: Rows per block of the training stream: the training set of n examples is the first n rows.
+STREAM_BLOCK = 1024
 
-#: Fields of a cell, in the order the grid's axes nest (grids in ``grids/sparse-variables.toml``).
-CELL_FIELDS = ("function", "student", "sparsity", "length", "samples", "seed")
+#: AdamW hyper-parameters of each gradient-trained student, frozen after the
+#: ``sparse-variables-tuning`` sweep (2-sparse AND and parity at T = 64 and 512, seeds 100-101;
+#: ``mhalearn sweep sparse-variables-tuning`` then ``mhalearn plot sparse-variables-tuning``):
+#: for each student, the setting with the smallest geometric mean of samples-to-95 % over
+#: those 8 cells (:func:`best_hyperparameters`; scores 162 and 664, next best 170 and 724).
+#: They are also the students' defaults.
+FROZEN_HYPERPARAMETERS = {
+    "attention": dict(steps=4000, learning_rate=0.01, weight_decay=0.1),
+    "mlp": dict(steps=4000, learning_rate=0.03, weight_decay=0.5),
+}
+
+#: Keys of a grid table (``grids/sparse-variables.toml``): required, then optional with defaults.
+GRID_KEYS = ("series", "sparsity", "lengths", "target", "start", "max_samples", "per_octave")
+GRID_DEFAULTS = dict(first_seed=0)
+#: AdamW keys a grid may give as lists (every combination runs), instead of the frozen settings.
+HYPERPARAMETER_KEYS = ("steps", "learning_rate", "weight_decay")
+SERIES_KEYS = ("function", "student", "seeds")
+
+
+def _hyperparameter_settings(grid: dict) -> list[dict] | None:
+    """The AdamW settings a grid lists (their product), or None when it leaves them to the frozen ones."""
+    given = [key for key in HYPERPARAMETER_KEYS if key in grid]
+    if not given:
+        return None
+    if len(given) != len(HYPERPARAMETER_KEYS):
+        raise ValueError(f"grid: 'sparse-variables' expected all of {list(HYPERPARAMETER_KEYS)} or none, "
+                         f"received only {given}")
+    axes = [grid[key] if isinstance(grid[key], list) else [grid[key]] for key in HYPERPARAMETER_KEYS]
+    return [dict(zip(HYPERPARAMETER_KEYS, values)) for values in itertools.product(*axes)]
+
+
+def _check_series(series) -> list[dict]:
+    if not isinstance(series, list) or not series:
+        raise ValueError("grid: 'sparse-variables' expected 'series' to be a non-empty array of tables "
+                         f"{{function, student, seeds}}, received {series!r}")
+    for entry in series:
+        if not isinstance(entry, dict) or sorted(entry) != sorted(SERIES_KEYS):
+            raise ValueError(f"grid: each 'series' entry expected the keys {list(SERIES_KEYS)}, received {entry!r}")
+        check_choice(entry["function"], "series function", FUNCTIONS)
+        check_choice(entry["student"], "series student", STUDENTS)
+        check_positive_int(entry["seeds"], "series seeds")
+    return series
 
 
 def sparse_variables_cells(grid: dict) -> list[dict]:
-    """Every (function, student, T, n, seed) of a grid table as a flat dict."""
-    return expand_grid(grid, CELL_FIELDS, experiment="sparse-variables")
+    """The (g, student, T, seed) cells of a grid table, with their AdamW settings, as flat dicts.
 
-
-def make_problem(function: str, *, sparsity: int, length: int, samples: int, seed: int,
-                 test_samples: int = TEST_SAMPLES):
-    """The task and its training and test sets ``(task, X, y, X_test, y_test)``.
-
-    S depends on (function, s, T, seed); the data also on n.
+    Each ``series`` entry runs at every T of ``lengths`` for ``seeds`` seeds
+    counted from ``first_seed``.  The gradient students take the settings the
+    grid lists (``steps``, ``learning_rate``, ``weight_decay``: every
+    combination) or else :data:`FROZEN_HYPERPARAMETERS`.
     """
-    tag = FUNCTIONS.index(function)
-    task = SparseBooleanTask(length, sparsity, function, rng=np.random.default_rng([tag, sparsity, length, seed]))
-    rng = np.random.default_rng([tag, sparsity, length, samples, seed, 1])
-    X, y = task.sample(samples, rng=rng)
-    X_test, y_test = task.sample(test_samples, rng=rng)
-    return task, X, y, X_test, y_test
+    unknown = sorted(set(grid) - set(GRID_KEYS) - set(GRID_DEFAULTS) - set(HYPERPARAMETER_KEYS))
+    missing = [key for key in GRID_KEYS if key not in grid]
+    if unknown or missing:
+        raise ValueError(f"grid: 'sparse-variables' expected the keys {list(GRID_KEYS)} (optionally "
+                         f"{list(GRID_DEFAULTS) + list(HYPERPARAMETER_KEYS)}); unknown {unknown}, missing {missing}")
+    grid = {**GRID_DEFAULTS, **grid}
+    settings = _hyperparameter_settings(grid)
+    cells = []
+    for series in _check_series(grid["series"]):
+        function, student = series["function"], series["student"]
+        seeds = range(grid["first_seed"], grid["first_seed"] + series["seeds"])
+        for length, seed in itertools.product(grid["lengths"], seeds):
+            base = dict(function=function, student=student, sparsity=grid["sparsity"], length=length,
+                        seed=seed, target=grid["target"], start=grid["start"],
+                        max_samples=grid["max_samples"], per_octave=grid["per_octave"])
+            if student in GRADIENT_STUDENTS:
+                cells += [{**base, **setting} for setting in settings or [FROZEN_HYPERPARAMETERS[student]]]
+            else:
+                cells.append(base)
+    return cells
+
+
+# --------------------------------------------------------------------------
+# Data and one cell
+# --------------------------------------------------------------------------
+
+def make_task(function: str, *, sparsity: int, length: int, seed: int) -> SparseBooleanTask:
+    """The task of (g, s, T, seed): S depends on these and on nothing else."""
+    return SparseBooleanTask(length, sparsity, function,
+                             rng=np.random.default_rng([FUNCTIONS.index(function), sparsity, length, seed]))
+
+
+def _stream_key(task: SparseBooleanTask, seed: int) -> list[int]:
+    return [FUNCTIONS.index(task.function), task.sparsity, task.length, seed]
+
+
+def training_set(task: SparseBooleanTask, seed: int, samples: int, cache: dict | None = None):
+    """The first ``samples`` examples of the seed's training stream: X int8 (n, T), y (n,).
+
+    The stream is drawn in blocks of :data:`STREAM_BLOCK` rows, block b from
+    its own generator, so the set of n examples contains the set of any
+    smaller n (nested training sets) however many blocks are drawn.
+    ``cache`` (a dict) keeps drawn blocks between calls.
+    """
+    cache = {} if cache is None else cache
+    blocks = -(-samples // STREAM_BLOCK)
+    for block in range(blocks):
+        if block not in cache:
+            generator = np.random.default_rng(_stream_key(task, seed) + [0, block])
+            cache[block] = task.sample(STREAM_BLOCK, rng=generator, dtype=np.int8)
+    X = np.concatenate([cache[block][0] for block in range(blocks)])[:samples]
+    y = np.concatenate([cache[block][1] for block in range(blocks)])[:samples]
+    return X, y
+
+
+def held_out_set(task: SparseBooleanTask, seed: int, samples: int = TEST_SAMPLES):
+    """Fresh test examples of the seed (independent of every training stream): X int8, y."""
+    return task.sample(samples, rng=np.random.default_rng(_stream_key(task, seed) + [1]), dtype=np.int8)
+
+
+def make_student(cell: dict):
+    """The learner of a cell: a gradient-trained student with the cell's hyper-parameters, or the parity search."""
+    name = cell["student"]
+    if name not in STUDENTS:
+        raise ValueError(f"student: expected one of {sorted(STUDENTS)}, received {name!r}")
+    if name == "parity-search":
+        if cell["function"] != "parity":
+            raise ValueError(f"student: 'parity-search' learns parities only, received function {cell['function']!r}")
+        return SparseParitySearch(cell["sparsity"], random_state=cell["seed"])
+    return STUDENTS[name](random_state=cell["seed"], steps=cell["steps"], learning_rate=cell["learning_rate"],
+                          weight_decay=cell["weight_decay"])
+
+
+def _downsample(curve: np.ndarray, points: int = 40) -> list[float]:
+    """Means of ``points`` equal windows of a loss curve (the curve itself when shorter)."""
+    windows = np.array_split(np.asarray(curve, dtype=float), min(points, len(curve)))
+    return [round(float(window.mean()), 5) for window in windows]
 
 
 def run_sparse_variables_cell(cell: dict) -> dict:
-    """Train one student on one task at one n and seed; return its accuracies and cost.
+    """Samples-to-target of one learner on one task and seed, by bisection on nested training sets.
 
-    For the attention student, ``support_attention`` is the mean attention
-    weight the head puts on the hidden support S on test inputs (1 means it
-    found S exactly); it is ``None`` for the MLP.
+    Returns ``samples_to_target`` (None when ``max_samples`` does not reach
+    the target), ``probes`` (JSON list of [n, test accuracy]), ``fits``,
+    ``fit_seconds``; ``support_attention`` (attention student: mean attention
+    weight on S at the passing n, or at the largest n when not reached);
+    and at the largest n probed ``largest_samples``, ``train_accuracy``,
+    ``test_accuracy``, ``final_loss`` (mean of the last 5 % of the loss
+    curve) and ``loss_curve`` (JSON, 40 window means).
     """
-    task, X, y, X_test, y_test = make_problem(cell["function"], sparsity=cell["sparsity"], length=cell["length"],
-                                              samples=cell["samples"], seed=cell["seed"])
-    if cell["student"] not in STUDENTS:
-        raise ValueError(f"student: expected one of {sorted(STUDENTS)}, received {cell['student']!r}")
-    student = STUDENTS[cell["student"]](random_state=cell["seed"])
-    start = time.perf_counter()
-    student.fit(X, y)
-    fit_seconds = time.perf_counter() - start
-    support_attention = None
+    task = make_task(cell["function"], sparsity=cell["sparsity"], length=cell["length"], seed=cell["seed"])
+    make_student(cell)  # bad names fail before any data is drawn
+    X_test, y_test = held_out_set(task, cell["seed"])
+    cache: dict = {}
+    fitted: dict[int, object] = {}
+    seconds = 0.0
+
+    def evaluate(samples: int) -> float:
+        nonlocal seconds
+        X, y = training_set(task, cell["seed"], samples, cache)
+        student = make_student(cell)
+        start = time.perf_counter()
+        student.fit(X, y)
+        seconds += time.perf_counter() - start
+        fitted[samples] = student
+        return student.score(X_test, y_test)
+
+    samples, probes = bisect_samples(evaluate, target=cell["target"], start=cell["start"],
+                                     max_samples=cell["max_samples"], per_octave=cell["per_octave"])
+    largest = max(n for n, _ in probes)
+    student = fitted[largest]
+    X, y = training_set(task, cell["seed"], largest, cache)
+    metrics = {
+        "samples_to_target": int(samples) if math.isfinite(samples) else None,
+        "probes": json.dumps([[n, round(accuracy, 5)] for n, accuracy in probes]),
+        "fits": len(probes), "fit_seconds": seconds,
+        "largest_samples": largest, "train_accuracy": student.score(X, y),
+        "test_accuracy": dict(probes)[largest],
+        "support_attention": None, "final_loss": None, "loss_curve": None,
+    }
     if cell["student"] == "attention":
-        support_attention = float(student.attention(X_test)[:, task.support].sum(axis=1).mean())
-    return {"test_accuracy": student.score(X_test, y_test), "train_accuracy": student.score(X, y),
-            "support_attention": support_attention, "fit_seconds": fit_seconds}
+        chosen = fitted[int(samples)] if math.isfinite(samples) else student
+        metrics["support_attention"] = chosen.support_attention(X_test, task.support)
+    if hasattr(student, "loss_curve_"):
+        curve = student.loss_curve_
+        metrics["final_loss"] = float(curve[-max(1, len(curve) // 20):].mean())
+        metrics["loss_curve"] = json.dumps(_downsample(curve))
+    return metrics
 
 
-def samples_to_accuracy(rows: list[dict], target: float = TARGET_ACCURACY) -> dict[tuple, float]:
-    """Smallest n of the grid whose median test accuracy over seeds is at least ``target``.
+# --------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------
 
-    Returns a dict keyed by (function, student, T) whose values are n, or
-    ``math.inf`` when no n of the grid reaches the target.
-    """
-    result = {}
-    for key, group in group_rows(rows, ["function", "student", "length"]).items():
-        curve = summarize_curve(group, "samples", "test_accuracy")
-        reached = [point["x"] for point in curve if point["median"] >= target]
-        result[key] = float(min(reached)) if reached else math.inf
+def _threshold(row: dict) -> float:
+    value = row.get("samples_to_target")
+    return math.inf if value is None else float(value)
+
+
+def per_seed_thresholds(rows: list[dict]) -> dict[tuple, dict[int, list[float]]]:
+    """{(g, student): {T: [samples-to-target of each seed]}} (``math.inf`` = not reached)."""
+    result: dict[tuple, dict[int, list[float]]] = {}
+    for row in rows:
+        result.setdefault((row["function"], row["student"]), {}).setdefault(row["length"], []).append(
+            _threshold(row))
     return result
 
 
-def growth_ratios(thresholds: dict[tuple, float]) -> dict[tuple, float]:
-    """Samples-to-accuracy at the largest T over that at the smallest T, per (function, student).
+def _ordered_series(keys) -> list[tuple]:
+    return sorted(keys, key=lambda key: (FUNCTIONS.index(key[0]), STUDENT_NAMES.index(key[1])))
 
-    ``math.inf`` when the largest T never reaches the target, ``nan`` when the smallest T does not.
+
+def _parity_search_reference(length: float, sparsity: int) -> float:
+    """log₂ C(T, s): the sample size at which one wrong parity of s bits is expected to stay consistent.
+
+    Through the Gamma function, so T may be any real >= s (for drawing the curve).
     """
-    ratios = {}
-    for function, student in sorted({key[:2] for key in thresholds}):
-        lengths = sorted(key[2] for key in thresholds if key[:2] == (function, student))
-        low, high = thresholds[(function, student, lengths[0])], thresholds[(function, student, lengths[-1])]
-        ratios[(function, student)] = math.nan if math.isinf(low) else high / low
-    return ratios
+    return (math.lgamma(length + 1) - math.lgamma(sparsity + 1) - math.lgamma(length - sparsity + 1)) / math.log(2)
 
 
-def _as_count(value: float):
-    """A finite number of samples as an int (printed exactly); inf and nan unchanged."""
-    return int(value) if math.isfinite(value) else value
+def summary_tables(rows: list[dict], *, level: float = 0.9) -> list[tuple]:
+    """The tables of ``sparse-variables.txt`` as ``(title, header, lines)`` triples.
 
-
-def growth_exponents(thresholds: dict[tuple, float]) -> dict[tuple, float]:
-    """Least-squares slope of log n against log T per (function, student); ``nan`` if a T is not reached.
-
-    Over T from 16 to 256, n ∝ T has slope 1 and n ∝ log T has slope
-    log(log 256/log 16)/log 16 = 0.25.
+    1. samples-to-target per (g, student, T): median over seeds [bootstrap interval];
+    2. the growth-law fits per (g, student);
+    3. growth from the smallest to the largest T with its interval;
+    4. the learners at the largest n they tried (train vs test accuracy, final loss).
     """
-    exponents = {}
-    for function, student in sorted({key[:2] for key in thresholds}):
-        points = sorted((key[2], value) for key, value in thresholds.items() if key[:2] == (function, student))
-        lengths, samples = np.array(points).T
-        exponents[(function, student)] = (float(np.polyfit(np.log(lengths), np.log(samples), 1)[0])
-                                          if len(points) > 1 and np.all(np.isfinite(samples)) else math.nan)
-    return exponents
-
-
-def _as_count(value: float):
-    """A finite number of samples as an int (printed exactly); inf and nan unchanged."""
-    return int(value) if math.isfinite(value) else value
-
-
-def summary_tables(rows: list[dict], target: float = TARGET_ACCURACY) -> list[tuple]:
-    """The samples-to-accuracy table and the reference growths, as ``(title, header, lines)`` triples."""
-    thresholds = samples_to_accuracy(rows, target)
-    lengths = sorted({key[2] for key in thresholds})
-    pairs = sorted({key[:2] for key in thresholds}, key=lambda pair: (pair[0], STUDENT_NAMES.index(pair[1])))
-    ratios = growth_ratios(thresholds)
-    exponents = growth_exponents(thresholds)
+    thresholds = per_seed_thresholds(rows)
+    series = _ordered_series(thresholds)
+    lengths = sorted({row["length"] for row in rows})
     seeds = len({row["seed"] for row in rows})
-    first, last = lengths[0], lengths[-1]
-    table = (f"samples to {target:.0%} median test accuracy over {seeds} seed{'s' * (seeds > 1)} "
-             f"(smallest n of the grid; 'not reached' = above n = {max(row['samples'] for row in rows)}); "
-             f"growth T={last}/T={first} and fitted exponent of n ∝ T^k",
-             ["function", "student"] + [f"T={length}" for length in lengths] + [f"T={last}/T={first}", "k"],
-             [[function, student] + [_as_count(thresholds.get((function, student, length), math.nan))
-                                     for length in lengths]
-              + [ratios[(function, student)], exponents[(function, student)]] for function, student in pairs])
-    log_exponent = math.log(math.log(last) / math.log(first)) / math.log(last / first) if last > first else math.nan
-    reference = (f"reference laws over T = {first}..{last}", ["law", f"T={last}/T={first}", "k"],
-                 [["n ∝ log T", math.log(last) / math.log(first), log_exponent], ["n ∝ T", last / first, 1.0]])
-    return [table, reference]
+    first = rows[0]
+    target, cap = first["target"], max(row["max_samples"] for row in rows)
+    tables = []
+
+    def cell_text(values):
+        median, low, high = bootstrap_median(values, level=level)
+        return "not reached" if math.isinf(median) else f"{median:g} [{low:g}, {high:g}]"
+
+    lines = [[function, student] + [cell_text(thresholds[(function, student)][length])
+                                    if length in thresholds[(function, student)] else "-" for length in lengths]
+             for function, student in series]
+    if any(student == "parity-search" for _, student in series):
+        lines.append(["(log2 C(T,s))", ""] + [f"{_parity_search_reference(length, first['sparsity']):.1f}"
+                                              for length in lengths])
+    tables.append((f"samples to {target:.0%} test accuracy: median over {seeds} seeds "
+                   f"[{level:.0%} bootstrap interval]; per seed the smallest n found by bisection to a factor "
+                   f"2^(1/{first['per_octave']}); 'not reached' = above n = {cap} for most seeds",
+                   ["function", "student"] + [f"T={length}" for length in lengths], lines))
+
+    fit_lines = []
+    for function, student in series:
+        fit = fit_growth_laws(thresholds[(function, student)], level=level)
+        if fit is None:
+            fit_lines.append([function, student] + ["fewer than 3 T reached"] + ["-"] * 7)
+            continue
+        (a, b), (c, alpha) = fit.log_params, fit.power_params
+        fit_lines.append([
+            function, student, f"{alpha:.3f} [{fit.alpha_interval[0]:.3f}, {fit.alpha_interval[1]:.3f}]",
+            f"{b:.2f} [{fit.b_interval[0]:.2f}, {fit.b_interval[1]:.2f}]", f"{a:.2f}", f"{c:.3g}",
+            f"{fit.delta_aic:+.2f}",
+            f"{fit.held_out_prediction['log']:.3g} / {fit.held_out_prediction['power']:.3g} "
+            f"(measured {fit.medians[-1]:g})",
+            fit.better, f"{int(fit.lengths[0])}-{int(fit.lengths[-1])}"])
+    tables.append((f"growth laws fitted to the medians (least squares on ln n): n = a + b·ln T and n = c·T^α, "
+                   f"{level:.0%} bootstrap intervals over seeds; ΔAIC = AIC(log) − AIC(power) (negative favours "
+                   f"log T); held-out: each law fitted without the largest T, predicting it",
+                   ["function", "student", "alpha", "b", "a", "c", "dAIC", "held-out T=max: log / power",
+                    "better", "T range"], fit_lines))
+
+    growth_lines = []
+    for function, student in series:
+        per_length = thresholds[(function, student)]
+        low_length, high_length = min(per_length), max(per_length)
+        growth_lines.append([function, student, _growth_text(per_length[low_length], per_length[high_length],
+                                                             level)])
+    log_ratio = math.log(lengths[-1]) / math.log(lengths[0]) if lengths[0] > 1 else math.nan
+    tables.append((f"growth of samples-to-{target:.0%} from T = {lengths[0]} to T = {lengths[-1]} (ratio of "
+                   f"medians [{level:.0%} bootstrap interval]); log T predicts {log_ratio:.3g}, "
+                   f"√T {math.sqrt(lengths[-1] / lengths[0]):.3g}, T {lengths[-1] / lengths[0]:.3g}",
+                   ["function", "student", "ratio"], growth_lines))
+
+    state_lines = []
+    for function, student in series:
+        for length in lengths:
+            group = [row for row in rows if row["function"] == function and row["student"] == student
+                     and row["length"] == length]
+            if not group:
+                continue
+            losses = [row["final_loss"] for row in group if row.get("final_loss") is not None]
+            state_lines.append([function, student, length, int(np.median([row["largest_samples"] for row in group])),
+                                float(np.median([row["train_accuracy"] for row in group])),
+                                float(np.median([row["test_accuracy"] for row in group])),
+                                float(np.median(losses)) if losses else math.nan])
+    tables.append(("at the largest n each seed tried (the passing n, or the cap when not reached): medians over "
+                   "seeds of train and test accuracy and of the final training loss (log 2 = 0.693 is chance)",
+                   ["function", "student", "T", "n", "train acc", "test acc", "final loss"], state_lines))
+    return tables
 
 
-def _growth_guide(lengths: np.ndarray, anchor_length: float, anchor_samples: float, law: str) -> np.ndarray:
-    """The curve through (anchor_length, anchor_samples) that grows like log T or like T."""
-    if law == "log":
-        return anchor_samples * np.log(lengths) / math.log(anchor_length)
-    return anchor_samples * lengths / anchor_length
+def _growth_text(low_values, high_values, level: float, resamples: int = 2000) -> str:
+    """Ratio of the medians at two T with a percentile-bootstrap interval (seeds resampled at each T)."""
+    low_values, high_values = np.asarray(low_values, float), np.asarray(high_values, float)
+    low_median, high_median = np.median(low_values), np.median(high_values)
+    if math.isinf(low_median):
+        return "-"
+    if math.isinf(high_median):
+        return "not reached at the largest T"
+    generator = np.random.default_rng(1)
+    ratios = (np.median(high_values[generator.integers(len(high_values), size=(resamples, len(high_values)))], 1)
+              / np.median(low_values[generator.integers(len(low_values), size=(resamples, len(low_values)))], 1))
+    tail = (1 - level) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail], method="inverted_cdf")
+    return f"{high_median / low_median:.3g} [{low:.3g}, {high:.3g}]"
+
+
+# --------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------
+
+def _panel_row(series: list[tuple], draw, ylabel: str, legend: str, path: Path) -> Path:
+    """One panel per (g, learner) side by side, each filled by ``draw(ax, g, learner)``; saved at ``path``."""
+    fig, grid = plt.subplots(1, len(series), figsize=(3.0 * len(series), 3.2), squeeze=False, sharey=True,
+                             layout="constrained")
+    for ax, (function, student) in zip(grid[0], series):
+        draw(ax, function, student)
+        ax.set_title(f"{function}, {student}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    grid[0][0].set_ylabel(ylabel)
+    grid[0][0].legend(fontsize=7, loc=legend)
+    return save_figure(fig, path)
 
 
 def plot_sparse_variables(rows: list[dict], out_dir: Path) -> list[Path]:
-    """Samples-to-95 % vs T (log–log, one panel per function) and accuracy vs n curves.
+    """Samples-to-95 % vs T with both growth fits, the probes, the parity loss curves, and the tables.
 
-    Writes ``sparse-variables.png`` (samples-to-accuracy against T, with
-    guides ∝ log T and ∝ T through each student's first point; targets not
-    reached are drawn as open markers at the top of the grid),
-    ``sparse-variables-accuracy.png`` (median test accuracy and quartiles vs
-    n, one panel per function and student, a curve per T) and
-    ``sparse-variables.txt`` (the numbers of the first figure).
+    Writes in ``out_dir``:
+
+    ``sparse-variables.png``
+        one panel per function: the median over seeds of samples-to-95 %
+        with its 90 % bootstrap interval per learner (log–log), the fitted
+        n = a + b·ln T (dashed) and n = c·T^α (dotted); open markers at the
+        top for T not reached; for parity, log₂ C(T, 3) as a grey line.
+    ``sparse-variables-accuracy.png``
+        every probe (n, test accuracy) of the bisections, per function and
+        learner, coloured by T.
+    ``sparse-variables-loss.png``
+        training-loss curves (median over seeds) at the largest n each
+        gradient-trained student tried, per function and T.
+    ``sparse-variables.txt``
+        the numbers (see :func:`summary_tables`).
     """
     if not rows:
         raise ValueError("rows: expected stored results of sparse-variables, received none (run the sweep first)")
     out_dir = Path(out_dir)
-    thresholds = samples_to_accuracy(rows)
-    functions = [name for name in FUNCTIONS if any(row["function"] == name for row in rows)]
-    students = [name for name in STUDENT_NAMES if any(row["student"] == name for row in rows)]
+    thresholds = per_seed_thresholds(rows)
+    functions = [name for name in FUNCTIONS if any(key[0] == name for key in thresholds)]
+    students = [name for name in STUDENT_NAMES if any(key[1] == name for key in thresholds)]
     lengths = sorted({row["length"] for row in rows})
-    samples_values = sorted({row["samples"] for row in rows})
-    ceiling = max(samples_values) * 2 ** 0.5
-    fine = np.geomspace(lengths[0], lengths[-1], 50)
+    cap = max(row["max_samples"] for row in rows)
+    ceiling = cap * 2 ** 0.5
+    floor = min(row["start"] for row in rows) / 1.5
+    fine = np.geomspace(lengths[0], lengths[-1], 60)
 
-    fig, axes = new_figure(len(functions), sharey=True)
+    fig, axes = new_figure(len(functions), sharey=True, height=4.2)
     for ax, function in zip(axes, functions):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         for name in students:
-            style = {**style_for(name, students), "linestyle": "-"}  # dashes are for the guides
-            values = np.array([thresholds.get((function, name, length), math.nan) for length in lengths])
-            reached = np.isfinite(values)
-            ax.plot(np.array(lengths)[reached], values[reached], label=name, lw=1.6, ms=6, **style)
-            shifted = np.array(lengths, dtype=float) * 2.0 ** dodge(name, students, 0.12)  # keep markers apart
-            ax.plot(shifted[~reached], np.full((~reached).sum(), ceiling), ls="none",
-                    marker=style["marker"], mfc="none", mec=style["color"], ms=7)
-            if reached.any():
-                first = int(np.argmax(reached))
-                for law, dash in (("log", (0, (4, 2))), ("linear", (0, (1, 2)))):
-                    ax.plot(fine[fine >= lengths[first]], _growth_guide(fine[fine >= lengths[first]], lengths[first],
-                                                                    values[first], law),
-                            color=style["color"], lw=0.9, alpha=0.6, linestyle=dash)
+            if (function, name) not in thresholds:
+                continue
+            style = style_for(name, students)
+            per_length = thresholds[(function, name)]
+            summary = np.array([bootstrap_median(per_length[length]) if length in per_length
+                                else (math.nan,) * 3 for length in lengths])
+            reached = np.isfinite(summary[:, 0])
+            x = np.array(lengths, float)
+            fit = fit_growth_laws(per_length)
+            label = name if fit is None else (f"{name}: α = {fit.power_params[1]:.2f} "
+                                              f"[{fit.alpha_interval[0]:.2f}, {fit.alpha_interval[1]:.2f}]")
+            high = np.where(np.isfinite(summary[:, 2]), summary[:, 2], ceiling)
+            ax.errorbar(x[reached], summary[reached, 0],
+                        yerr=[summary[reached, 0] - summary[reached, 1], high[reached] - summary[reached, 0]],
+                        color=style["color"], marker=style["marker"], ls="none", ms=5, capsize=2, label=label)
+            ax.plot(x[~reached & ~np.isnan(summary[:, 0])], np.full((~reached & ~np.isnan(summary[:, 0])).sum(),
+                                                                    ceiling),
+                    ls="none", marker=style["marker"], mfc="none", mec=style["color"], ms=7)
+            if fit is not None:
+                span = fine[(fine >= fit.lengths[0]) & (fine <= fit.lengths[-1])]
+                for law, dash in zip(LAWS, ((0, (5, 2)), (0, (1, 1.5)))):
+                    params = fit.log_params if law == "log" else fit.power_params
+                    ax.plot(span, law_curve(law, params, span), color=style["color"], lw=1.1, linestyle=dash)
+        if function == "parity" and "parity-search" in students:
+            ax.plot(fine, [_parity_search_reference(length, rows[0]["sparsity"]) for length in fine], color="0.55",
+                    lw=0.9, label="log₂ C(T, 3)")
         ax.axhline(ceiling, color="0.6", lw=0.8, ls=":")
         set_grid_ticks(ax, lengths, "x")
-        set_grid_ticks(ax, [value for value in samples_values if math.log2(value).is_integer()], "y")
-        ax.set_ylim(min(samples_values) / 1.5, ceiling * 1.6)
+        set_grid_ticks(ax, [2 ** k for k in range(int(math.log2(floor * 1.5)), int(math.log2(cap)) + 1, 2)], "y")
+        ax.set_ylim(floor, ceiling * 1.5)
         ax.set_title(f"{function} of s = {rows[0]['sparsity']} bits")
         ax.set_xlabel("sequence length T")
         ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel(f"samples to {TARGET_ACCURACY:.0%} test accuracy\n(median over seeds)")
-    axes[0].plot([], [], color="0.4", lw=0.9, linestyle=(0, (4, 2)), label="∝ log T (guide)")
-    axes[0].plot([], [], color="0.4", lw=0.9, linestyle=(0, (1, 2)), label="∝ T (guide)")
-    axes[0].plot([], [], ls="none", marker="o", mfc="none", mec="0.4", label="not reached")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=5 if len(functions) > 1 else 3,
-               fontsize=8)
-    fig.suptitle("Sparse variable creation (Edelman et al. 2022)", fontsize=10)
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_ylabel(f"samples to {rows[0]['target']:.0%} test accuracy\n(median over seeds, 90 % bootstrap)")
+    axes[-1].plot([], [], color="0.3", lw=1.1, linestyle=(0, (5, 2)), label="fit a + b·ln T")
+    axes[-1].plot([], [], color="0.3", lw=1.1, linestyle=(0, (1, 1.5)), label="fit c·T^α")
+    axes[-1].plot([], [], ls="none", marker="o", mfc="none", mec="0.3", label=f"not reached (n > {cap})")
+    axes[-1].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Sparse variable creation (Edelman et al. 2022): samples needed vs sequence length", fontsize=10)
     paths = [save_figure(fig, out_dir / "sparse-variables.png")]
 
-    fig, grid = plt.subplots(len(students), len(functions), figsize=(4.2 * len(functions), 3.4 * len(students)),
-                             squeeze=False, sharex=True, sharey=True, layout="constrained")
+    series = _ordered_series(thresholds)
     names = [f"T={length}" for length in lengths]
-    for column, function in enumerate(functions):
-        for line, student in enumerate(students):
-            ax = grid[line][column]
-            ax.set_xscale("log", base=2)
-            for length, label in zip(lengths, names):
-                group = [row for row in rows if row["function"] == function and row["student"] == student
-                         and row["length"] == length]
-                curve = summarize_curve(group, "samples", "test_accuracy")
-                plot_band(ax, curve, label=label, style=style_for(label, names), x_offset=dodge(label, names))
-            ax.axhline(TARGET_ACCURACY, color="0.5", ls=":", lw=1)
-            set_grid_ticks(ax, [value for value in samples_values if math.log2(value).is_integer()], "x")
-            ax.set_title(f"{function}, {student} student")
-            ax.grid(True, which="major", alpha=0.3)
-            if line == len(students) - 1:
-                ax.set_xlabel("training samples n")
-            if column == 0:
-                ax.set_ylabel("test accuracy")
-    grid[0][0].legend(fontsize=8, loc="lower right")
-    paths.append(save_figure(fig, out_dir / "sparse-variables-accuracy.png"))
+
+    def group(function, student, length):
+        return [row for row in rows if row["function"] == function and row["student"] == student
+                and row["length"] == length]
+
+    def draw_probes(ax, function, student):
+        ax.set_xscale("log", base=2)
+        for length, label in zip(lengths, names):
+            probes = [probe for row in group(function, student, length) for probe in json.loads(row["probes"])]
+            if probes:
+                n, accuracy = np.array(probes).T
+                ax.plot(n, accuracy, ls="none", marker="o", ms=3, alpha=0.5, color=style_for(label, names)["color"],
+                        label=label)
+        ax.axhline(rows[0]["target"], color="0.5", ls=":", lw=1)
+        ax.set_xlabel("training samples n")
+
+    def draw_losses(ax, function, student):
+        for length, label in zip(lengths, names):
+            members = [row for row in group(function, student, length) if row.get("loss_curve")]
+            if members:
+                curves = [json.loads(row["loss_curve"]) for row in members]
+                width = min(len(curve) for curve in curves)
+                ax.plot(np.linspace(0, members[0]["steps"], width), np.median([c[:width] for c in curves], axis=0),
+                        color=style_for(label, names)["color"], label=label, lw=1.3)
+        ax.axhline(math.log(2), color="0.5", ls=":", lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("Adam step")
+
+    paths.append(_panel_row(series, draw_probes, "test accuracy (every probe)", "lower right",
+                            out_dir / "sparse-variables-accuracy.png"))
+    trained = [key for key in series if key[1] in GRADIENT_STUDENTS]
+    if trained:
+        paths.append(_panel_row(trained, draw_losses, "training loss at the largest n tried\n(median over seeds; "
+                                "dotted: log 2)", "lower left", out_dir / "sparse-variables-loss.png"))
     paths.append(write_tables(out_dir / "sparse-variables.txt", summary_tables(rows)))
     return paths
 
 
+# --------------------------------------------------------------------------
+# Tuning
+# --------------------------------------------------------------------------
+
+def _setting_of(row: dict) -> tuple:
+    return row["steps"], row["learning_rate"], row["weight_decay"]
+
+
+def tuning_scores(rows: list[dict]) -> dict[str, list[tuple]]:
+    """Per student, the AdamW settings ranked by the geometric mean of samples-to-target over the tuning cells.
+
+    A cell that does not reach the target counts as 2 × its cap.  Returns
+    {student: [(score, (steps, learning_rate, weight_decay), cells, not reached), ...]}
+    sorted best first.
+    """
+    ranking: dict[str, list[tuple]] = {}
+    for student in sorted({row["student"] for row in rows}):
+        groups: dict[tuple, list[float]] = {}
+        for row in rows:
+            if row["student"] == student:
+                value = row["samples_to_target"]
+                groups.setdefault(_setting_of(row), []).append(
+                    2.0 * row["max_samples"] if value is None else float(value))
+        ranking[student] = sorted(
+            (float(np.exp(np.mean(np.log(values)))), setting, len(values),
+             sum(row["samples_to_target"] is None for row in rows
+                 if row["student"] == student and _setting_of(row) == setting))
+            for setting, values in groups.items())
+    return ranking
+
+
+def best_hyperparameters(rows: list[dict]) -> dict[str, dict]:
+    """The best AdamW setting of each student on the tuning rows (the rule that set :data:`FROZEN_HYPERPARAMETERS`)."""
+    return {student: dict(zip(("steps", "learning_rate", "weight_decay"), ranked[0][1]))
+            for student, ranked in tuning_scores(rows).items()}
+
+
+def plot_tuning(rows: list[dict], out_dir: Path) -> list[Path]:
+    """Writes ``sparse-variables-tuning.txt``: every setting's score per student, best first, and the frozen ones."""
+    if not rows:
+        raise ValueError("rows: expected stored results of sparse-variables-tuning, received none "
+                         "(run the sweep first)")
+    tables = []
+    for student, ranked in tuning_scores(rows).items():
+        lines = [[steps, rate, decay, score, cells, missed] for score, (steps, rate, decay), cells, missed in ranked]
+        tables.append((f"{student}: geometric mean of samples-to-{rows[0]['target']:.0%} over the tuning cells "
+                       f"(not reached = 2 × cap), best first; frozen: {FROZEN_HYPERPARAMETERS.get(student)}",
+                       ["steps", "learning_rate", "weight_decay", "score", "cells", "not reached"], lines))
+    return [write_tables(Path(out_dir) / "sparse-variables-tuning.txt", tables)]
+
+
 SPARSE_VARIABLES = register_experiment(Experiment(
     name="sparse-variables",
-    description="Sparse Boolean functions (AND, parity, majority of 3 of T bits): samples to 95 % test "
-                "accuracy vs T for a softmax-attention student and an MLP on raw bits (Edelman et al. 2022)",
+    description="Sparse Boolean functions (AND, majority, parity of 3 of T = 16-4096 bits): samples to 95 % test "
+                "accuracy by bisection per seed, attention head vs MLP on raw bits vs parity search, log-T and "
+                "power-law fits (Edelman et al. 2022)",
     expand=sparse_variables_cells,
     run_cell=run_sparse_variables_cell,
     plot=plot_sparse_variables,
+))
+
+SPARSE_VARIABLES_TUNING = register_experiment(Experiment(
+    name="sparse-variables-tuning",
+    description="Choose the AdamW steps, learning rate and weight decay of the sparse-variables students on "
+                "tasks that are not evaluated (2-sparse AND and parity, other seeds)",
+    expand=sparse_variables_cells,
+    run_cell=run_sparse_variables_cell,
+    plot=plot_tuning,
 ))

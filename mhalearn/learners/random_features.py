@@ -125,32 +125,45 @@ def _centred_system(features_of, samples: int, width: int, y: np.ndarray, fit_in
         targets = y - target_mean
         return dict(route="dual", matrix=Phi @ Phi.T, rhs=targets, features=Phi,
                     feature_mean=feature_mean, target_mean=target_mean, target_ss=float(targets @ targets))
+    return _centred_moments(features_of, samples, width, y, fit_intercept)
+
+
+def _centred_moments(features_of, samples: int, width: int, y: np.ndarray, fit_intercept: bool = True) -> dict:
+    """The primal system of :func:`_centred_system`, accumulated block by block; ``y`` may be (n,) or (n, t).
+
+    With t targets, ``rhs`` is (p, t) and ``target_mean``, ``target_ss`` have
+    shape (t,).  Each block is shifted by the first block's means before its
+    products are summed, so the centring loses no accuracy to large means.
+    """
     gram = np.zeros((width, width))
-    moment = np.zeros(width)
+    moment = np.zeros((width,) + y.shape[1:])
     feature_sum = np.zeros(width)
-    target_sum = target_ss = 0.0
+    target_sum = np.zeros(y.shape[1:])
+    target_ss = np.zeros(y.shape[1:])
     feature_shift = target_shift = None
     for start, stop in _row_blocks(samples, width):
         block = features_of(start, stop)
         if feature_shift is None:
             feature_shift = block.mean(axis=0) if fit_intercept else np.zeros(width)
-            target_shift = float(y[start:stop].mean()) if fit_intercept else 0.0
+            target_shift = y[start:stop].mean(axis=0) if fit_intercept else np.zeros(y.shape[1:])
         block -= feature_shift
         targets = y[start:stop] - target_shift
         gram += block.T @ block
         moment += block.T @ targets
         feature_sum += block.sum(axis=0)
-        target_sum += targets.sum()
-        target_ss += targets @ targets
+        target_sum += targets.sum(axis=0)
+        target_ss += np.sum(targets * targets, axis=0)
     feature_mean, target_mean = feature_shift, target_shift
     if fit_intercept:
         feature_delta, target_delta = feature_sum / samples, target_sum / samples
         gram -= samples * np.outer(feature_delta, feature_delta)
-        moment -= samples * target_delta * feature_delta
+        moment -= samples * np.multiply.outer(feature_delta, target_delta)
         target_ss -= samples * target_delta ** 2
         feature_mean, target_mean = feature_shift + feature_delta, target_shift + target_delta
+    if y.ndim == 1:
+        target_mean, target_ss = float(target_mean), float(target_ss)
     return dict(route="primal", matrix=gram, rhs=moment, features=None, feature_mean=feature_mean,
-                target_mean=target_mean, target_ss=float(target_ss))
+                target_mean=target_mean, target_ss=target_ss)
 
 
 def _solve_cholesky(matrix: np.ndarray, penalty: float, rhs: np.ndarray, report: dict) -> np.ndarray:
