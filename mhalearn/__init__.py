@@ -23,7 +23,7 @@ from .random_feature_targets import (
     sequence_inputs,
     sphere_inputs,
 )
-from .sparse import AttentionStudent, MLPStudent, SparseBooleanTask
+from .sparse import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
 from .teachers import (
     TEACHER_FAMILIES,
     NondegeneracyReport,
@@ -74,4 +74,5 @@ __all__ = [
     "AttentionStudent",
     "MLPStudent",
     "SparseBooleanTask",
+    "SparseParitySearch",
 ]

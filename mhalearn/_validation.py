@@ -190,6 +190,20 @@ class Seed:
         return "None, an integer seed >= 0 or a numpy.random.Generator"
 
 
+class RealSequence:
+    """Constraint: a non-empty list or tuple whose every entry satisfies ``entry`` (a :class:`Real`)."""
+
+    def __init__(self, entry: Real):
+        self.entry = entry
+
+    def holds(self, value) -> bool:
+        return (isinstance(value, (list, tuple, np.ndarray)) and len(value) > 0
+                and all(self.entry.holds(item) for item in np.asarray(value, dtype=object).ravel()))
+
+    def __str__(self) -> str:
+        return f"a non-empty sequence of {self.entry}s"
+
+
 def check_hyperparameters(estimator) -> None:
     """Check every hyper-parameter of ``estimator`` against its class's
     ``_parameter_constraints`` (name → list of allowed constraints; ``None`` in

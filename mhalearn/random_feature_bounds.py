@@ -77,8 +77,8 @@ import scipy.linalg
 import scipy.special
 from threadpoolctl import threadpool_limits
 
-from ._validation import as_generator, check_choice, check_positive_int
-from .learners.random_features import _RandomFeatureRidge, _centred_moments, _random_state
+from ._validation import as_generator, check_choice, check_hyperparameters, check_positive_int
+from .learners.random_features import _RandomFeatureRidge, _centred_moments
 from .random_feature_targets import RandomFeatureTarget, make_sequence_dataset
 
 #: Models with an exact spectrum (identity-mean attention has none, see the module docstring).
@@ -394,8 +394,8 @@ def width_floor(model: _RandomFeatureRidge, targets: list[RandomFeatureTarget], 
     generator = as_generator(rng)
     X_fit = make_sequence_dataset(targets[0], samples, keys, law=law, rng=generator)[0]
     X_eval = make_sequence_dataset(targets[0], samples, keys, law=law, rng=generator)[0]
-    model._check_params()
-    width = model._draw(X_fit, _random_state(model.random_state))
+    check_hyperparameters(model)
+    width = model._draw(X_fit, as_generator(model.random_state))
     if samples <= width:
         raise ValueError(f"samples: expected more than the {width} features of the model, received {samples}")
 

@@ -30,12 +30,15 @@ from threadpoolctl import threadpool_limits
 
 from . import kernels
 from ._validation import (
+    Integer,
+    Real,
+    Seed,
     as_float_array,
     as_generator,
     check_boolean,
     check_choice,
+    check_hyperparameters,
     check_positive_int,
-    check_real,
 )
 
 #: The sparse functions g: {±1}^s → {±1} (+1 plays the role of "true").
@@ -292,12 +295,15 @@ class _BooleanStudent(_BooleanClassifier):
     _decayed: frozenset = frozenset()
     _fitted_attribute = "parameters_"
 
-    def _check_hyperparameters(self) -> None:
-        check_positive_int(self.hidden, "hidden")
-        check_positive_int(self.steps, "steps")
-        check_positive_int(self.batch_size, "batch_size")
-        check_real(self.learning_rate, "learning_rate", 0.0, low_open=True)
-        check_real(self.weight_decay, "weight_decay", 0.0)
+    #: AdamW's hyper-parameters, shared by the students (checked once, at the start of ``fit``).
+    _parameter_constraints = {
+        "hidden": [Integer(1)],
+        "steps": [Integer(1)],
+        "batch_size": [Integer(1)],
+        "learning_rate": [Real(0.0, low_open=True)],
+        "weight_decay": [Real(0.0)],
+        "random_state": [Seed()],
+    }
 
     def loss_and_grad(self, parameters: dict, X: np.ndarray, y: np.ndarray):
         """Logistic loss of ``parameters`` on (X, y) and its gradient (a dict like ``parameters``)."""
@@ -312,13 +318,9 @@ class _BooleanStudent(_BooleanClassifier):
         loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
         and each mini-batch converted to float64 when it is used.
         """
-        self._check_hyperparameters()
+        check_hyperparameters(self)
         X, y = _check_examples(X, y)
-        try:
-            rng = as_generator(self.random_state)
-        except ValueError:
-            raise ValueError(f"random_state: expected None, an integer seed or a numpy.random.Generator, "
-                             f"received {self.random_state!r}") from None
+        rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)
         # A step's matrix products are at most batch × T × hidden: one BLAS thread is fastest,
         # and threads woken for them only contend with other work on shared cores.
@@ -414,9 +416,7 @@ class AttentionStudent(_BooleanStudent):
         self.weight_decay = weight_decay
         self.random_state = random_state
 
-    def _check_hyperparameters(self) -> None:
-        check_positive_int(self.embedding_dim, "embedding_dim")
-        super()._check_hyperparameters()
+    _parameter_constraints = {**_BooleanStudent._parameter_constraints, "embedding_dim": [Integer(1)]}
 
     def _initial_parameters(self, length: int, rng: np.random.Generator) -> dict:
         dim = self.embedding_dim
@@ -565,25 +565,22 @@ class SparseParitySearch(_BooleanClassifier):
     n_features_in_ : int
     """
 
+    #: The search enumerates T^ceil(s/2) subsets: s <= 3 keeps it at T² signatures.
+    _parameter_constraints = {"sparsity": [Integer(1, 3)], "random_state": [Seed()]}
+
     def __init__(self, sparsity: int = 3, *, random_state=None):
         self.sparsity = sparsity
         self.random_state = random_state
 
     def fit(self, X, y):
         """Search the parities of ``sparsity`` bits for those consistent with (X, y); returns ``self``."""
-        sparsity = check_positive_int(self.sparsity, "sparsity")
-        if sparsity > 3:
-            raise ValueError(f"sparsity: expected an integer in [1, 3] (the search enumerates T^ceil(s/2) "
-                             f"subsets), received {sparsity}")
+        check_hyperparameters(self)
+        sparsity = self.sparsity
         X, y = _check_examples(X, y)
         length = X.shape[1]
         if sparsity > length:
             raise ValueError(f"sparsity: expected an integer <= the {length} columns of X, received {sparsity}")
-        try:
-            rng = as_generator(self.random_state)
-        except ValueError:
-            raise ValueError(f"random_state: expected None, an integer seed or a numpy.random.Generator, "
-                             f"received {self.random_state!r}") from None
+        rng = as_generator(self.random_state)
         packed = np.packbits(X.T < 0, axis=1)  # (T, ⌈n/8⌉): the bits b_i of every example, packed
         label = np.packbits(y < 0)
         halves = sparsity // 2, sparsity - sparsity // 2

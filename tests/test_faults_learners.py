@@ -130,3 +130,47 @@ def test_unfitted_learners_raise_not_fitted_error():
     for learner in (GradientLearner(1), MomentLearner(1), SculptLearner(1)):
         with pytest.raises(NotFittedError):
             learner.predict(X)
+
+
+ESTIMATORS = [mhalearn.GradientLearner, mhalearn.MomentLearner, mhalearn.SculptLearner,
+              mhalearn.RandomFeatureAttention, mhalearn.RandomFeatureMLP,
+              mhalearn.AttentionStudent, mhalearn.MLPStudent, mhalearn.SparseParitySearch]
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS, ids=lambda cls: cls.__name__)
+def test_every_estimator_declares_a_constraint_for_every_parameter(estimator):
+    import inspect
+
+    parameters = [name for name in inspect.signature(estimator.__init__).parameters if name != "self"]
+    assert sorted(estimator._parameter_constraints) == sorted(parameters)
+
+
+def _sequences(samples=40):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((samples, 5, 3)), rng.standard_normal(samples)
+
+
+def _bits(samples=40):
+    rng = np.random.default_rng(0)
+    X = rng.choice(np.array([-1, 1], dtype=np.int8), size=(samples, 8))
+    return X, np.where(X[:, 0] > 0, 1, -1)
+
+
+@pytest.mark.parametrize("estimator, data, name", [
+    (mhalearn.RandomFeatureAttention(heads=0), _sequences, "heads"),
+    (mhalearn.RandomFeatureAttention(qk_mean="one"), _sequences, "qk_mean"),
+    (mhalearn.RandomFeatureAttention(alpha=[1.0, -1.0]), _sequences, "alpha"),
+    (mhalearn.RandomFeatureAttention(alpha="auto"), _sequences, "alpha"),
+    (mhalearn.RandomFeatureAttention(value_bias=1), _sequences, "value_bias"),
+    (mhalearn.RandomFeatureMLP(features=2.5), _sequences, "features"),
+    (mhalearn.RandomFeatureMLP(fit_intercept="yes"), _sequences, "fit_intercept"),
+    (mhalearn.RandomFeatureMLP(random_state=-1), _sequences, "random_state"),
+    (mhalearn.AttentionStudent(embedding_dim=0), _bits, "embedding_dim"),
+    (mhalearn.AttentionStudent(learning_rate=float("inf")), _bits, "learning_rate"),
+    (mhalearn.MLPStudent(weight_decay=-0.1), _bits, "weight_decay"),
+    (mhalearn.MLPStudent(random_state="seed"), _bits, "random_state"),
+    (mhalearn.SparseParitySearch(sparsity=4), _bits, "sparsity"),
+], ids=lambda value: getattr(value, "__name__", None) if callable(value) and not hasattr(value, "fit") else None)
+def test_seed_paper_estimators_check_their_hyperparameters_at_fit(estimator, data, name):
+    with pytest.raises(ValueError, match=f"^{name}: expected"):
+        estimator.fit(*data())

@@ -43,11 +43,15 @@ from threadpoolctl import threadpool_limits
 
 from .. import kernels
 from .._validation import (
+    Integer,
+    Options,
+    Real,
+    RealSequence,
+    Seed,
     as_float_array,
     as_generator,
-    check_choice,
+    check_hyperparameters,
     check_inputs,
-    check_positive_int,
     check_real,
 )
 
@@ -59,12 +63,8 @@ ACTIVATIONS = kernels.RANDOM_FEATURE_ACTIVATIONS
 _BLOCK_ENTRIES = 1 << 22
 
 
-def _random_state(value) -> np.random.Generator:
-    try:
-        return as_generator(value)
-    except ValueError:
-        raise ValueError(f"random_state: expected None, an integer seed or a numpy.random.Generator, "
-                         f"received {value!r}") from None
+#: The ridge penalty α: one positive number, or candidates for generalised cross-validation.
+_ALPHA_CONSTRAINTS = [Real(0.0, low_open=True), RealSequence(Real(0.0, low_open=True))]
 
 
 def _check_alphas(alpha) -> tuple[float, ...]:
@@ -81,12 +81,6 @@ def _check_alphas(alpha) -> tuple[float, ...]:
     if not candidates:
         raise ValueError("alpha: expected a positive number or a non-empty sequence of them, received []")
     return tuple(check_real(value, "alpha", low=0.0, low_open=True) for value in candidates)
-
-
-def _check_flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name}: expected True or False, received {value!r}")
-    return bool(value)
 
 
 def _check_sequences(X, name: str = "X") -> np.ndarray:
@@ -255,7 +249,8 @@ def _overflow_message(X: np.ndarray) -> str:
 class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
     """Shared fit/predict of a ridge regression over frozen random features.
 
-    Subclasses implement ``_check_params()``, ``_check_X(X, fitted)``,
+    Subclasses declare ``_parameter_constraints`` (checked once, at the start
+    of ``fit``) and implement ``_check_X(X, fitted)``,
     ``_draw(X, rng)`` (sample and store the frozen parameters, return the
     feature count p) and ``_features(X)`` (the n × p feature matrix).
     """
@@ -273,15 +268,13 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         -------
         self
         """
-        self._check_params()
-        alphas = _check_alphas(self.alpha)
-        _check_flag(self.fit_intercept, "fit_intercept")
+        check_hyperparameters(self)
         X = self._check_X(X, fitted=False)
         y = _check_targets(y, X.shape[0])
         start_time = time.perf_counter()
-        width = self._draw(X, _random_state(self.random_state))
+        width = self._draw(X, as_generator(self.random_state))
         self.coef_, self.intercept_, self.alpha_, report = fit_ridge(
-            lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, alphas,
+            lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, self.alpha,
             bool(self.fit_intercept))
         if not (np.all(np.isfinite(self.coef_)) and np.isfinite(self.intercept_)):
             raise ValueError(_overflow_message(X))
@@ -365,6 +358,16 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
+    _parameter_constraints = {
+        "heads": [Integer(1)],
+        "qk_mean": [Options(*QK_MEANS)],
+        "activation": [Options(*ACTIVATIONS)],
+        "alpha": _ALPHA_CONSTRAINTS,
+        "value_bias": [Options(True, False)],
+        "fit_intercept": [Options(True, False)],
+        "random_state": [Seed()],
+    }
+
     def __init__(self, heads=64, *, qk_mean="zero", activation="relu", alpha=1.0, value_bias=True,
                  fit_intercept=True, random_state=None):
         self.heads = heads
@@ -394,11 +397,6 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         self.value_biases_ = weights[:, self.dim_].copy() if self.value_bias else np.zeros(len(weights))
         return self
 
-    def _check_params(self) -> None:
-        check_positive_int(self.heads, "heads")
-        check_choice(self.qk_mean, "qk_mean", QK_MEANS)
-        check_choice(self.activation, "activation", ACTIVATIONS)
-        _check_flag(self.value_bias, "value_bias")
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = _check_sequences(X)
@@ -468,6 +466,14 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
+    _parameter_constraints = {
+        "features": [Integer(1)],
+        "alpha": _ALPHA_CONSTRAINTS,
+        "bias": [Options(True, False)],
+        "fit_intercept": [Options(True, False)],
+        "random_state": [Seed()],
+    }
+
     def __init__(self, features=1024, *, alpha=1.0, bias=True, fit_intercept=True, random_state=None):
         self.features = features
         self.alpha = alpha
@@ -475,9 +481,6 @@ class RandomFeatureMLP(_RandomFeatureRidge):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        check_positive_int(self.features, "features")
-        _check_flag(self.bias, "bias")
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = check_inputs(X)
