@@ -32,7 +32,7 @@ def main():
     parser.add_argument("db", type=Path)
     parser.add_argument("experiment")
     args = parser.parse_args()
-    with ResultStore(args.db, create=False) as store:
+    with ResultStore(args.db, readonly=True) as store:
         records = list(store.iter_records(args.experiment))
     if not records:
         raise SystemExit(f"{args.db} holds no rows of {args.experiment!r}")

@@ -332,13 +332,14 @@ def summary_tables(rows: list[dict], *, level: float = 0.9) -> list[tuple]:
     for function, student in series:
         per_length = thresholds[(function, student)]
         low_length, high_length = min(per_length), max(per_length)
-        growth_lines.append([function, student, _growth_text(per_length[low_length], per_length[high_length],
-                                                             level)])
+        # A series not yet swept at every T is compared over the range it has, and says so.
+        growth_lines.append([function, student, f"{low_length}-{high_length}",
+                             _growth_text(per_length[low_length], per_length[high_length], level)])
     log_ratio = math.log(lengths[-1]) / math.log(lengths[0]) if lengths[0] > 1 else math.nan
     tables.append((f"growth of samples-to-{target:.0%} from T = {lengths[0]} to T = {lengths[-1]} (ratio of "
                    f"medians [{level:.0%} bootstrap interval]); log T predicts {log_ratio:.3g}, "
                    f"√T {math.sqrt(lengths[-1] / lengths[0]):.3g}, T {lengths[-1] / lengths[0]:.3g}",
-                   ["function", "student", "ratio"], growth_lines))
+                   ["function", "student", "T range", "ratio"], growth_lines))
 
     state_lines = []
     for function, student in series:
