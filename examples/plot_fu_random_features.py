@@ -28,7 +28,9 @@ from mhalearn.experiments.figures import show_files
 experiment = get_experiment("random-features")
 grid = {"target": ["mean-linear", "correlation-relu", "single-key"],
         "model": ["attention-zero", "attention-identity", "mlp"], "law": "sphere", "dim": 16, "keys": 16,
-        "heads": 32, "samples": [64, 256, 1024, 4096], "seed": 0}
+        "heads": 32, "samples": [64, 256, 1024, 4096], "seed": 0,
+        # the best error of 8 and 32 heads at any n (6 samples per weight): representational limits
+        "floor_heads": [8, 32], "floor_seed": 0, "floor_factor": 6}
 rows = [{**cell, **experiment.run_cell(cell)} for cell in experiment.expand(grid)]
 print(f"{len(rows)} fits")
 
