@@ -452,7 +452,7 @@ class AttentionStudent(_BooleanStudent):
         """Mean over the rows of ``X`` of the attention weight the head puts on the positions ``support``.
 
         1 means the head attends to exactly those positions; a uniform head
-        gives |support|/T.  Computed in blocks of rows (bounded memory).
+        gives ``len(support)/T``.  Computed in blocks of rows (bounded memory).
         """
         X = self._checked_inputs(X)
         p = self.parameters_
@@ -522,7 +522,7 @@ def _as_signatures(packed: np.ndarray) -> np.ndarray:
 class SparseParitySearch(_BooleanClassifier):
     """Empirical risk minimisation over the parities of s bits — a learner that is not gradient-based.
 
-    The class H_s = {χ_S(x) = Π_{i∈S} x_i : S ⊂ [T], |S| = s} has C(T, s)
+    The class H_s = {χ_S(x) = Π_{i∈S} x_i : S ⊂ [T] of size s} has C(T, s)
     members, so a learner that returns any parity consistent with the
     sample is wrong with probability at most (C(T, s) − 1)·2^{−n} (a wrong
     χ_{S'} agrees with χ_S on a uniform example with probability 1/2,
@@ -535,7 +535,7 @@ class SparseParitySearch(_BooleanClassifier):
 
     **Algorithm** (meet in the middle).  With bits b = (1 − x)/2 and label
     bit c = (1 − y)/2, χ_S is consistent iff ⊕_{i∈S} b_i = c on every
-    example.  Split S = A ∪ B with |A| = ⌊s/2⌋: the n-bit signature
+    example.  Split S = A ∪ B with A of size ⌊s/2⌋: the n-bit signature
     ⊕_{i∈B} b_i ⊕ c of every B is looked up, exactly, among the sorted
     signatures ⊕_{i∈A} b_i of the A's.  Time O(T^{⌈s/2⌉}·(n/64 + log T))
     and memory O(T·n) bits: C(4096, 2) ≈ 8.4 million lookups for s = 3.

@@ -192,11 +192,11 @@ class GrowthFit:
     alpha_interval, b_interval : bootstrap intervals of α and b at ``level``.
     log_rss, power_rss : Σ (ln n − ln n̂)² of each law.
     delta_aic : AIC(log) − AIC(power) = K·ln(RSS_log/RSS_power) for K points
-        (both laws have two parameters): negative favours the log law; |Δ| > 2
+        (both laws have two parameters): negative favours the log law; ``|Δ| > 2``
         is the usual threshold for a clear preference.
     held_out_length : the largest T, left out to test extrapolation.
     held_out_prediction : {law: n̂ at that T from the fit to the other T}.
-    held_out_error : {law: |ln n̂ − ln n|} at that T.
+    held_out_error : {law: ``|ln n̂ − ln n|``} at that T.
     better : "log", "power", or "neither" when the AIC and held-out tests disagree.
     level : level of the intervals; dropped : bootstrap replicates left out
         because a resampled median was not reached.

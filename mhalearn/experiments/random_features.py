@@ -19,11 +19,11 @@ error of predicting the mean.
 
 Two kinds of cells:
 
-``kind="fit"``    one model, one target, one n and seed: test error, train error, α;
-``kind="floor"``  one model at width M and one seed: the best relative error each
-                  target can reach with those M frozen features at any n
-                  (:func:`~mhalearn.random_feature_bounds.width_floor`), at
-                  several M — the representational limit of each width.
+- ``kind="fit"``: one model, one target, one n and seed: test error, train error, α;
+- ``kind="floor"``: one model at width M and one seed: the best relative error
+  each target can reach with those M frozen features at any n
+  (:func:`~mhalearn.random_feature_bounds.width_floor`), at several M — the
+  representational limit of each width.
 
 A fit cell is a deterministic function of its parameters: the target's β and
 the training and test sets depend on (target, law, d, N, n, seed) and not on
