@@ -548,3 +548,21 @@ def test_students_defaults_are_the_frozen_hyperparameters():
     assert all(cell[key] == experiment.FROZEN_HYPERPARAMETERS[cell["student"]][key]
                for cell in get_experiment("sparse-variables").cells(False) if cell["student"] in ("attention", "mlp")
                for key in ("steps", "learning_rate", "weight_decay"))
+
+
+def test_a_grid_file_with_a_bad_series_is_refused_naming_the_key():
+    expand = get_experiment("sparse-variables").expand
+    good = get_experiment("sparse-variables").grid(quick=True).table
+    with pytest.raises(ValueError, match="series"):
+        expand(dict(good, series=[{"function": "and", "student": "attention"}]))
+    with pytest.raises(ValueError, match="student"):
+        expand(dict(good, series=[{"function": "and", "student": "cnn", "seeds": 1}]))
+    with pytest.raises(ValueError, match="all of"):
+        expand(dict(good, steps=[100]))
+    with pytest.raises(ValueError, match="unknown \\['samples'\\]"):
+        expand(dict(good, samples=[8]))
+    # listing the AdamW axes runs every combination for the gradient students only
+    cells = expand(dict(good, steps=[100, 200], learning_rate=0.01, weight_decay=[0.1, 0.5]))
+    gradient = [cell for cell in cells if cell["student"] != "parity-search"]
+    assert {(cell["steps"], cell["weight_decay"]) for cell in gradient} == {(100, 0.1), (100, 0.5), (200, 0.1), (200, 0.5)}
+    assert all("steps" not in cell for cell in cells if cell["student"] == "parity-search")
