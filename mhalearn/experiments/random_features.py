@@ -72,20 +72,22 @@ LEVEL = 0.9
 
 def random_features_cells(grid: dict) -> list[dict]:
     """Every fit cell (target, model, n, seed) and floor cell (model, M, seed) of a grid table, as flat dicts."""
-    fields = ("target", "model", "law", "dim", "keys", "heads", "samples", "seed")
-    every = dict(target=list(RANDOM_FEATURE_TARGETS), model=list(MODEL_NAMES))
-    fits = [dict(kind="fit", **cell) for cell in expand_grid({key: grid[key] for key in fields if key in grid},
-                                                             fields, defaults=every, experiment="random-features")]
     unknown = sorted(set(grid) - set(GRID_KEYS))
     if unknown:
         raise ValueError(f"grid: expected the keys {list(GRID_KEYS)} of 'random-features', "
                          f"received unknown keys {unknown}")
-    floor_fields = ("model", "law", "dim", "keys", "floor_heads", "floor_seed", "floor_factor")
+    every = dict(target=list(RANDOM_FEATURE_TARGETS), model=list(MODEL_NAMES))
+
+    def expand(fields):
+        return expand_grid({key: grid[key] for key in fields if key in grid}, fields, defaults=every,
+                           experiment="random-features")
+
+    fits = [dict(kind="fit", **cell) for cell in expand(("target", "model", "law", "dim", "keys", "heads",
+                                                         "samples", "seed"))]
     floors = [dict(kind="floor", model=cell["model"], law=cell["law"], dim=cell["dim"], keys=cell["keys"],
                    heads=cell["floor_heads"], seed=cell["floor_seed"],
                    samples=cell["floor_factor"] * cell["floor_heads"] * (cell["dim"] + 1))
-              for cell in expand_grid({key: grid[key] for key in floor_fields if key in grid}, floor_fields,
-                                      defaults=every, experiment="random-features")]
+              for cell in expand(("model", "law", "dim", "keys", "floor_heads", "floor_seed", "floor_factor"))]
     return fits + floors
 
 

@@ -52,7 +52,7 @@ from ..sparse import FUNCTIONS, STUDENTS, SparseBooleanTask, SparseParitySearch
 from .figures import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
 from .growth import LAWS, bisect_samples, bootstrap_median, fit_growth_laws, law_curve
 from .._validation import check_choice, check_positive_int
-from .registry import Experiment, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Learners in plotting order: the two gradient-trained students and the parity search.
 STUDENT_NAMES = tuple(STUDENTS)
@@ -92,8 +92,8 @@ def _hyperparameter_settings(grid: dict) -> list[dict] | None:
     if len(given) != len(HYPERPARAMETER_KEYS):
         raise ValueError(f"grid: 'sparse-variables' expected all of {list(HYPERPARAMETER_KEYS)} or none, "
                          f"received only {given}")
-    axes = [grid[key] if isinstance(grid[key], list) else [grid[key]] for key in HYPERPARAMETER_KEYS]
-    return [dict(zip(HYPERPARAMETER_KEYS, values)) for values in itertools.product(*axes)]
+    return expand_grid({key: grid[key] for key in HYPERPARAMETER_KEYS}, HYPERPARAMETER_KEYS,
+                       experiment="sparse-variables")
 
 
 def _check_series(series) -> list[dict]:

@@ -397,7 +397,6 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         self.value_biases_ = weights[:, self.dim_].copy() if self.value_bias else np.zeros(len(weights))
         return self
 
-
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = _check_sequences(X)
         if fitted and X.shape[2] != self.dim_:
@@ -480,7 +479,6 @@ class RandomFeatureMLP(_RandomFeatureRidge):
         self.bias = bias
         self.fit_intercept = fit_intercept
         self.random_state = random_state
-
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = check_inputs(X)
