@@ -566,3 +566,18 @@ def test_a_grid_file_with_a_bad_series_is_refused_naming_the_key():
     gradient = [cell for cell in cells if cell["student"] != "parity-search"]
     assert {(cell["steps"], cell["weight_decay"]) for cell in gradient} == {(100, 0.1), (100, 0.5), (200, 0.1), (200, 0.5)}
     assert all("steps" not in cell for cell in cells if cell["student"] == "parity-search")
+
+
+def test_a_series_may_give_its_own_lengths_but_not_repeat_a_cell():
+    expand = get_experiment("sparse-variables").expand
+    good = get_experiment("sparse-variables").grid(quick=True).table
+    series = [{"function": "parity", "student": "mlp", "seeds": 2, "lengths": [16, 64]},
+              {"function": "parity", "student": "mlp", "seeds": 1, "lengths": [256]}]
+    cells = expand(dict(good, series=series))
+    assert sorted((cell["length"], cell["seed"]) for cell in cells) == [(16, 0), (16, 1), (64, 0), (64, 1), (256, 0)]
+    with pytest.raises(ValueError, match="same cell twice"):
+        expand(dict(good, series=series + [{"function": "parity", "student": "mlp", "seeds": 1, "lengths": [64]}]))
+    with pytest.raises(ValueError, match="lengths"):
+        expand(dict(good, series=[dict(series[0], lengths=[])]))
+    with pytest.raises(ValueError, match="lengths"):
+        expand(dict(good, series=[dict(series[0], lengths=[16, -4])]))

@@ -82,6 +82,8 @@ GRID_DEFAULTS = dict(first_seed=0)
 #: AdamW keys a grid may give as lists (every combination runs), instead of the frozen settings.
 HYPERPARAMETER_KEYS = ("steps", "learning_rate", "weight_decay")
 SERIES_KEYS = ("function", "student", "seeds")
+#: A series may give its own T values instead of the grid's.
+SERIES_OPTIONAL_KEYS = ("lengths",)
 
 
 def _hyperparameter_settings(grid: dict) -> list[dict] | None:
@@ -99,21 +101,28 @@ def _hyperparameter_settings(grid: dict) -> list[dict] | None:
 def _check_series(series) -> list[dict]:
     if not isinstance(series, list) or not series:
         raise ValueError("grid: 'sparse-variables' expected 'series' to be a non-empty array of tables "
-                         f"{{function, student, seeds}}, received {series!r}")
+                         f"{{function, student, seeds[, lengths]}}, received {series!r}")
     for entry in series:
-        if not isinstance(entry, dict) or sorted(entry) != sorted(SERIES_KEYS):
-            raise ValueError(f"grid: each 'series' entry expected the keys {list(SERIES_KEYS)}, received {entry!r}")
+        if (not isinstance(entry, dict) or not set(SERIES_KEYS) <= set(entry)
+                or not set(entry) <= set(SERIES_KEYS + SERIES_OPTIONAL_KEYS)):
+            raise ValueError(f"grid: each 'series' entry expected the keys {list(SERIES_KEYS)} (optionally "
+                             f"{list(SERIES_OPTIONAL_KEYS)}), received {entry!r}")
         check_choice(entry["function"], "series function", FUNCTIONS)
         check_choice(entry["student"], "series student", STUDENTS)
         check_positive_int(entry["seeds"], "series seeds")
+        if "lengths" in entry and (not isinstance(entry["lengths"], list) or not entry["lengths"]):
+            raise ValueError(f"grid: a series' 'lengths' expected a non-empty list of T, received {entry!r}")
+        for length in entry.get("lengths", []):
+            check_positive_int(length, "series lengths")
     return series
 
 
 def sparse_variables_cells(grid: dict) -> list[dict]:
     """The (g, student, T, seed) cells of a grid table, with their AdamW settings, as flat dicts.
 
-    Each ``series`` entry runs at every T of ``lengths`` for ``seeds`` seeds
-    counted from ``first_seed``.  The gradient students take the settings the
+    Each ``series`` entry runs at every T of ``lengths`` (its own, when it
+    gives them) for ``seeds`` seeds counted from ``first_seed``; two entries
+    naming the same cell are refused.  The gradient students take the settings the
     grid lists (``steps``, ``learning_rate``, ``weight_decay``: every
     combination) or else :data:`FROZEN_HYPERPARAMETERS`.
     """
@@ -128,7 +137,7 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
     for series in _check_series(grid["series"]):
         function, student = series["function"], series["student"]
         seeds = range(grid["first_seed"], grid["first_seed"] + series["seeds"])
-        for length, seed in itertools.product(grid["lengths"], seeds):
+        for length, seed in itertools.product(series.get("lengths", grid["lengths"]), seeds):
             base = dict(function=function, student=student, sparsity=grid["sparsity"], length=length,
                         seed=seed, target=grid["target"], start=grid["start"],
                         max_samples=grid["max_samples"], per_octave=grid["per_octave"])
@@ -136,6 +145,10 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
                 cells += [{**base, **setting} for setting in settings or [FROZEN_HYPERPARAMETERS[student]]]
             else:
                 cells.append(base)
+    keys = [json.dumps(cell, sort_keys=True) for cell in cells]
+    if len(set(keys)) != len(keys):
+        repeated = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"grid: 'sparse-variables' series name the same cell twice, e.g. {repeated}")
     return cells
 
 
