@@ -1,10 +1,34 @@
 """mhalearn: learning a single multi-head attention layer from examples.
 
 The public API is re-exported here; see docs/design.md for the maths and the parts.
+One package per study: :mod:`mhalearn.attention` (the layer, its kernels,
+data and teachers), :mod:`mhalearn.learners` (Chen & Li's sculpting learner,
+one module per phase, and the baselines), :mod:`mhalearn.random_features`
+(Fu, Guo, Bai & Mei) and :mod:`mhalearn.sparse_variables` (Edelman, Goel,
+Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
+the sweep machinery in :mod:`mhalearn.experiments`.
 """
 
-from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
-from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
+from .attention import (
+    TEACHER_FAMILIES,
+    MultiHeadAttention,
+    NondegeneracyReport,
+    TeacherFamily,
+    add_label_noise,
+    boolean_inputs,
+    draw_inputs,
+    gaussian_inputs,
+    get_family,
+    head_collapse,
+    make_dataset,
+    make_teacher,
+    match_heads,
+    nondegeneracy,
+    parameter_error,
+    register_family,
+    relative_error,
+    sample_teacher,
+)
 from .learners import (
     LEARNERS,
     GradientLearner,
@@ -14,26 +38,17 @@ from .learners import (
     get_learner,
     make_learner,
 )
-from .learners.random_features import RandomFeatureAttention, RandomFeatureMLP
-from .random_feature_targets import (
+from .random_features import (
     RANDOM_FEATURE_TARGETS,
+    RandomFeatureAttention,
+    RandomFeatureMLP,
     RandomFeatureTarget,
     make_random_feature_target,
     make_sequence_dataset,
     sequence_inputs,
     sphere_inputs,
 )
-from .sparse import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
-from .teachers import (
-    TEACHER_FAMILIES,
-    NondegeneracyReport,
-    TeacherFamily,
-    get_family,
-    make_teacher,
-    nondegeneracy,
-    register_family,
-    sample_teacher,
-)
+from .sparse_variables import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
 
 __version__ = "0.1.0"
 

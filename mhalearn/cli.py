@@ -353,9 +353,9 @@ def demo_figure(model, teacher, metrics: dict, *, length: int, seed: int = 0):
     """
     import numpy as np
 
-    from .data import boolean_inputs
+    from .attention.data import boolean_inputs
     from .experiments.figures import plt  # pyplot on the Agg backend
-    from .model import match_heads
+    from .attention.model import match_heads
 
     X = boolean_inputs(500, length, teacher.dim, np.random.default_rng(seed + 1))
     order = match_heads(model, teacher)

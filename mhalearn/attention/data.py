@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_float_array, as_generator, check_choice, check_positive_int, check_real
+from .._validation import as_float_array, as_generator, check_choice, check_positive_int, check_real
 
 INPUT_LAWS = ("boolean", "gaussian")
 

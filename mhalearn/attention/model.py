@@ -9,8 +9,8 @@ import zipfile
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .._validation import check_inputs, check_instance, check_parameters, check_predictor
 from . import kernels
-from ._validation import check_inputs, check_instance, check_parameters, check_predictor
 
 #: Version written into saved models; ``load`` refuses any other.
 FORMAT_VERSION = 1

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_generator, check_choice, check_instance, check_positive_int, check_real
+from .._validation import as_generator, check_choice, check_instance, check_positive_int, check_real
 from .data import INPUT_LAWS
 from .model import MultiHeadAttention
 

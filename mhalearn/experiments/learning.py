@@ -35,9 +35,9 @@ import numpy as np
 
 from .. import learners as learner_registry
 from .._validation import check_positive_int, check_real
-from ..data import draw_inputs, make_dataset
-from ..model import head_collapse, parameter_error, relative_error
-from ..teachers import get_family, make_teacher
+from ..attention.data import draw_inputs, make_dataset
+from ..attention.model import head_collapse, parameter_error, relative_error
+from ..attention.teachers import get_family, make_teacher
 from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
 from .registry import Experiment, expand_grid, register_experiment

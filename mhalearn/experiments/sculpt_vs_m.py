@@ -33,9 +33,9 @@ from ..learners.diagnostics import TeacherDiagnostics
 from ..learners.net import net_search
 from ..learners.selection import least_squares_candidates
 from ..learners.streams import TeacherSource
-from ..model import relative_error
-from ..data import boolean_inputs
-from ..teachers import sample_teacher
+from ..attention.model import relative_error
+from ..attention.data import boolean_inputs
+from ..attention.teachers import sample_teacher
 from .figures import (
     group_rows,
     median_quartiles,

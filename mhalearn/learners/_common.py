@@ -12,7 +12,6 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from .. import kernels
 from .._validation import (
     as_generator,
     check_boolean,
@@ -20,7 +19,8 @@ from .._validation import (
     check_hyperparameters,
     check_pair,
 )
-from ..model import MultiHeadAttention
+from ..attention import kernels
+from ..attention.model import MultiHeadAttention
 from .diagnostics import TeacherDiagnostics
 
 

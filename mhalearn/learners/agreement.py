@@ -11,7 +11,8 @@ so y_ℓ lies on the affine hull of the k points x_j W_Σ.  With an estimate
     â = argmin ‖âᵀ X Ŵ_Σ − y_ℓ‖   subject to  1ᵀâ = 1,
 
 in closed form (one (k−1)×(k−1) Cholesky factorisation per sequence, shared
-by its k rows; :func:`decode_patterns`, a Numba kernel).  A small relative residual
+by its k rows; :func:`decode_patterns`, a Numba kernel run by the dispatcher of
+:mod:`mhalearn._numba`).  A small relative residual
 and an â close to the simplex flag an agreement row.  The test needs d > k:
 at d ≤ k the k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1
 and residuals carry almost no information (docs/design.md §4.1, step 2).
@@ -38,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-from ..kernels import cholesky_in_place
+from .._numba import DISPATCH, chunk_count, new_counter, next_chunk
+from .kernels import cholesky_in_place
 
 # ---------------------------------------------------------------- decoding
 
@@ -62,113 +64,124 @@ def _cholesky_solve(L, size, rhs, out):
         out[j] = value / L[j, j]
 
 
-@njit(parallel=True, cache=True)
-def _decode_patterns_kernel(X, Y, w_sum, patterns, residuals, violations, spreads):
+@njit(cache=True)
+def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads):
     n, k, d = X.shape
     labels = Y.shape[1]
-    for s in prange(n):
-        # Identical tokens get identical attention: decode over distinct tokens.
-        group = np.empty(k, dtype=np.int64)
-        first = np.empty(k, dtype=np.int64)
-        count = np.zeros(k)
-        unique = 0
-        for j in range(k):
-            group[j] = -1
-            for u in range(unique):
-                same = True
-                for e in range(d):
-                    if X[s, first[u], e] != X[s, j, e]:
-                        same = False
-                        break
-                if same:
-                    group[j] = u
-                    break
-            if group[j] < 0:
-                group[j] = unique
-                first[unique] = j
-                unique += 1
-            count[group[j]] += 1.0
-        values = np.zeros((unique, d))  # x_u Ŵ_Σ
-        for u in range(unique):
-            for a in range(d):
-                x = X[s, first[u], a]
-                for e in range(d):
-                    values[u, e] += x * w_sum[a, e]
-        # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
-        # differences v_u − v_0, which needs the points affinely independent only.
-        free = unique - 1
-        differences = np.empty((max(free, 1), d))
-        for u in range(free):
-            for e in range(d):
-                differences[u, e] = values[u + 1, e] - values[0, e]
-        gram = np.empty((max(free, 1), max(free, 1)))
-        for u in range(free):
-            for v in range(u + 1):
-                total = 0.0
-                for e in range(d):
-                    total += differences[u, e] * differences[v, e]
-                gram[u, v] = total
-                gram[v, u] = total
-        if free > 0 and not cholesky_in_place(gram, free, _CHOLESKY_FLOOR):
-            for row in range(labels):
-                residuals[s, row] = np.inf
-                violations[s, row] = np.inf
-                for j in range(k):
-                    patterns[s, row, j] = np.nan
-                    spreads[s, row, j] = np.inf
-            continue
-        # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
-        # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
-        variance = np.zeros(unique)
-        unit = np.zeros(max(free, 1))
-        column = np.empty(max(free, 1))
-        ones = np.ones(max(free, 1))
-        for u in range(free):
-            unit[u] = 1.0
-            _cholesky_solve(gram, free, unit, column)
-            unit[u] = 0.0
-            variance[u + 1] = max(column[u], 0.0)
-        if free > 0:
-            _cholesky_solve(gram, free, ones, column)
-            total = 0.0
-            for u in range(free):
-                total += column[u]
-            variance[0] = max(total, 0.0)
-        degrees = max(d - free, 1)
-        projected = np.empty(max(free, 1))
-        solution = np.empty(max(free, 1))
-        weights = np.empty(unique)
-        for row in range(labels):
-            for u in range(free):
-                total = 0.0
-                for e in range(d):
-                    total += differences[u, e] * (Y[s, row, e] - values[0, e])
-                projected[u] = total
-            if free > 0:
-                _cholesky_solve(gram, free, projected, solution)
-            weights[0] = 1.0
-            for u in range(free):
-                weights[u + 1] = solution[u]
-                weights[0] -= solution[u]
-            squared = 0.0
-            label_squared = 0.0
-            for e in range(d):
-                fitted = 0.0
-                for u in range(unique):
-                    fitted += weights[u] * values[u, e]
-                squared += (fitted - Y[s, row, e]) ** 2
-                label_squared += Y[s, row, e] ** 2
-            residual = np.sqrt(squared)
-            residuals[s, row] = residual / np.sqrt(label_squared) if label_squared > 0.0 else np.inf
-            noise = residual / np.sqrt(degrees)
-            violation = 0.0
-            for u in range(unique):
-                violation = max(violation, -weights[u] / count[u], weights[u] / count[u] - 1.0)
-            violations[s, row] = violation
+    while True:
+        chunk = next_chunk(counter)
+        if chunk >= chunks:
+            break
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            # Identical tokens get identical attention: decode over distinct tokens.
+            group = np.empty(k, dtype=np.int64)
+            first = np.empty(k, dtype=np.int64)
+            count = np.zeros(k)
+            unique = 0
             for j in range(k):
-                u = group[j]
-                patterns[s, row, j] = weights[u] / count[u]
-                spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
+                group[j] = -1
+                for u in range(unique):
+                    same = True
+                    for e in range(d):
+                        if X[s, first[u], e] != X[s, j, e]:
+                            same = False
+                            break
+                    if same:
+                        group[j] = u
+                        break
+                if group[j] < 0:
+                    group[j] = unique
+                    first[unique] = j
+                    unique += 1
+                count[group[j]] += 1.0
+            values = np.zeros((unique, d))  # x_u Ŵ_Σ
+            for u in range(unique):
+                for a in range(d):
+                    x = X[s, first[u], a]
+                    for e in range(d):
+                        values[u, e] += x * w_sum[a, e]
+            # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
+            # differences v_u − v_0, which needs the points affinely independent only.
+            free = unique - 1
+            differences = np.empty((max(free, 1), d))
+            for u in range(free):
+                for e in range(d):
+                    differences[u, e] = values[u + 1, e] - values[0, e]
+            gram = np.empty((max(free, 1), max(free, 1)))
+            for u in range(free):
+                for v in range(u + 1):
+                    total = 0.0
+                    for e in range(d):
+                        total += differences[u, e] * differences[v, e]
+                    gram[u, v] = total
+                    gram[v, u] = total
+            if free > 0 and not cholesky_in_place(gram, free, _CHOLESKY_FLOOR):
+                for row in range(labels):
+                    residuals[s, row] = np.inf
+                    violations[s, row] = np.inf
+                    for j in range(k):
+                        patterns[s, row, j] = np.nan
+                        spreads[s, row, j] = np.inf
+                continue
+            # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
+            # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
+            variance = np.zeros(unique)
+            unit = np.zeros(max(free, 1))
+            column = np.empty(max(free, 1))
+            ones = np.ones(max(free, 1))
+            for u in range(free):
+                unit[u] = 1.0
+                _cholesky_solve(gram, free, unit, column)
+                unit[u] = 0.0
+                variance[u + 1] = max(column[u], 0.0)
+            if free > 0:
+                _cholesky_solve(gram, free, ones, column)
+                total = 0.0
+                for u in range(free):
+                    total += column[u]
+                variance[0] = max(total, 0.0)
+            degrees = max(d - free, 1)
+            projected = np.empty(max(free, 1))
+            solution = np.empty(max(free, 1))
+            weights = np.empty(unique)
+            for row in range(labels):
+                for u in range(free):
+                    total = 0.0
+                    for e in range(d):
+                        total += differences[u, e] * (Y[s, row, e] - values[0, e])
+                    projected[u] = total
+                if free > 0:
+                    _cholesky_solve(gram, free, projected, solution)
+                weights[0] = 1.0
+                for u in range(free):
+                    weights[u + 1] = solution[u]
+                    weights[0] -= solution[u]
+                squared = 0.0
+                label_squared = 0.0
+                for e in range(d):
+                    fitted = 0.0
+                    for u in range(unique):
+                        fitted += weights[u] * values[u, e]
+                    squared += (fitted - Y[s, row, e]) ** 2
+                    label_squared += Y[s, row, e] ** 2
+                residual = np.sqrt(squared)
+                residuals[s, row] = residual / np.sqrt(label_squared) if label_squared > 0.0 else np.inf
+                noise = residual / np.sqrt(degrees)
+                violation = 0.0
+                for u in range(unique):
+                    violation = max(violation, -weights[u] / count[u], weights[u] / count[u] - 1.0)
+                violations[s, row] = violation
+                for j in range(k):
+                    u = group[j]
+                    patterns[s, row, j] = weights[u] / count[u]
+                    spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
+
+
+@njit(parallel=True, cache=True)
+def _decode_patterns_parallel(X, Y, w_sum, threads, chunks, patterns, residuals, violations, spreads):
+    counter = np.zeros(1, np.int64)
+    for _ in prange(threads):
+        _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads)
 
 
 def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
@@ -199,9 +212,16 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
     spreads = np.empty((n, labels, k))
-    _decode_patterns_kernel(np.ascontiguousarray(X), np.ascontiguousarray(Y),
-                            np.ascontiguousarray(w_sum, dtype=np.float64), patterns, residuals, violations,
-                            spreads)
+    X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
+    w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
+    d = X.shape[2]
+    chunks = chunk_count(n)
+    DISPATCH.run(
+        "decode_patterns", n * k * d * (d + k + labels),
+        lambda: _decode_patterns_worker(X, Y, w_sum, chunks, new_counter(), patterns, residuals, violations,
+                                        spreads),
+        lambda threads: _decode_patterns_parallel(X, Y, w_sum, threads, chunks, patterns, residuals, violations,
+                                                  spreads))
     return patterns, residuals, violations, spreads
 
 

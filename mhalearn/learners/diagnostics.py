@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import subspace_angles
 
-from ..model import MultiHeadAttention, parameter_error
+from ..attention.model import MultiHeadAttention, parameter_error
 from .agreement import agreement_precision
 from .projection_sum import certification_precision
 

@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 
-from .. import kernels
 from .._validation import Integer, Options, Real, Seed
-from ..model import MultiHeadAttention
+from ..attention import kernels
+from ..attention.model import MultiHeadAttention
 from . import register_learner
 from ._common import (
     AttentionLearner,

@@ -19,8 +19,9 @@ import time
 import numpy as np
 from scipy.optimize import minimize
 
-from .. import kernels
+from ..attention import kernels
 from ._common import solve_projections
+from .kernels import score_candidates
 
 
 #: Grid points a net may hold before it is refused (each costs d² floats of Θ).
@@ -88,7 +89,7 @@ def score_net(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray, candidates
     gram = (features.T @ features).reshape(P, d, P, d)
     cross = (features.T @ targets).reshape(P, d, d)
     energy = float(np.sum(targets ** 2))
-    reductions = kernels.score_candidates(gram, cross, candidates, ridge * n * k)
+    reductions = score_candidates(gram, cross, candidates, ridge * n * k)
     residual = np.where(reductions >= 0, (energy - reductions) / energy, np.inf)
     return np.maximum(residual, 0.0)
 

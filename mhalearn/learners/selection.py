@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from .. import kernels
-from ..model import MultiHeadAttention
+from ..attention import kernels
+from ..attention.model import MultiHeadAttention
 from ._common import lbfgs_refine, solve_projections, validation_error
 
 #: Validation checks between which L-BFGS runs (see :func:`lbfgs_refine`).

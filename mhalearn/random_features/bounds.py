@@ -77,9 +77,9 @@ import scipy.linalg
 import scipy.special
 from threadpoolctl import threadpool_limits
 
-from ._validation import as_generator, check_choice, check_hyperparameters, check_positive_int
-from .learners.random_features import _RandomFeatureRidge, _centred_moments
-from .random_feature_targets import RandomFeatureTarget, make_sequence_dataset
+from .._validation import as_generator, check_choice, check_hyperparameters, check_positive_int
+from .models import _RandomFeatureRidge, _centred_moments
+from .targets import RandomFeatureTarget, make_sequence_dataset
 
 #: Models with an exact spectrum (identity-mean attention has none, see the module docstring).
 SPECTRAL_MODELS = ("attention-zero", "mlp")

@@ -47,12 +47,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import random_feature_bounds as bounds
-from ..learners.random_features import RandomFeatureAttention, RandomFeatureMLP
-from ..random_feature_targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
-from .figures import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
-from .growth import bootstrap_median
-from .registry import Experiment, expand_grid, register_experiment
+from ..experiments.figures import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..experiments.registry import Experiment, expand_grid, register_experiment
+from ..sparse_variables.growth import bootstrap_median
+from . import bounds
+from .models import RandomFeatureAttention, RandomFeatureMLP
+from .targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
 
 #: Models compared, in plotting order.
 MODEL_NAMES = ("attention-zero", "attention-identity", "mlp")

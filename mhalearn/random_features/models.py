@@ -41,7 +41,6 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
-from .. import kernels
 from .._validation import (
     Integer,
     Options,
@@ -54,6 +53,7 @@ from .._validation import (
     check_inputs,
     check_real,
 )
+from . import kernels
 
 QK_MEANS = ("zero", "identity")
 ACTIVATIONS = kernels.RANDOM_FEATURE_ACTIVATIONS

@@ -37,8 +37,8 @@ from typing import Callable
 
 import numpy as np
 
-from ._validation import as_generator, check_choice, check_inputs, check_positive_int, check_real
-from .data import add_label_noise, boolean_inputs
+from .._validation import as_generator, check_choice, check_inputs, check_positive_int, check_real
+from ..attention.data import add_label_noise, boolean_inputs
 
 SEQUENCE_LAWS = ("sphere", "boolean")
 

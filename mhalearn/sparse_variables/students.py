@@ -1,10 +1,11 @@
-"""Sparse variable creation: a sparse Boolean task and two students (docs/design.md §4.4).
+"""The two gradient-trained students of the sparse-variables study (docs/design.md §4.4).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
 
 The teacher hides a support S ⊂ [T] of size s and labels x ∈ {±1}^T by
-y = g(x_S) with g ∈ {AND, parity, majority}.  Edelman et al. show that a
+y = g(x_S) with g ∈ {AND, parity, majority}
+(:class:`~mhalearn.sparse_variables.tasks.SparseBooleanTask`).  Edelman et al. show that a
 bounded-norm self-attention head "creates" the sparse variable x_S: its
 capacity (covering number) grows only like log T, so the samples needed to
 learn g(x_S) grow like log T, whereas a network on the raw bits pays for
@@ -22,62 +23,12 @@ cosine learning-rate schedule.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from sklearn.base import BaseEstimator
 from threadpoolctl import threadpool_limits
 
+from .._validation import Integer, Real, Seed, as_generator, check_hyperparameters
 from . import kernels
-from ._validation import (
-    Integer,
-    Real,
-    Seed,
-    as_float_array,
-    as_generator,
-    check_boolean,
-    check_choice,
-    check_hyperparameters,
-    check_positive_int,
-)
-
-#: The sparse functions g: {±1}^s → {±1} (+1 plays the role of "true").
-FUNCTIONS = ("and", "parity", "majority")
-
-
-def boolean_function(function: str, bits: np.ndarray) -> np.ndarray:
-    """Evaluate g row-wise on ``bits`` of shape (n, s) with entries ±1.
-
-    AND(b) = +1 iff every b_j = +1; parity(b) = Π_j b_j; majority(b) = sign(Σ_j b_j)
-    (s odd, so there are no ties).
-    """
-    if function == "and":
-        return np.where(np.all(bits > 0, axis=1), 1.0, -1.0)
-    if function == "parity":
-        return np.prod(bits, axis=1)
-    return np.sign(bits.sum(axis=1))
-
-
-def _check_bits(X, name: str = "X") -> np.ndarray:
-    """Validate a (n, T) array with n, T >= 1 and entries ±1; return it as int8.
-
-    Bits are kept as int8 (one byte per bit instead of eight): at T = 4096 and
-    n = 16 384 the training set is 64 MiB instead of 512 MiB.  The check
-    reads the array in its own dtype, so no float64 copy is made.
-    """
-    try:
-        array = np.asarray(X)
-    except Exception as error:  # pragma: no cover - exotic inputs
-        raise ValueError(f"{name}: expected an array, received {type(X).__name__} ({error})") from None
-    if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) \
-            or np.iscomplexobj(array):
-        raise ValueError(f"{name}: expected a real numeric array, received dtype {array.dtype}")
-    if array.ndim != 2:
-        raise ValueError(f"{name}: expected an array of rank 2, received shape {array.shape}")
-    if array.shape[0] < 1 or array.shape[1] < 1:
-        raise ValueError(f"{name}: expected shape (samples, length) with both sizes >= 1, received {array.shape}")
-    check_boolean(array, name)
-    return array.astype(np.int8, copy=False)
+from .tasks import BooleanClassifier, check_examples
 
 
 def _as_float_rows(X: np.ndarray) -> np.ndarray:
@@ -89,82 +40,6 @@ def _row_blocks(samples: int, length: int):
     """Row ranges of about 2^20 entries: bounds the float64 work arrays of prediction to a few MiB."""
     size = max(1, (1 << 20) // max(length, 1))
     return [(start, min(samples, start + size)) for start in range(0, samples, size)]
-
-
-def _check_examples(X, y) -> tuple[np.ndarray, np.ndarray]:
-    """Validate Boolean inputs (n, T) and labels (n,) in {±1}; X comes back as int8."""
-    X = _check_bits(X)
-    y = as_float_array(y, "y", 1)
-    if y.shape[0] != X.shape[0]:
-        raise ValueError(f"y: expected {X.shape[0]} labels to match X, received {y.shape[0]}")
-    if not np.all(np.abs(y) == 1.0):
-        raise ValueError(f"y: expected labels in {{-1, +1}}, received values such as {y[np.abs(y) != 1.0][:3].tolist()}")
-    return X, y
-
-
-class SparseBooleanTask:
-    """Random x ∈ {±1}^T labelled by y = g(x_S) for a hidden support S of size s.
-
-    Parameters
-    ----------
-    length : int
-        T, the number of bits per sequence.
-    sparsity : int
-        s = size of S, 1 <= s <= T (odd for ``"majority"``).
-    function : {"and", "parity", "majority"}
-        g.  AND is +1 iff all of x_S are +1; parity is Π_{i∈S} x_i;
-        majority is sign(Σ_{i∈S} x_i).
-    rng : None, int or numpy.random.Generator
-        Draws the support S, and later samples when :meth:`sample` gets no rng.
-
-    Attributes
-    ----------
-    support : ndarray of int, shape (s,)
-        S, sorted.
-
-    Notes
-    -----
-    The three functions are the ones studied by Edelman, Goel, Kakade & Zhang
-    (ICML 2022).  Under the uniform law, each bit of S correlates with y for
-    AND (E[y x_i] = 2^{1−s}) and majority, but parity is uncorrelated with
-    every set of fewer than s bits, which makes it hard for gradient methods.
-    """
-
-    def __init__(self, length: int, sparsity: int, function: str = "majority", rng=None):
-        self.length = check_positive_int(length, "length")
-        self.sparsity = check_positive_int(sparsity, "sparsity")
-        if self.sparsity > self.length:
-            raise ValueError(f"sparsity: expected an integer <= length = {self.length}, received {self.sparsity}")
-        self.function = check_choice(function, "function", FUNCTIONS)
-        if function == "majority" and self.sparsity % 2 == 0:
-            raise ValueError(f"sparsity: expected an odd integer for majority (no ties), received {self.sparsity}")
-        self._rng = as_generator(rng)
-        self.support = np.sort(self._rng.choice(self.length, size=self.sparsity, replace=False))
-
-    def labels(self, X) -> np.ndarray:
-        """y = g(x_S) for each row of ``X`` (shape (n, T), entries ±1)."""
-        X = _check_bits(X)
-        if X.shape[1] != self.length:
-            raise ValueError(f"X: expected {self.length} columns (length), received shape {X.shape}")
-        return boolean_function(self.function, X[:, self.support])
-
-    def sample(self, n: int, rng=None, dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
-        """Draw ``n`` uniform examples: X of shape (n, T) in {±1}, y of shape (n,) in {±1}.
-
-        ``dtype`` is that of X (float64, or int8 to store long sequences
-        compactly); the draws are the same whatever the dtype.  y is float64.
-        """
-        n = check_positive_int(n, "n")
-        generator = self._rng if rng is None else as_generator(rng)
-        dtype = np.dtype(dtype)
-        if dtype not in (np.dtype(np.float64), np.dtype(np.int8)):
-            raise ValueError(f"dtype: expected float64 or int8, received {dtype}")
-        X = generator.choice(np.array([-1, 1], dtype=dtype), size=(n, self.length))
-        return X, boolean_function(self.function, X[:, self.support].astype(np.float64))
-
-    def __repr__(self) -> str:
-        return (f"SparseBooleanTask(length={self.length}, sparsity={self.sparsity}, "
-                f"function={self.function!r}, support={self.support.tolist()})")
 
 
 # --------------------------------------------------------------------------
@@ -256,34 +131,7 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
 # Students
 # --------------------------------------------------------------------------
 
-class _BooleanClassifier(BaseEstimator):
-    """scikit-learn estimator base of a real-valued score f(x) on x ∈ {±1}^T, sign(f) the label.
-
-    Subclasses set ``n_features_in_`` and their fitted state in ``fit`` and
-    provide ``_scores(X)`` (float64 scores of int8 bits, any number of rows).
-    """
-
-    _fitted_attribute = "n_features_in_"
-
-    def _checked_inputs(self, X) -> np.ndarray:
-        if not hasattr(self, self._fitted_attribute):
-            raise ValueError(f"{type(self).__name__}: expected a fitted estimator, call fit(X, y) first")
-        X = _check_bits(X)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X: expected {self.n_features_in_} columns as in fit, received shape {X.shape}")
-        return X
-
-    def predict(self, X) -> np.ndarray:
-        """Real scores f(x) of shape (n,); sign(f) is the predicted label."""
-        return self._scores(self._checked_inputs(X))
-
-    def score(self, X, y) -> float:
-        """Accuracy of sign(f(x)) against labels ``y`` in {±1}."""
-        X, y = _check_examples(self._checked_inputs(X), y)
-        return float(np.mean(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y))
-
-
-class _BooleanStudent(_BooleanClassifier):
+class _BooleanStudent(BooleanClassifier):
     """A score f(x) trained by :func:`adamw_descent` on the logistic loss.
 
     Subclasses provide ``_initial_parameters(length, rng)``,
@@ -319,7 +167,7 @@ class _BooleanStudent(_BooleanClassifier):
         and each mini-batch converted to float64 when it is used.
         """
         check_hyperparameters(self)
-        X, y = _check_examples(X, y)
+        X, y = check_examples(X, y)
         rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)
         # A step's matrix products are at most batch × T × hidden: one BLAS thread is fastest,
@@ -354,7 +202,7 @@ class AttentionStudent(_BooleanStudent):
     would only enter through W_Kᵀq (one vector) and a value matrix through
     W₁W_V (one matrix), so they add parameters but no functions.  The
     forward and backward passes of the head are the Numba kernels
-    :func:`mhalearn.kernels.bit_attention_forward` / ``bit_attention_backward``.
+    :func:`mhalearn.sparse_variables.kernels.bit_attention_forward` / ``bit_attention_backward``.
 
     **Why one head represents g(x_S)** (Edelman et al., §4).  The logit is
     ⟨q, z_t⟩ = c_t + x_t α_t with c = Pq and α = Rq.  With α = 0, c_t = γ on
@@ -513,129 +361,4 @@ class MLPStudent(_BooleanStudent):
         return _mlp_backward(parameters, cache, d_scores)[0]
 
 
-def _as_signatures(packed: np.ndarray) -> np.ndarray:
-    """Rows of packed bits (k, bytes) as exact, sortable signatures: one void scalar per row."""
-    packed = np.ascontiguousarray(packed)
-    return packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
-
-
-class SparseParitySearch(_BooleanClassifier):
-    """Empirical risk minimisation over the parities of s bits — a learner that is not gradient-based.
-
-    The class H_s = {χ_S(x) = Π_{i∈S} x_i : S ⊂ [T] of size s} has C(T, s)
-    members, so a learner that returns any parity consistent with the
-    sample is wrong with probability at most (C(T, s) − 1)·2^{−n} (a wrong
-    χ_{S'} agrees with χ_S on a uniform example with probability 1/2,
-    independently across examples): n ≈ log₂ C(T, s) ≈ s·log₂ T samples
-    suffice.  This is the statistical side of Edelman et al.'s claim for
-    sparse parity — the information needed grows like log T — free of the
-    computational barrier that makes gradient methods need a number of
-    steps growing like T^{s−1} (a parity of s bits is uncorrelated with every
-    function of fewer of them).
-
-    **Algorithm** (meet in the middle).  With bits b = (1 − x)/2 and label
-    bit c = (1 − y)/2, χ_S is consistent iff ⊕_{i∈S} b_i = c on every
-    example.  Split S = A ∪ B with A of size ⌊s/2⌋: the n-bit signature
-    ⊕_{i∈B} b_i ⊕ c of every B is looked up, exactly, among the sorted
-    signatures ⊕_{i∈A} b_i of the A's.  Time O(T^{⌈s/2⌉}·(n/64 + log T))
-    and memory O(T·n) bits: C(4096, 2) ≈ 8.4 million lookups for s = 3.
-    Each consistent S is found C(s, ⌊s/2⌋) times (once per split), and one
-    is returned uniformly at random among them (``random_state``), so the
-    learner is a uniform consistent learner: with W wrong consistent parities
-    it is right with probability 1/(W + 1).
-
-    The data must be realisable (noiseless parity labels); when no parity of
-    s bits is consistent, the learner predicts the majority label and
-    ``support_`` is None.
-
-    Parameters
-    ----------
-    sparsity : int
-        s, 1 <= s <= 3 (the search is over T^{⌈s/2⌉} subsets).
-    random_state : None, int or Generator
-        Chooses among consistent parities.
-
-    Attributes
-    ----------
-    support_ : ndarray of int (s,) or None
-        The chosen S.
-    consistent_count_ : int
-        The number of parities of s bits consistent with the sample (1 once
-        the sample identifies S).
-    n_features_in_ : int
-    """
-
-    #: The search enumerates T^ceil(s/2) subsets: s <= 3 keeps it at T² signatures.
-    _parameter_constraints = {"sparsity": [Integer(1, 3)], "random_state": [Seed()]}
-
-    def __init__(self, sparsity: int = 3, *, random_state=None):
-        self.sparsity = sparsity
-        self.random_state = random_state
-
-    def fit(self, X, y):
-        """Search the parities of ``sparsity`` bits for those consistent with (X, y); returns ``self``."""
-        check_hyperparameters(self)
-        sparsity = self.sparsity
-        X, y = _check_examples(X, y)
-        length = X.shape[1]
-        if sparsity > length:
-            raise ValueError(f"sparsity: expected an integer <= the {length} columns of X, received {sparsity}")
-        rng = as_generator(self.random_state)
-        packed = np.packbits(X.T < 0, axis=1)  # (T, ⌈n/8⌉): the bits b_i of every example, packed
-        label = np.packbits(y < 0)
-        halves = sparsity // 2, sparsity - sparsity // 2
-        columns = _as_signatures(packed)
-        left = columns if halves[0] == 1 else _as_signatures(np.zeros((1, packed.shape[1]), dtype=np.uint8))
-        order = np.argsort(left, kind="stable")
-        left_sorted = left[order]
-        zero_left = halves[0] == 0
-
-        def block(first: int):
-            """Subsets B (as index rows) starting at ``first``, and their lookup signatures ⊕_B b ⊕ c."""
-            if halves[1] == 1:
-                rows = np.arange(length)[:, None]
-                targets = _as_signatures(packed ^ label)
-            else:
-                rows = np.column_stack([np.full(length - first - 1, first), np.arange(first + 1, length)])
-                targets = _as_signatures(packed[first + 1:] ^ packed[first] ^ label)
-            low = np.searchsorted(left_sorted, targets, side="left")
-            high = np.searchsorted(left_sorted, targets, side="right")
-            counts = high - low
-            if not zero_left:  # A must not meet B: drop the matches A = {i} with i ∈ B
-                for column in rows.T:
-                    counts -= columns[column] == targets
-            return rows, low, high, counts
-
-        firsts = [0] if halves[1] == 1 else list(range(length - 1))
-        totals = np.array([block(first)[3].sum() for first in firsts])
-        repeats = math.comb(sparsity, halves[0])
-        self.consistent_count_ = int(totals.sum()) // repeats
-        self.n_features_in_ = length
-        if self.consistent_count_ == 0:
-            self.support_ = None
-            self.constant_ = 1.0 if np.mean(y) >= 0 else -1.0
-            return self
-        pick = int(rng.integers(totals.sum()))
-        index = int(np.searchsorted(np.cumsum(totals), pick, side="right"))
-        pick -= int(totals[:index].sum())
-        rows, low, high, counts = block(firsts[index])
-        row = int(np.searchsorted(np.cumsum(counts), pick, side="right"))
-        pick -= int(counts[:row].sum())
-        subset = set(rows[row].tolist())
-        matches = [] if zero_left else [int(order[k]) for k in range(low[row], high[row])
-                                        if int(order[k]) not in subset]
-        chosen = subset | ({matches[pick]} if matches else set())
-        self.support_ = np.array(sorted(chosen))
-        return self
-
-    def _scores(self, X: np.ndarray) -> np.ndarray:
-        if self.support_ is None:
-            return np.full(X.shape[0], self.constant_)
-        return np.prod(X[:, self.support_].astype(np.float64), axis=1)
-
-
-#: Student classes by the names experiments use.
-STUDENTS = {"attention": AttentionStudent, "mlp": MLPStudent, "parity-search": SparseParitySearch}
-
-__all__ = ["AttentionStudent", "FUNCTIONS", "MLPStudent", "STUDENTS", "SparseBooleanTask", "SparseParitySearch",
-           "adamw_descent", "boolean_function", "logistic_loss"]
+__all__ = ["AttentionStudent", "MLPStudent", "adamw_descent", "logistic_loss"]

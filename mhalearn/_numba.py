@@ -1,0 +1,325 @@
+"""The shared Numba pieces of every kernel in mhalearn (docs/design.md §3).
+
+What the attention layer's kernels (:mod:`mhalearn.attention.kernels`), the
+sparse-variables bit attention (:mod:`mhalearn.sparse_variables.kernels`),
+the random-feature attention (:mod:`mhalearn.random_features.kernels`) and the
+sculpting learner's decoder and candidate scorer (:mod:`mhalearn.learners.kernels`,
+:mod:`mhalearn.learners.agreement`) have in common:
+
+* :data:`FASTMATH`, the floating-point contract every kernel is compiled with;
+* :func:`exp_nonpositive`, a branch-free exp for softmax logits (it vectorises,
+  where libm's exp does not);
+* the small dense products :func:`mm`, :func:`mm_t` (and their inlined body
+  :func:`mm_body`) and :func:`transpose_into`, for the k×d, d×d and k×k
+  matrices of one sequence;
+* the parallel scheme: a batch is cut into a fixed number of chunks that
+  workers claim from an atomic counter (:func:`next_chunk`), and ONE
+  dispatcher, :data:`DISPATCH`, runs every parallel kernel either on the
+  calling thread or on an explicit number of Numba threads, whichever it
+  measures to be faster.  Both paths compute the same chunks in the same
+  order, so results do not depend on the path nor on the thread count.
+
+All kernels take C-contiguous float64 arrays and are compiled with ``cache=True``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+# Contraction lets LLVM fuse multiply-adds.  Reassociation is deliberately
+# off: it would undo the rounding trick in ``exp_nonpositive`` and the
+# Cody–Waite split of ln 2.  Loops are written so that the inner loop is an
+# axpy over a contiguous axis, which vectorises without reassociation.
+FASTMATH = {"contract", "arcp", "nsz"}
+
+# Entries of the per-block intermediates that batched kernels may hold at
+# once (bounds their memory for large n).
+BLOCK_ENTRIES = 1 << 22
+
+
+# --------------------------------------------------------------------------
+# A vectorisable exp for the softmax
+# --------------------------------------------------------------------------
+# LLVM here has no vector math library (Numba's SVML is off), so np.exp stays
+# a scalar libm call and dominates the softmax.  This exp only ever sees
+# shifted logits x <= 0, which makes a branch-free version easy:
+# exp(x) = 2^n · exp(r), |r| <= ln2/2, 2^n assembled in the exponent bits and
+# exp(r) = 1 + r + r²·g(r) with g a degree-9 polynomial fitted in Chebyshev
+# nodes (fit error 1e-17 relative; with 1 + r exact the result stays within
+# 1 ulp of exp, as with the degree-13 Taylor polynomial it replaces, for two
+# multiply-adds fewer).  Comparisons are written as selects, which vectorise.
+
+@intrinsic
+def _bits_to_float(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _float_to_bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
+
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_INTEGER_SHIFT = 6755399441055744.0  # 1.5·2^52: n + shift holds the integer n in its low mantissa bits
+_INTEGER_SHIFT_BITS = 0x4338000000000000
+EXP_FLOOR = -708.0  # below this exp underflows to subnormals; we return 0
+# g(r) = (exp(r) − 1 − r)/r² ≈ Σ_j _EXP_Gj · r^j on |r| <= ln2/2
+# (mpmath.chebyfit at 50 digits, degree 9, then rounded to doubles).
+_EXP_G0 = 0.5000000000000001
+_EXP_G1 = 0.16666666666666669
+_EXP_G2 = 0.041666666666624164
+_EXP_G3 = 0.008333333333330065
+_EXP_G4 = 0.0013888888917196719
+_EXP_G5 = 0.00019841269863040545
+_EXP_G6 = 2.4801521322368692e-05
+_EXP_G7 = 2.7557268480310024e-06
+_EXP_G8 = 2.7620075879983367e-07
+_EXP_G9 = 2.5100375832561234e-08
+
+
+@njit(inline="always", fastmath=FASTMATH, cache=True)
+def exp_nonpositive(x):
+    """exp(x) for x <= 0, branch-free so that loops over it vectorise."""
+    clamped = x if x > EXP_FLOOR else EXP_FLOOR
+    n_float = np.rint(clamped * _LOG2E)
+    r = clamped - n_float * _LN2_HI - n_float * _LN2_LO
+    g = _EXP_G9
+    g = g * r + _EXP_G8
+    g = g * r + _EXP_G7
+    g = g * r + _EXP_G6
+    g = g * r + _EXP_G5
+    g = g * r + _EXP_G4
+    g = g * r + _EXP_G3
+    g = g * r + _EXP_G2
+    g = g * r + _EXP_G1
+    g = g * r + _EXP_G0
+    p = (g * r + 1.0) * r + 1.0
+    n = _float_to_bits(n_float + _INTEGER_SHIFT) - _INTEGER_SHIFT_BITS
+    value = p * _bits_to_float((n + 1023) << 52)
+    return value if x >= EXP_FLOOR else 0.0
+
+
+
+# --------------------------------------------------------------------------
+# Small dense products
+# --------------------------------------------------------------------------
+# Everything below works one sequence at a time on k×d, d×d and k×k matrices
+# (k, d ~ 16) held in per-thread scratch, so each product is a few thousand
+# multiply-adds out of L1.  BLAS is no help at that size (and its threads
+# would fight Numba's for the cores); what matters is that the innermost
+# loop is a long contiguous axpy that LLVM vectorises, and that each load and
+# store of the output carries several multiply-adds.  Operands are addressed
+# through explicit column offsets so that all heads can share one row-major
+# buffer without taking non-contiguous slices.
+
+@njit(inline="always", cache=True)
+def _alpha(A, offset, transposed, r, c):
+    if transposed:
+        return A[c, offset + r]
+    return A[r, offset + c]
+
+
+@njit(inline="always", fastmath=FASTMATH, cache=True)
+def mm_body(A, a0, a_t, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c α(r, c) · B[c, b0+j] for r < rows, c < inner, j < cols.
+
+    α(r, c) is A[r, a0+c], or A[c, a0+r] when ``a_t``.  Two rows of C and
+    four terms of the sum per pass over j: the j loop is a contiguous axpy
+    that vectorises, and each load/store of C carries four multiply-adds.
+    The column indices are unsigned: a signed b0 + j would get Numba's
+    negative-index wrap-around, which stops the vectorisation.
+    """
+    b0 = np.uint64(b0)
+    c0 = np.uint64(c0)
+    cols = np.uint64(cols)
+    rows2 = rows - rows % 2
+    inner4 = inner - inner % 4
+    for r in range(0, rows2, 2):
+        for c in range(0, inner4, 4):
+            p0 = _alpha(A, a0, a_t, r, c)
+            p1 = _alpha(A, a0, a_t, r, c + 1)
+            p2 = _alpha(A, a0, a_t, r, c + 2)
+            p3 = _alpha(A, a0, a_t, r, c + 3)
+            q0 = _alpha(A, a0, a_t, r + 1, c)
+            q1 = _alpha(A, a0, a_t, r + 1, c + 1)
+            q2 = _alpha(A, a0, a_t, r + 1, c + 2)
+            q3 = _alpha(A, a0, a_t, r + 1, c + 3)
+            for j in range(cols):
+                x0 = B[c, b0 + j]
+                x1 = B[c + 1, b0 + j]
+                x2 = B[c + 2, b0 + j]
+                x3 = B[c + 3, b0 + j]
+                C[r, c0 + j] = (((C[r, c0 + j] + p0 * x0) + p1 * x1) + p2 * x2) + p3 * x3
+                C[r + 1, c0 + j] = (((C[r + 1, c0 + j] + q0 * x0) + q1 * x1) + q2 * x2) + q3 * x3
+        for c in range(inner4, inner):
+            p = _alpha(A, a0, a_t, r, c)
+            q = _alpha(A, a0, a_t, r + 1, c)
+            for j in range(cols):
+                x = B[c, b0 + j]
+                C[r, c0 + j] += p * x
+                C[r + 1, c0 + j] += q * x
+    for r in range(rows2, rows):
+        for c in range(0, inner4, 4):
+            p0 = _alpha(A, a0, a_t, r, c)
+            p1 = _alpha(A, a0, a_t, r, c + 1)
+            p2 = _alpha(A, a0, a_t, r, c + 2)
+            p3 = _alpha(A, a0, a_t, r, c + 3)
+            for j in range(cols):
+                C[r, c0 + j] = ((((C[r, c0 + j] + p0 * B[c, b0 + j]) + p1 * B[c + 1, b0 + j])
+                                 + p2 * B[c + 2, b0 + j]) + p3 * B[c + 3, b0 + j])
+        for c in range(inner4, inner):
+            p = _alpha(A, a0, a_t, r, c)
+            for j in range(cols):
+                C[r, c0 + j] += p * B[c, b0 + j]
+
+
+# Called entry points for the less hot call sites: Numba inlines
+# ``inline="always"`` functions at every call site, which costs compile time;
+# the forward path (also used by the other kernels) inlines ``mm_body``.
+
+@njit(fastmath=FASTMATH, cache=True)
+def mm(A, a0, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c A[r, a0+c] · B[c, b0+j] for r < rows, c < inner, j < cols."""
+    mm_body(A, a0, False, B, b0, C, c0, rows, inner, cols)
+
+
+@njit(fastmath=FASTMATH, cache=True)
+def mm_t(A, a0, B, b0, C, c0, rows, inner, cols):
+    """C[r, c0+j] += Σ_c A[c, a0+r] · B[c, b0+j]: as :func:`mm` with A transposed."""
+    mm_body(A, a0, True, B, b0, C, c0, rows, inner, cols)
+
+
+@njit(inline="always", fastmath=FASTMATH, cache=True)
+def transpose_into(x, out):
+    rows, cols = x.shape
+    for r in range(rows):
+        for c in range(cols):
+            out[c, r] = x[r, c]
+
+
+# --------------------------------------------------------------------------
+# Chunks and the dispatcher
+# --------------------------------------------------------------------------
+# The batch is cut into ``chunks`` contiguous ranges of samples.  Each worker
+# allocates its scratch once, then takes the next unprocessed chunk from a
+# shared atomic counter until none is left: threads that the OS schedules
+# less (the machine is shared) simply process fewer chunks.  Per-chunk
+# results (losses, gradients) are summed afterwards in chunk order, so the
+# result does not depend on which thread ran which chunk.  Called directly
+# with a fresh counter, a worker runs every chunk on the calling thread.
+
+@intrinsic
+def next_chunk(typingctx, counter):
+    """Atomically increment counter[0] (int64) and return its previous value."""
+    if not (isinstance(counter, types.Array) and counter.ndim == 1
+            and counter.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array,
+                                           [context.get_constant(types.intp, 0)])
+        return builder.atomic_rmw("add", pointer, context.get_constant(types.int64, 1), "monotonic")
+    return types.int64(counter), codegen
+
+
+# The batch is cut into this many chunks (fewer for small n), whatever the
+# thread count: enough for load balancing, few enough that the per-chunk
+# gradients stay small, and fixed so that results do not depend on the
+# number of threads or on the serial/parallel choice.
+CHUNKS = 32
+
+
+class Dispatcher:
+    """Runs each call on the calling thread or on Numba's thread pool, whichever is faster.
+
+    Starting and joining the pool costs ~10–50 µs on an idle machine, but
+    when other jobs occupy every core the join waits until the OS schedules
+    each worker: 10–25 ms per call on the shared 2-core machine this was
+    tuned on, far more than a small batch takes on one thread.  So the
+    dispatcher keeps running estimates, timed on the calls themselves, of
+    each kernel's single-thread seconds per multiply-add and of the fixed
+    cost of a parallel call, and uses the pool when
+    ``cost + work·rate/threads < work·rate``.  While the pool looks slower it
+    is re-tried at most every ``retry_seconds``, so the choice follows the
+    machine's load.  ``mode`` = "serial" or "parallel" forces a path (tests).
+    Either path computes the same chunks in the same order: the results are
+    identical.
+    """
+
+    default_rate = 1.2e-10   # s per multiply-add on one core (measured: ~1e-10)
+    min_parallel = 2e-4      # s: below this predicted serial time, never use the pool
+    retry_seconds = 1.0
+    smoothing = 0.3
+
+    def __init__(self):
+        self.mode = None
+        self.rates = {}
+        self.pool_cost = 5e-5
+        self.retry_at = 0.0
+
+    def run(self, kernel, work, serial, parallel):
+        """Call ``serial()`` or ``parallel(threads)`` and time it.
+
+        ``kernel`` names the kernel (its rate estimate), ``work`` is its
+        multiply-add count for this call.  ``serial()`` runs the kernel's
+        worker with a :func:`new_counter` on the calling thread;
+        ``parallel(threads)`` runs the same worker on exactly ``threads``
+        Numba threads (a ``prange(threads)`` driver sharing one counter),
+        ``threads`` being Numba's current thread count.
+        """
+        threads = numba.get_num_threads()
+        rate = self.rates.get(kernel, self.default_rate)
+        gain = rate * work * (1.0 - 1.0 / threads)
+        if self.mode is not None or threads == 1:
+            use_pool = self.mode == "parallel" and threads > 1
+        elif rate * work < self.min_parallel:
+            use_pool = False
+        else:
+            use_pool = self.pool_cost < gain or time.perf_counter() >= self.retry_at
+        start = time.perf_counter()
+        if use_pool:
+            parallel(threads)
+        else:
+            serial()
+        elapsed = time.perf_counter() - start
+        if use_pool:
+            cost = max(elapsed - rate * work / threads, 0.0)
+            # Quick to believe a cheap pool (the machine got quiet), smoothed
+            # when it is dearer (one unlucky call should not switch paths).
+            self.pool_cost = min(cost, self.pool_cost + self.smoothing * (cost - self.pool_cost))
+            if self.pool_cost >= gain:
+                self.retry_at = start + elapsed + self.retry_seconds
+        elif work > 0:
+            # At most ×4 per call: a first call that compiles (or loads from
+            # the cache) must not make the pool look worth it forever, as
+            # serial calls, the only ones that measure the rate, would stop.
+            measured = min(elapsed / work, 4.0 * rate)
+            self.rates[kernel] = (measured if kernel not in self.rates
+                                  else rate + self.smoothing * (measured - rate))
+
+
+DISPATCH = Dispatcher()
+
+
+def chunk_count(n: int, limit: int = CHUNKS) -> int:
+    """How many chunks a batch of ``n`` items is cut into: ``limit``, fewer for small n, at least 1."""
+    return max(1, min(n, limit))
+
+
+def new_counter() -> np.ndarray:
+    """A fresh chunk counter; a worker called directly with it runs every chunk on the calling thread."""
+    return np.zeros(1, np.int64)

@@ -1,0 +1,49 @@
+"""The multi-head attention layer: the model, its Numba kernels, input laws and planted teachers.
+
+F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
+:mod:`mhalearn.learners` recovers (docs/design.md §1–3):
+
+* :mod:`~mhalearn.attention.model` — :class:`MultiHeadAttention` and the
+  error measures (relative error, head matching, parameter error, head collapse);
+* :mod:`~mhalearn.attention.kernels` — forward pass, attention weights, head
+  features and loss-and-gradient in Numba (docs/design.md §3);
+* :mod:`~mhalearn.attention.data` — input laws and labelled datasets;
+* :mod:`~mhalearn.attention.teachers` — planted teachers with explicit
+  non-degeneracy conditions and the registry of teacher families (§2);
+* :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).
+"""
+
+from .data import INPUT_LAWS, add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
+from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
+from .teachers import (
+    TEACHER_FAMILIES,
+    NondegeneracyReport,
+    TeacherFamily,
+    get_family,
+    make_teacher,
+    nondegeneracy,
+    register_family,
+    sample_teacher,
+)
+
+__all__ = [
+    "INPUT_LAWS",
+    "MultiHeadAttention",
+    "NondegeneracyReport",
+    "TEACHER_FAMILIES",
+    "TeacherFamily",
+    "add_label_noise",
+    "boolean_inputs",
+    "draw_inputs",
+    "gaussian_inputs",
+    "get_family",
+    "head_collapse",
+    "make_dataset",
+    "make_teacher",
+    "match_heads",
+    "nondegeneracy",
+    "parameter_error",
+    "register_family",
+    "relative_error",
+    "sample_teacher",
+]
