@@ -1,4 +1,4 @@
-"""Pure-NumPy reference of the maths in ``mhalearn.kernels`` (docs/design.md §3).
+"""Pure-NumPy reference of the maths in ``mhalearn.attention.kernels`` (docs/design.md §3).
 
 Written with batched matmuls only, independently of the Numba loops, so the
 tests can compare the two and the benchmark can time the kernels against it.

@@ -41,7 +41,7 @@ def test_docs_build_with_warnings_as_errors(tmp_path):
     for page in PAGES:
         assert (tmp_path / "html" / f"{page}.html").is_file(), page
     api = (tmp_path / "html" / "api.html").read_text()
-    assert "mhalearn.model.MultiHeadAttention.to_torch" in api and "ResultStore.to_dataframe" in api
+    assert "mhalearn.attention.model.MultiHeadAttention.to_torch" in api and "ResultStore.to_dataframe" in api
 
 
 @pytest.mark.slow

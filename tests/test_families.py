@@ -12,8 +12,8 @@ from mhalearn.experiments.families import (
     summarize_families,
 )
 from mhalearn.experiments.store import cell_key
-from mhalearn.model import MultiHeadAttention
-from mhalearn.teachers import DOMINANT_HEAD_SCALE
+from mhalearn.attention.model import MultiHeadAttention
+from mhalearn.attention.teachers import DOMINANT_HEAD_SCALE
 
 
 def test_w_scales_multiply_the_projections_and_are_validated():

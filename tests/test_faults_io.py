@@ -66,7 +66,7 @@ def test_save_is_atomic_an_interrupted_save_keeps_the_old_model(tmp_path, monkey
         handle.write(b"PK\x03\x04 half a zip file")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("mhalearn.model.np.savez", savez_then_crash)
+    monkeypatch.setattr("mhalearn.attention.model.np.savez", savez_then_crash)
     with pytest.raises(OSError, match="No space left"):
         mhalearn.sample_teacher(1, 3, rng=1).save(path)
     assert path.read_bytes() == before

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn import kernels
-from mhalearn.model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
+from mhalearn.attention import kernels
+from mhalearn.attention.model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn import kernels
+from mhalearn.attention import kernels
 
 torch = pytest.importorskip("torch", reason="PyTorch interop needs the 'torch' extra (pip install 'mhalearn[torch]')")
 

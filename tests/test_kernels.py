@@ -1,9 +1,15 @@
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import reference
-from mhalearn import kernels
+from mhalearn import _numba
+from mhalearn.attention import kernels
+from mhalearn.learners.agreement import decode_patterns
+from mhalearn.learners.kernels import score_candidates
+from mhalearn.random_features.kernels import attention_random_features
 
 
 def _problem(rng, n=7, k=5, d=4, m=3, scale=1.0):
@@ -89,10 +95,10 @@ def test_parallel_path_matches_reference_and_serial_path(monkeypatch, rng, shape
     Y = rng.standard_normal((n, k, d))
     thetas = rng.standard_normal((m, d, d)) / d
     ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
-    monkeypatch.setattr(kernels._DISPATCH, "mode", "serial")
+    monkeypatch.setattr(_numba.DISPATCH, "mode", "serial")
     serial = (kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
               kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
-    monkeypatch.setattr(kernels._DISPATCH, "mode", "parallel")
+    monkeypatch.setattr(_numba.DISPATCH, "mode", "parallel")
     (out, weights), attention, features, (loss, dth, dw) = (
         kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
         kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
@@ -113,12 +119,48 @@ def test_parallel_path_matches_reference_and_serial_path(monkeypatch, rng, shape
     np.testing.assert_array_equal(serial[3][2], dw)
 
 
+def _decode_patterns_call(rng):
+    X = rng.choice([-1.0, 1.0], size=(45, 4, 7))
+    w_sum = rng.standard_normal((7, 7))
+    Y = X @ w_sum + 0.01 * rng.standard_normal((45, 4, 7))
+    return lambda: decode_patterns(X, Y, w_sum)
+
+
+def _score_candidates_call(rng):
+    features = rng.standard_normal((60, 5, 3))  # 5 net points, features of 60 rows × d = 3
+    gram = np.einsum("rpa,rqb->paqb", features, features)
+    cross = np.einsum("rpa,re->pae", features, rng.standard_normal((60, 3)))
+    candidates = np.array(list(itertools.combinations(range(5), 2)))
+    return lambda: score_candidates(gram, cross, candidates)
+
+
+def _random_features_call(rng):
+    X = rng.standard_normal((37, 6, 4))
+    query_keys = rng.standard_normal((9, 4, 4))
+    return lambda: attention_random_features(X, query_keys)
+
+
+@pytest.mark.parametrize("make_call", [_decode_patterns_call, _score_candidates_call, _random_features_call],
+                         ids=["decode_patterns", "score_candidates", "attention_random_features"])
+def test_other_parallel_kernels_give_the_same_bits_on_both_paths(monkeypatch, rng, make_call):
+    """Every parallel kernel goes through the one dispatcher: the pool and the calling thread agree bitwise."""
+    call = make_call(rng)
+    monkeypatch.setattr(_numba.DISPATCH, "mode", "serial")
+    serial = call()
+    monkeypatch.setattr(_numba.DISPATCH, "mode", "parallel")
+    parallel = call()
+    for first, again in zip(serial if isinstance(serial, tuple) else (serial,),
+                            parallel if isinstance(parallel, tuple) else (parallel,)):
+        assert np.isfinite(first).any()
+        np.testing.assert_array_equal(first, again)
+
+
 def test_dispatcher_avoids_a_slow_thread_pool_and_retries_it(monkeypatch):
     clock = [0.0]
     fake_time = type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])})
-    monkeypatch.setattr(kernels, "time", fake_time)
-    monkeypatch.setattr(kernels.numba, "get_num_threads", lambda: 2)
-    dispatcher = kernels._Dispatcher()
+    monkeypatch.setattr(_numba, "time", fake_time)
+    monkeypatch.setattr(_numba.numba, "get_num_threads", lambda: 2)
+    dispatcher = _numba.Dispatcher()
     ran = []
 
     def path(name, seconds):
@@ -155,11 +197,11 @@ def test_exp_nonpositive_is_accurate():
     expected = np.exp(x)
     normal = expected > 1e-307
     assert np.all(np.abs(values[normal] - expected[normal]) <= 4.5e-16 * expected[normal])
-    assert np.all(values[x < kernels._EXP_FLOOR] == 0.0)
+    assert np.all(values[x < _numba.EXP_FLOOR] == 0.0)
     assert np.all(values[~normal] <= 1e-307)
 
 
-@kernels.njit(fastmath=kernels.FASTMATH)
+@_numba.njit(fastmath=_numba.FASTMATH)
 def _exp_loop(x, out):
     for i in range(x.size):
-        out[i] = kernels.exp_nonpositive(x[i])
+        out[i] = _numba.exp_nonpositive(x[i])

@@ -58,7 +58,7 @@ def test_source_hash_changes_with_any_source_file_and_only_then(tmp_path):
     grid = copy / "experiments" / "grids" / "error-vs-samples.toml"
     grid.write_text(grid.read_text() + "\nseed = [9]\n")  # a grid is not code: same hash
     assert source_hash(copy) == source_hash(PACKAGE)
-    kernels = copy / "kernels.py"
+    kernels = copy / "attention" / "kernels.py"
     kernels.write_text(kernels.read_text() + "\n# a comment\n")
     assert source_hash(copy) != source_hash(PACKAGE)
 
@@ -68,7 +68,7 @@ def test_resuming_a_sweep_after_changing_the_code_refuses_without_allow_mixed(tm
     assert run_sweep(TOY, path, quick=True, workers=1, progress=False).computed == 9  # this code: 9 of 12 cells
     changed = tmp_path / "changed" / "mhalearn"
     shutil.copytree(PACKAGE, changed, ignore=shutil.ignore_patterns("__pycache__"))
-    model = changed / "model.py"
+    model = changed / "attention" / "model.py"
     model.write_text(model.read_text() + "\n# an edit: this copy is other code\n")
     environment = {"PYTHONPATH": f"{changed.parent}:{TESTS}", "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
 

@@ -1,4 +1,4 @@
-"""The random-feature bound's ingredients against independent references (mhalearn.random_feature_bounds)."""
+"""The random-feature bound's ingredients against independent references (mhalearn.random_features.bounds)."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 import scipy.special
 
 import mhalearn
-from mhalearn import random_feature_bounds as rb
-from mhalearn.experiments.random_features import make_model
+from mhalearn.random_features import bounds as rb
+from mhalearn.random_features.experiment import make_model
 
 
 def _cosines(rng, dim, size):

@@ -10,11 +10,10 @@ from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
 
 import mhalearn
-from mhalearn import kernels
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments import random_features as experiment
-from mhalearn.learners import random_features as rf
-from mhalearn.random_feature_targets import INVARIANT_TARGETS, RANDOM_FEATURE_TARGETS
+from mhalearn.random_features import experiment, kernels
+from mhalearn.random_features import models as rf
+from mhalearn.random_features.targets import INVARIANT_TARGETS, RANDOM_FEATURE_TARGETS
 
 
 # ----------------------------------------------------------------- references
@@ -74,7 +73,7 @@ def test_attention_features_match_numpy_any_shape(n, keys, dim, heads, activatio
 def test_attention_features_in_several_blocks(monkeypatch, rng):
     X = rng.standard_normal((50, 4, 3))
     query_keys = rng.standard_normal((6, 3, 3))
-    monkeypatch.setattr(kernels, "_BLOCK_ENTRIES", 40)  # 2 samples per block
+    monkeypatch.setattr(kernels, "BLOCK_ENTRIES", 40)  # 2 samples per block
     np.testing.assert_allclose(kernels.attention_random_features(X, query_keys),
                                reference_attention_features(X, query_keys), atol=1e-12)
 

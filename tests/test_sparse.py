@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from mhalearn import kernels
+from mhalearn._numba import DISPATCH
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments import sparse_variables as experiment
-from mhalearn.experiments.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
-from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch, boolean_function
+from mhalearn.sparse_variables import (AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch,
+                                       boolean_function, experiment, kernels, summary)
+from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
 
 
 # --------------------------------------------------------------------------
@@ -79,21 +79,24 @@ def test_head_backward_matches_central_differences(rng):
         np.testing.assert_allclose(analytic, expected, rtol=1e-6, atol=1e-8)
 
 
-def test_head_backward_is_identical_for_any_thread_count(rng):
-    X, query, positions, bit_embeddings = _head_problem(rng, n=8192)  # n·T above the parallel threshold
-    assert X.size >= kernels._BIT_ATTENTION_PARALLEL_TOKENS
+def test_head_kernels_are_identical_on_the_calling_thread_and_the_pool(monkeypatch, rng):
+    """Both paths of the dispatcher, at any thread count, compute the same chunks: the same bits."""
+    X, query, positions, bit_embeddings = _head_problem(rng, n=8192)
     upstream = rng.standard_normal((X.shape[0], query.size))
-    _, weights = kernels.bit_attention_forward(X, query, positions, bit_embeddings)
     previous = numba.get_num_threads()
     try:
         results = []
-        for threads in sorted({1, numba.config.NUMBA_NUM_THREADS}):
+        for mode, threads in [("serial", 1)] + [("parallel", t) for t in sorted({1, numba.config.NUMBA_NUM_THREADS})]:
+            monkeypatch.setattr(DISPATCH, "mode", mode)
             numba.set_num_threads(threads)
-            results.append(kernels.bit_attention_backward(X, weights, query, positions, bit_embeddings, upstream))
+            pooled, weights = kernels.bit_attention_forward(X, query, positions, bit_embeddings)
+            results.append((pooled, weights,
+                            *kernels.bit_attention_backward(X, weights, query, positions, bit_embeddings, upstream)))
     finally:
         numba.set_num_threads(previous)
-    for first, other in zip(results[0], results[-1]):
-        np.testing.assert_array_equal(first, other)
+    for other in results[1:]:
+        for first, again in zip(results[0], other):
+            np.testing.assert_array_equal(first, again)
 
 
 @pytest.mark.parametrize("student", [AttentionStudent(embedding_dim=3, hidden=5), MLPStudent(hidden=4)],
@@ -289,7 +292,7 @@ def test_prediction_in_row_blocks_matches_one_block(monkeypatch):
     X, y = task.sample(300, rng=1)
     student = AttentionStudent(steps=30, random_state=0).fit(X, y)
     whole = student.predict(X)
-    monkeypatch.setattr("mhalearn.sparse._row_blocks", lambda n, T: [(s, min(n, s + 7)) for s in range(0, n, 7)])
+    monkeypatch.setattr("mhalearn.sparse_variables.students._row_blocks", lambda n, T: [(s, min(n, s + 7)) for s in range(0, n, 7)])
     np.testing.assert_allclose(student.predict(X), whole, rtol=1e-12, atol=1e-15)  # BLAS blocking differs
     weights = student.attention(X)
     assert student.support_attention(X, task.support) == pytest.approx(weights[:, task.support].sum(1).mean())
@@ -504,7 +507,7 @@ def _synthetic_rows():
 
 def test_summary_tables_fit_the_right_laws():
     tables = {title.split(":")[0].split(" (")[0]: lines for title, _, lines in
-              experiment.summary_tables(_synthetic_rows())}
+              summary.summary_tables(_synthetic_rows())}
     fits = {tuple(line[:2]): line for line in tables["growth laws fitted to the medians"]}
     assert fits[("and", "attention")][8] == "log"
     assert fits[("parity", "parity-search")][8] == "log"
