@@ -20,7 +20,7 @@ from mhalearn.learners.body import read_affine_hull, span_basis
 from mhalearn.learners.body_route import BodySettings
 from mhalearn.learners.diagnostics import span_distance
 from mhalearn.learners.streams import TeacherSource
-from mhalearn.teachers import sample_teacher
+from mhalearn.attention.teachers import sample_teacher
 
 
 def main():

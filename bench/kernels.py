@@ -16,7 +16,7 @@ import numpy as np
 
 from _common import best_time
 import reference
-from mhalearn import kernels
+from mhalearn.attention import kernels
 
 try:  # optional comparator
     import torch

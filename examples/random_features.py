@@ -10,7 +10,7 @@ correlation with the query.  Three models with the same 64·17 = 1088
 trainable weights are fitted by ridge regression (α chosen by GCV):
 attention with zero-mean and with identity-mean query–key matrices, and a
 ReLU random-feature network on the flattened sequence.  Beside each error,
-what the random-feature bound predicts (mhalearn.random_feature_bounds):
+what the random-feature bound predicts (mhalearn.random_features.bounds):
 for zero-mean attention and the MLP, min over λ of r(λ) + √(B(λ)/n) with
 constants 1 (an upper-bound rate, not an estimate); for identity-mean
 attention, the error of its cheap features c0(z)·[x_j; 1].
@@ -19,7 +19,7 @@ attention, the error of its cheap features c0(z)·[x_j; 1].
 """
 
 import mhalearn
-from mhalearn import random_feature_bounds as bounds
+from mhalearn.random_features import bounds
 
 ALPHAS = (1e-3, 1e-2, 1e-1, 1.0)
 dim, keys, heads = 16, 16, 64

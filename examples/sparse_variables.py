@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from mhalearn.sparse import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
+from mhalearn.sparse_variables import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
 
 task = SparseBooleanTask(length=128, sparsity=3, function="majority", rng=0)
 X, y = task.sample(128, rng=1)

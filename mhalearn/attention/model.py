@@ -81,14 +81,14 @@ class MultiHeadAttention:
 
     # -------------------------------------------------------------- interop
     def to_torch(self):
-        """This layer as a float64 ``torch.nn.Module`` (Θ, W as parameters); see :mod:`mhalearn.interop`."""
+        """This layer as a float64 ``torch.nn.Module`` (Θ, W as parameters); see :mod:`mhalearn.attention.interop`."""
         from .interop import to_torch
 
         return to_torch(self)
 
     @classmethod
     def from_torch(cls, module) -> "MultiHeadAttention":
-        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.interop`."""
+        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.attention.interop`."""
         from .interop import from_torch
 
         return from_torch(module)

@@ -5,7 +5,7 @@ Cells are learners × families × m ∈ {1, 2, 3} × seeds at one sample size
 is a success when the relative test error is ≤ :data:`SUCCESS_ERROR`.  The
 figure shows the success rate against m, one panel per family; the table
 beside it adds the median error and fit time, and, over the failed cells,
-the median :func:`~mhalearn.model.head_collapse` figures that tell merged
+the median :func:`~mhalearn.head_collapse` figures that tell merged
 heads (cosine near 1, inflated W) from other failures.
 
 ``bench/learners.py`` prints the same comparison as a table without a sweep.

@@ -15,7 +15,7 @@ ones on targets that depend on ⟨x_0, x_j⟩).  The paper's closed forms for B 
 not reproduced here.
 
 **Derived here** (for the models as built in
-:mod:`mhalearn.learners.random_features`: tokens on the sphere of radius √d,
+:mod:`mhalearn.random_features.models`: tokens on the sphere of radius √d,
 ReLU, value bias, MLP with Gaussian biases).  The smallest E_W‖v(W)‖² is the
 squared norm of f in the reproducing-kernel Hilbert space of the model's
 infinite-width kernel K(X, X') = E_W⟨φ_W(X), φ_W(X')⟩, which the symmetries

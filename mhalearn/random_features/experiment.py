@@ -9,7 +9,7 @@ Three models with the same number of trainable weights, M·(d+1):
 ``attention-identity``  :class:`~mhalearn.RandomFeatureAttention`, ``qk_mean="identity"``
 ``mlp``                 :class:`~mhalearn.RandomFeatureMLP` with M·(d+1) features
 
-are fitted to every target of :data:`~mhalearn.random_feature_targets.RANDOM_FEATURE_TARGETS`
+are fitted to every target of :data:`~mhalearn.random_features.targets.RANDOM_FEATURE_TARGETS`
 (noiseless labels; inputs uniform on the sphere of radius √d) for n on a
 log grid and several seeds.  Each model picks its ridge penalty α from
 :data:`ALPHAS` by generalised cross-validation on its own training set, so
@@ -22,7 +22,7 @@ Two kinds of cells:
 - ``kind="fit"``: one model, one target, one n and seed: test error, train error, α;
 - ``kind="floor"``: one model at width M and one seed: the best relative error
   each target can reach with those M frozen features at any n
-  (:func:`~mhalearn.random_feature_bounds.width_floor`), at several M — the
+  (:func:`~mhalearn.random_features.bounds.width_floor`), at several M — the
   representational limit of each width.
 
 A fit cell is a deterministic function of its parameters: the target's β and
@@ -32,7 +32,7 @@ random features depend on the seed.
 
 Figure: one panel per target, relative test error vs n (log–log; median and
 90 % bootstrap confidence band over seeds) for the three models, with what the
-bound of :mod:`mhalearn.random_feature_bounds` predicts: its rate
+bound of :mod:`mhalearn.random_features.bounds` predicts: its rate
 min_λ [r(λ) + √(B(λ)/n)] (constants 1) for the two models with an exact
 spectrum, and the floors (parts of the target no width reaches).
 """
@@ -125,7 +125,7 @@ def run_random_features_cell(cell: dict) -> dict:
 
     A floor cell: the best relative error of every target with the model's M
     frozen features (metrics ``floor:<target>``), see
-    :func:`~mhalearn.random_feature_bounds.width_floor`.
+    :func:`~mhalearn.random_features.bounds.width_floor`.
     """
     if cell.get("kind", "fit") == "floor":
         targets = [make_random_feature_target(name, cell["dim"],
@@ -183,7 +183,7 @@ def _floors(floor_rows: list[dict]) -> dict[tuple, float]:
 
 
 def theory(target: str, model: str, rows: list[dict]) -> dict:
-    """What the bound says for one (target, model) in the rows' setting (see :mod:`mhalearn.random_feature_bounds`).
+    """What the bound says for one (target, model) in the rows' setting (see :mod:`mhalearn.random_features.bounds`).
 
     For zero-mean attention and the MLP: ``floor`` (the part no width reaches),
     ``complexity`` (B to reach 10 % relative error, or inf) and
