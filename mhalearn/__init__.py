@@ -9,6 +9,7 @@ Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
 the sweep machinery in :mod:`mhalearn.experiments`.
 """
 
+from . import attention
 from .attention import (
     TEACHER_FAMILIES,
     MultiHeadAttention,
@@ -60,24 +61,7 @@ __all__ = [
     "format_phase_table",
     "get_learner",
     "make_learner",
-    "MultiHeadAttention",
-    "NondegeneracyReport",
-    "TEACHER_FAMILIES",
-    "TeacherFamily",
-    "add_label_noise",
-    "boolean_inputs",
-    "draw_inputs",
-    "gaussian_inputs",
-    "get_family",
-    "make_dataset",
-    "make_teacher",
-    "head_collapse",
-    "match_heads",
-    "nondegeneracy",
-    "parameter_error",
-    "register_family",
-    "relative_error",
-    "sample_teacher",
+    *attention.__all__,  # the layer, its data and teachers
     "RANDOM_FEATURE_TARGETS",
     "RandomFeatureAttention",
     "RandomFeatureMLP",

@@ -219,6 +219,16 @@ def transpose_into(x, out):
 # results (losses, gradients) are summed afterwards in chunk order, so the
 # result does not depend on which thread ran which chunk.  Called directly
 # with a fresh counter, a worker runs every chunk on the calling thread.
+# Each parallel kernel is such a worker plus a four-line driver,
+#
+#     @njit(parallel=True, cache=True)
+#     def _kernel_parallel(threads, *worker_args):
+#         for _ in prange(threads):
+#             _kernel_worker(*worker_args)
+#
+# spelt out per kernel because Numba caches a function that takes another
+# compiled function as an argument or closure variable only per process.
+# :data:`DISPATCH` chooses between the two for every call.
 
 @intrinsic
 def next_chunk(typingctx, counter):
@@ -271,14 +281,14 @@ class Dispatcher:
         self.pool_cost = 5e-5
         self.retry_at = 0.0
 
-    def run(self, kernel, work, serial, parallel):
-        """Call ``serial()`` or ``parallel(threads)`` and time it.
+    def run(self, kernel, work, worker, parallel, *args):
+        """Run ``worker(*args)`` on the calling thread or ``parallel(threads, *args)`` on the pool, and time it.
 
-        ``kernel`` names the kernel (its rate estimate), ``work`` is its
-        multiply-add count for this call.  ``serial()`` runs the kernel's
-        worker with a :func:`new_counter` on the calling thread;
-        ``parallel(threads)`` runs the same worker on exactly ``threads``
-        Numba threads (a ``prange(threads)`` driver sharing one counter),
+        ``kernel`` names the kernel (its rate estimate) and ``work`` is its
+        multiply-add count for this call.  ``worker`` claims chunks from the
+        counter among ``args`` (a :func:`new_counter`) until none is left;
+        ``parallel`` is its ``prange(threads)`` driver, which runs the same
+        worker on exactly ``threads`` Numba threads sharing that counter,
         ``threads`` being Numba's current thread count.
         """
         threads = numba.get_num_threads()
@@ -292,9 +302,9 @@ class Dispatcher:
             use_pool = self.pool_cost < gain or time.perf_counter() >= self.retry_at
         start = time.perf_counter()
         if use_pool:
-            parallel(threads)
+            parallel(threads, *args)
         else:
-            serial()
+            worker(*args)
         elapsed = time.perf_counter() - start
         if use_pool:
             cost = max(elapsed - rate * work / threads, 0.0)

@@ -119,6 +119,14 @@ def _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum):
 # --------------------------------------------------------------------------
 
 @njit(inline="always", cache=True)
+def _attention_scratch(X, theta_t):
+    """A worker's scratch for :func:`_attention_t`: ``x_t, queries_t, weights_t, col_max, col_sum``."""
+    _, k, d = X.shape
+    m = theta_t.shape[0]
+    return np.empty((d, k)), np.empty((d, m * k)), np.empty((k, m * k)), np.empty(m * k), np.empty(m * k)
+
+
+@njit(inline="always", cache=True)
 def _untranspose_weights(weights_t, out):
     """out[i, a, b] = weights_t[b, i·k + a]: the heads' weights, from the transposed layout."""
     m, k, _ = out.shape
@@ -133,16 +141,10 @@ def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store
     """out[s] = Σ_i A_i (x_s W_i); with ``store_weights`` also weights_out[s] = A."""
     n, k, d = X.shape
     m = theta_t.shape[0]
-    x_t = np.empty((d, k))
-    queries_t = np.empty((d, m * k))
-    weights_t = np.empty((k, m * k))
+    x_t, queries_t, weights_t, col_max, col_sum = _attention_scratch(X, theta_t)
     values = np.empty((k, m * d))
-    col_max = np.empty(m * k)
-    col_sum = np.empty(m * k)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             x = X[s]
             _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
@@ -154,39 +156,28 @@ def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store
                 mm_body(weights_t, i * k, True, values, i * d, out_s, 0, k, k, d)
             if store_weights:
                 _untranspose_weights(weights_t, weights_out[s])
+        chunk = next_chunk(counter)
 
 
 @njit(fastmath=FASTMATH, cache=True)
 def _attention_worker(X, theta_t, chunks, counter, out):
-    n, k, d = X.shape
-    m = theta_t.shape[0]
-    x_t = np.empty((d, k))
-    queries_t = np.empty((d, m * k))
-    weights_t = np.empty((k, m * k))
-    col_max = np.empty(m * k)
-    col_sum = np.empty(m * k)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    n = X.shape[0]
+    x_t, queries_t, weights_t, col_max, col_sum = _attention_scratch(X, theta_t)
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             _attention_t(X[s], x_t, theta_t, queries_t, weights_t, col_max, col_sum)
             _untranspose_weights(weights_t, out[s])
+        chunk = next_chunk(counter)
 
 
 @njit(fastmath=FASTMATH, cache=True)
 def _head_features_worker(X, theta_t, chunks, counter, out):
     n, k, d = X.shape
     m = theta_t.shape[0]
-    x_t = np.empty((d, k))
-    queries_t = np.empty((d, m * k))
-    weights_t = np.empty((k, m * k))
-    col_max = np.empty(m * k)
-    col_sum = np.empty(m * k)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    x_t, queries_t, weights_t, col_max, col_sum = _attention_scratch(X, theta_t)
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             x = X[s]
             _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
@@ -194,6 +185,7 @@ def _head_features_worker(X, theta_t, chunks, counter, out):
                 features = out[s, i]
                 features[:, :] = 0.0
                 mm_t(weights_t, i * k, x, 0, features, 0, k, k, d)
+        chunk = next_chunk(counter)
 
 
 @njit(fastmath=FASTMATH, cache=True)
@@ -208,20 +200,14 @@ def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
     m = theta_t.shape[0]
     md = m * d
     mk = m * k
-    x_t = np.empty((d, k))
-    queries_t = np.empty((d, mk))
-    weights_t = np.empty((k, mk))
+    x_t, queries_t, weights_t, col_max, col_sum = _attention_scratch(X, theta_t)
     d_logits_t = np.empty((k, mk))
     values = np.empty((k, md))
     residual = np.empty((k, d))
     residual_t = np.empty((d, k))
     features = np.empty((k, 2 * md))
-    col_max = np.empty(mk)
-    col_sum = np.empty(mk)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         grad = grads[chunk]
         grad[:, :] = 0.0
         loss = 0.0
@@ -261,32 +247,29 @@ def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
                 mm_t(d_logits_t, i * k, x, 0, features, md + i * d, k, k, d)
             mm_t(x, 0, features, 0, grad, 0, d, k, 2 * md)
         losses[chunk] = loss
+        chunk = next_chunk(counter)
 
 
 @njit(parallel=True, cache=True)
-def _forward_parallel(X, theta_t, w_cols, threads, chunks, out, weights_out, store_weights):
-    counter = np.zeros(1, np.int64)
+def _forward_parallel(threads, X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights):
     for _ in prange(threads):
         _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights)
 
 
 @njit(parallel=True, cache=True)
-def _attention_parallel(X, theta_t, threads, chunks, out):
-    counter = np.zeros(1, np.int64)
+def _attention_parallel(threads, X, theta_t, chunks, counter, out):
     for _ in prange(threads):
         _attention_worker(X, theta_t, chunks, counter, out)
 
 
 @njit(parallel=True, cache=True)
-def _head_features_parallel(X, theta_t, threads, chunks, out):
-    counter = np.zeros(1, np.int64)
+def _head_features_parallel(threads, X, theta_t, chunks, counter, out):
     for _ in prange(threads):
         _head_features_worker(X, theta_t, chunks, counter, out)
 
 
 @njit(parallel=True, cache=True)
-def _loss_and_grad_parallel(X, Y, theta_t, w_cols, threads, chunks, losses, grads):
-    counter = np.zeros(1, np.int64)
+def _loss_and_grad_parallel(threads, X, Y, theta_t, w_cols, chunks, counter, losses, grads):
     for _ in prange(threads):
         _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
 
@@ -327,12 +310,8 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
     weights = np.empty((n, m, k, k) if return_attention else (0, 0, 0, 0))
     theta_t, w_cols = _transposed(thetas), _side_by_side(ws)
     chunks = chunk_count(n)
-    DISPATCH.run(
-        "forward", 2 * n * m * k * d * (k + d),
-        lambda: _forward_worker(X, theta_t, w_cols, chunks, new_counter(), out, weights,
-                                return_attention),
-        lambda threads: _forward_parallel(X, theta_t, w_cols, threads, chunks, out, weights,
-                                          return_attention))
+    DISPATCH.run("forward", 2 * n * m * k * d * (k + d), _forward_worker, _forward_parallel, X, theta_t,
+                 w_cols, chunks, new_counter(), out, weights, return_attention)
     if return_attention:
         return out, weights
     return out
@@ -346,10 +325,8 @@ def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
     out = np.empty((n, m, k, k))
     theta_t = _transposed(thetas)
     chunks = chunk_count(n)
-    DISPATCH.run(
-        "attention", n * m * k * d * (k + d),
-        lambda: _attention_worker(X, theta_t, chunks, new_counter(), out),
-        lambda threads: _attention_parallel(X, theta_t, threads, chunks, out))
+    DISPATCH.run("attention", n * m * k * d * (k + d), _attention_worker, _attention_parallel, X, theta_t,
+                 chunks, new_counter(), out)
     return out
 
 
@@ -364,10 +341,8 @@ def head_features(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
     out = np.empty((n, m, k, d))
     theta_t = _transposed(thetas)
     chunks = chunk_count(n)
-    DISPATCH.run(
-        "head_features", n * m * k * d * (d + 2 * k),
-        lambda: _head_features_worker(X, theta_t, chunks, new_counter(), out),
-        lambda threads: _head_features_parallel(X, theta_t, threads, chunks, out))
+    DISPATCH.run("head_features", n * m * k * d * (d + 2 * k), _head_features_worker, _head_features_parallel,
+                 X, theta_t, chunks, new_counter(), out)
     return out
 
 
@@ -384,11 +359,8 @@ def loss_and_grad(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarr
     chunks = min(chunk_count(n), max(1, BLOCK_ENTRIES // (2 * m * d * d)))
     losses = np.empty(chunks)
     grads = np.empty((chunks, d, 2 * m * d))
-    DISPATCH.run(
-        "loss_and_grad", 5 * n * m * k * d * (k + d),
-        lambda: _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, new_counter(), losses, grads),
-        lambda threads: _loss_and_grad_parallel(X, Y, theta_t, w_cols, threads, chunks, losses,
-                                                grads))
+    DISPATCH.run("loss_and_grad", 5 * n * m * k * d * (k + d), _loss_and_grad_worker, _loss_and_grad_parallel,
+                 X, Y, theta_t, w_cols, chunks, new_counter(), losses, grads)
     grad = grads.sum(axis=0) / n
     loss = 0.5 * losses.sum() / n
     return loss, _per_head(grad[:, m * d:], m), _per_head(grad[:, :m * d], m)

@@ -68,10 +68,8 @@ def _cholesky_solve(L, size, rhs, out):
 def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads):
     n, k, d = X.shape
     labels = Y.shape[1]
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             # Identical tokens get identical attention: decode over distinct tokens.
             group = np.empty(k, dtype=np.int64)
@@ -175,11 +173,12 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
                     u = group[j]
                     patterns[s, row, j] = weights[u] / count[u]
                     spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
+        chunk = next_chunk(counter)
 
 
 @njit(parallel=True, cache=True)
-def _decode_patterns_parallel(X, Y, w_sum, threads, chunks, patterns, residuals, violations, spreads):
-    counter = np.zeros(1, np.int64)
+def _decode_patterns_parallel(threads, X, Y, w_sum, chunks, counter, patterns, residuals, violations,
+                              spreads):
     for _ in prange(threads):
         _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads)
 
@@ -216,12 +215,9 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
-    DISPATCH.run(
-        "decode_patterns", n * k * d * (d + k + labels),
-        lambda: _decode_patterns_worker(X, Y, w_sum, chunks, new_counter(), patterns, residuals, violations,
-                                        spreads),
-        lambda threads: _decode_patterns_parallel(X, Y, w_sum, threads, chunks, patterns, residuals, violations,
-                                                  spreads))
+    DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
+                 _decode_patterns_parallel, X, Y, w_sum, chunks, new_counter(), patterns, residuals,
+                 violations, spreads)
     return patterns, residuals, violations, spreads
 
 

@@ -69,10 +69,8 @@ def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, re
     size = m * d
     matrix = np.empty((size, size))  # every entry is written for each candidate
     rhs = np.empty((size, d))
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for c in range(chunk * count // chunks, (chunk + 1) * count // chunks):
             for i in range(m):
                 p = candidates[c, i]
@@ -85,11 +83,11 @@ def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, re
                     for e in range(d):
                         rhs[i * d + a, e] = cross[p, a, e]
             reductions[c] = _cholesky_reduction(matrix, rhs, size, d)
+        chunk = next_chunk(counter)
 
 
 @njit(parallel=True, cache=True)
-def _score_candidates_parallel(gram, cross, candidates, ridge, threads, chunks, reductions):
-    counter = np.zeros(1, np.int64)
+def _score_candidates_parallel(threads, gram, cross, candidates, ridge, chunks, counter, reductions):
     for _ in prange(threads):
         _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, reductions)
 
@@ -109,8 +107,7 @@ def score_candidates(gram: np.ndarray, cross: np.ndarray, candidates: np.ndarray
     d = gram.shape[1]
     reductions = np.empty(count)
     chunks = chunk_count(count)
-    DISPATCH.run(
-        "score_candidates", count * (m * d) ** 2 * (m * d + 3 * d) // 3,
-        lambda: _score_candidates_worker(gram, cross, candidates, ridge, chunks, new_counter(), reductions),
-        lambda threads: _score_candidates_parallel(gram, cross, candidates, ridge, threads, chunks, reductions))
+    DISPATCH.run("score_candidates", count * (m * d) ** 2 * (m * d + 3 * d) // 3, _score_candidates_worker,
+                 _score_candidates_parallel, gram, cross, candidates, ridge, chunks, new_counter(),
+                 reductions)
     return reductions

@@ -41,10 +41,8 @@ def _attention_random_features_worker(queries_t, X, activation_code, chunks, cou
     keys_per_query = X.shape[1] - 1
     inv_keys = 1.0 / keys_per_query
     logits = np.empty(m)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             out_s = out[s]
             out_s[:, :] = 0.0
@@ -69,11 +67,11 @@ def _attention_random_features_worker(queries_t, X, activation_code, chunks, cou
                         row = out_s[h]
                         for e in range(d):
                             row[e] += weight * key[e]
+        chunk = next_chunk(counter)
 
 
 @njit(parallel=True, cache=True)
-def _attention_random_features_parallel(queries_t, X, activation_code, threads, chunks, out):
-    counter = np.zeros(1, np.int64)
+def _attention_random_features_parallel(threads, queries_t, X, activation_code, chunks, counter, out):
     for _ in prange(threads):
         _attention_random_features_worker(queries_t, X, activation_code, chunks, counter, out)
 
@@ -103,13 +101,9 @@ def attention_random_features(X: np.ndarray, query_keys: np.ndarray,
     for start in range(0, n, block):
         stop = min(n, start + block)
         queries_t = (X[start:stop, 0, :] @ stack).reshape(stop - start, d, m)
-        tokens, features = X[start:stop], out[start:stop]
-        chunks = chunk_count(stop - start)
-        DISPATCH.run(
-            "attention_random_features", (stop - start) * (length - 1) * m * d * 2,
-            lambda: _attention_random_features_worker(queries_t, tokens, code, chunks, new_counter(), features),
-            lambda threads: _attention_random_features_parallel(queries_t, tokens, code, threads, chunks,
-                                                                features))
+        DISPATCH.run("attention_random_features", (stop - start) * (length - 1) * m * d * 2,
+                     _attention_random_features_worker, _attention_random_features_parallel, queries_t,
+                     X[start:stop], code, chunk_count(stop - start), new_counter(), out[start:stop])
     return out.reshape(n, m * d)
 
 

@@ -46,10 +46,8 @@ _BIT_ATTENTION_CHUNKS = 8
 def _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counter, weights):
     """weights[s] = softmax(c + x_s ⊙ α)."""
     n, length = X.shape
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             x = X[s]
             a = weights[s]
@@ -66,6 +64,13 @@ def _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counte
             inv = 1.0 / total
             for t in range(length):
                 a[t] *= inv
+        chunk = next_chunk(counter)
+
+
+@njit(parallel=True, cache=True)
+def _bit_attention_forward_parallel(threads, X, position_logits, bit_logits, chunks, counter, weights):
+    for _ in prange(threads):
+        _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counter, weights)
 
 
 @njit(fastmath=FASTMATH, cache=True)
@@ -74,10 +79,8 @@ def _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter
     """Per-chunk sums of ∂L/∂c and ∂L/∂α given ⟨g_s, p_t⟩ and ⟨g_s, r_t⟩, both (n, T)."""
     n, length = X.shape
     d_weights = np.empty(length)
-    while True:
-        chunk = next_chunk(counter)
-        if chunk >= chunks:
-            break
+    chunk = next_chunk(counter)
+    while chunk < chunks:
         dc = d_position_logits[chunk]
         d_alpha = d_bit_logits[chunk]
         dc[:] = 0.0
@@ -94,19 +97,12 @@ def _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter
                 d_logit = a[t] * (d_weights[t] - weighted_sum)
                 dc[t] += d_logit
                 d_alpha[t] += d_logit * x[t]
+        chunk = next_chunk(counter)
 
 
 @njit(parallel=True, cache=True)
-def _bit_attention_forward_parallel(X, position_logits, bit_logits, threads, chunks, weights):
-    counter = np.zeros(1, np.int64)
-    for _ in prange(threads):
-        _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counter, weights)
-
-
-@njit(parallel=True, cache=True)
-def _bit_attention_backward_parallel(X, weights, g_dot_p, g_dot_r, threads, chunks, d_position_logits,
-                                     d_bit_logits):
-    counter = np.zeros(1, np.int64)
+def _bit_attention_backward_parallel(threads, X, weights, g_dot_p, g_dot_r, chunks, counter,
+                                     d_position_logits, d_bit_logits):
     for _ in prange(threads):
         _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter, d_position_logits,
                                        d_bit_logits)
@@ -131,11 +127,9 @@ def bit_attention_forward(X: np.ndarray, query: np.ndarray, positions: np.ndarra
     position_logits = np.ascontiguousarray(positions @ query)
     bit_logits = np.ascontiguousarray(bit_embeddings @ query)
     chunks = chunk_count(n)
-    DISPATCH.run(
-        "bit_attention_forward", 8 * X.size,
-        lambda: _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, new_counter(), weights),
-        lambda threads: _bit_attention_forward_parallel(X, position_logits, bit_logits, threads, chunks,
-                                                        weights))
+    DISPATCH.run("bit_attention_forward", 8 * X.size, _bit_attention_forward_worker,
+                 _bit_attention_forward_parallel, X, position_logits, bit_logits, chunks, new_counter(),
+                 weights)
     pooled = weights @ positions
     pooled += (weights * X) @ bit_embeddings
     return pooled, weights
@@ -154,12 +148,9 @@ def bit_attention_backward(X: np.ndarray, weights: np.ndarray, query: np.ndarray
     d_bit_logits = np.empty((chunks, length))
     g_dot_p = d_pooled @ positions.T
     g_dot_r = d_pooled @ bit_embeddings.T
-    DISPATCH.run(
-        "bit_attention_backward", 6 * X.size,
-        lambda: _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, new_counter(),
-                                               d_position_logits, d_bit_logits),
-        lambda threads: _bit_attention_backward_parallel(X, weights, g_dot_p, g_dot_r, threads, chunks,
-                                                         d_position_logits, d_bit_logits))
+    DISPATCH.run("bit_attention_backward", 6 * X.size, _bit_attention_backward_worker,
+                 _bit_attention_backward_parallel, X, weights, g_dot_p, g_dot_r, chunks, new_counter(),
+                 d_position_logits, d_bit_logits)
     dc = d_position_logits.sum(axis=0)
     d_alpha = d_bit_logits.sum(axis=0)
     d_query = positions.T @ dc + bit_embeddings.T @ d_alpha
