@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import reference
 from mhalearn import kernels
+from mhalearn.attention import reference
 
 
 def _problem(rng, n=7, k=5, d=4, m=3, scale=1.0):

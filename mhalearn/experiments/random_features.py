@@ -50,7 +50,7 @@ import numpy as np
 from .. import random_feature_bounds as bounds
 from ..learners.random_features import RandomFeatureAttention, RandomFeatureMLP
 from ..random_feature_targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
-from .figures import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
 from .growth import bootstrap_median
 from .registry import Experiment, expand_grid, register_experiment
 

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from ..sparse import FUNCTIONS, STUDENTS, SparseBooleanTask, SparseParitySearch
-from .figures import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
 from .growth import LAWS, bisect_samples, bootstrap_median, fit_growth_laws, law_curve
 from .._validation import check_choice, check_positive_int
 from .registry import Experiment, expand_grid, register_experiment
