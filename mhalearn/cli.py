@@ -401,12 +401,14 @@ def command_plot(args) -> int:
 
 
 def bench_directory() -> Path:
-    """The repository's ``bench/`` directory (present in a source checkout)."""
-    directory = Path(__file__).resolve().parent.parent / "bench"
-    if not directory.is_dir():
-        raise ValueError(f"bench: no bench/ directory next to the package ({directory}); the benchmarks "
-                         "ship with the source checkout")
-    return directory
+    """The repository's ``bench/`` directory: next to the package (a source checkout), else in the
+    current directory (an installed package run from a checkout; the scripts import only the package)."""
+    candidates = [Path(__file__).resolve().parent.parent / "bench", Path.cwd() / "bench"]
+    for directory in candidates:
+        if directory.is_dir():
+            return directory
+    raise ValueError(f"bench: no bench/ directory next to the package or in the current directory "
+                     f"({', '.join(map(str, candidates))}); the benchmarks ship with the source checkout")
 
 
 def bench_scripts() -> dict[str, Path]:
