@@ -1,12 +1,13 @@
 """Errors against a planted teacher, recorded by the learners' phases for the report.
 
-A learner fitted with ``fit(X, Y, teacher=...)`` or
-``fit(X, Y, diagnostics=TeacherDiagnostics(teacher))`` hands its phases this
-one hook; each phase asks it for the figures it can measure (Ŵ_Σ error, precision of agreement rows, share of constraints the
-heads satisfy, span distance, parameter error).  Without a teacher every
-figure is None and :meth:`TeacherDiagnostics.put` records nothing, so the
-phases never branch on the teacher themselves.  The teacher is never used to
-compute the estimate.
+A learner fitted with ``fit(X, Y, diagnostics=TeacherDiagnostics(teacher))``
+(or ``fit(X, Y, teacher=...)``, short for it) hands its phases this one hook;
+each phase asks it for the figures it can measure (Ŵ_Σ error, precision of
+agreement rows, share of constraints the heads satisfy, span distance,
+parameter error).  Without a teacher every figure is None and
+:meth:`TeacherDiagnostics.put` records nothing, so the phases never branch on
+the teacher themselves.  The teacher is never used to compute the estimate
+(docs/design.md §4).
 """
 
 from __future__ import annotations
