@@ -1,12 +1,7 @@
-"""Helpers shared by the benchmark scripts."""
+"""Helpers shared by the benchmark scripts (they import the package only, never the tests)."""
 
 import os
-import sys
 import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The NumPy reference of the maths lives with the tests.
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
 def best_time(function, repeats: int = 5, min_seconds: float = 0.2) -> float:

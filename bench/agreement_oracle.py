@@ -13,8 +13,7 @@ so this is a diagnostic, not a learner.
 
 import argparse
 
-import numpy as np
-
+from mhalearn.evaluation import seeded_rng
 from mhalearn.learners.agreement import agreement_precision, find_agreement_rows, slab_constraints
 from mhalearn.learners.body import read_affine_hull, span_basis
 from mhalearn.learners.body_route import BodySettings
@@ -32,7 +31,7 @@ def main():
     for heads in (int(m) for m in args.heads.split(",")):
         for seed in (0, 1, 2):
             # The teachers and streams of the sculpt-vs-m cells (mhalearn/experiments/sculpt_vs_m.py).
-            teacher = sample_teacher(heads, 12, rng=np.random.default_rng([20_251, heads, seed]))
+            teacher = sample_teacher(heads, 12, rng=seeded_rng(20_251, heads, seed))
             source = TeacherSource(teacher, args.samples, 4, seed=seed)
             rows = find_agreement_rows(source, teacher.projection_sum, residual_tol=settings.residual_tol,
                                        simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)

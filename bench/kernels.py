@@ -1,7 +1,7 @@
 """Throughput of the Numba kernels against a NumPy matmul implementation.
 
 Prints, for each shape, the time of forward and loss-and-gradient for the
-Numba kernels, the NumPy reference (tests/reference.py) and PyTorch CPU when
+Numba kernels, the NumPy reference (mhalearn/attention/reference.py) and PyTorch CPU when
 installed, the speed-up ratios, GFLOP/s, and GFLOP/s as a fraction of a
 NumPy 1024×1024 matmul timed in the same run.
 
@@ -15,8 +15,7 @@ import time
 import numpy as np
 
 from _common import best_time
-import reference
-from mhalearn.attention import kernels
+from mhalearn.attention import kernels, reference
 
 try:  # optional comparator
     import torch

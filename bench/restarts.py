@@ -15,7 +15,7 @@ import json
 from tqdm import tqdm
 
 from mhalearn.experiments.families import SUCCESS_ERROR
-from mhalearn.experiments.learning import learn_planted
+from mhalearn.evaluation import learn_planted
 from _common import load_jsonl
 
 

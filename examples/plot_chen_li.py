@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.figures import show_files
+from mhalearn.plotting import show_files
 
 experiment = get_experiment("sculpt-vs-m")
 grid = {"heads": [1, 2, 3], "dim": 12, "length": 4, "samples": [3000, 10000, 30000], "seed": 0}

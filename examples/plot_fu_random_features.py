@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.figures import show_files
+from mhalearn.plotting import show_files
 
 experiment = get_experiment("random-features")
 grid = {"target": ["mean-linear", "correlation-relu", "single-key"],

@@ -18,7 +18,7 @@ print("teacher:", teacher, "non-degenerate:", mhalearn.nondegeneracy(teacher).ok
 X, Y = mhalearn.make_dataset(teacher, samples=30_000, length=4, rng=1)
 learner = mhalearn.SculptLearner(heads=2, random_state=0).fit(X, Y, teacher=teacher)
 
-print(mhalearn.format_phase_table(learner.report_))
+print(learner.report_.table())
 X_test = mhalearn.boolean_inputs(4000, 4, 12, rng=2)
 paper = mhalearn.relative_error(learner.least_squares_model_, teacher, X_test)
 polished = mhalearn.relative_error(learner.model_, teacher, X_test)

@@ -271,16 +271,6 @@ def _learner_requested(argv: Sequence[str]) -> str | None:
 
 # ----------------------------------------------------------------- commands
 
-def _phase_table(estimator) -> str | None:
-    """The phase table of a span learner's ``report_`` (sculpt or moment), else None."""
-    from .learners.sculpt import format_phase_table
-
-    report = getattr(estimator, "report_", None)
-    if not report or "net" not in report:
-        return None
-    return format_phase_table(report)
-
-
 def _format_metrics(metrics: dict) -> str:
     parts = [f"test error {metrics['test_error']:.3e}", f"train error {metrics['train_error']:.3e}",
              f"Θ error {metrics['theta_error']:.3g}", f"W error {metrics['w_error']:.3g}",
@@ -292,21 +282,19 @@ def _format_metrics(metrics: dict) -> str:
 
 def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: str):
     """Shared by ``demo`` and ``learn``: plant, fit and measure under a step progress bar, then report."""
-    from .experiments.learning import fit_timed, measure, plant_instance
+    from . import evaluation
     from .learners import get_learner
 
     estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
     shape = {key: setting[key] for key in ("heads", "dim", "length", "samples", "family", "noise", "seed")}
     with StepProgress(["plant", "fit", "measure"], enabled=not args.quiet, desc=description) as progress:
         with progress.step(f"planting a {setting['family']} teacher, drawing n = {setting['samples']}"):
-            teacher, X, Y, X_test = plant_instance(**shape, test_samples=setting["test_samples"])
+            teacher, X, Y, X_test = evaluation.plant_instance(**shape, test_samples=setting["test_samples"])
         with progress.step(f"fitting {setting['learner']}"):
-            fit_seconds = fit_timed(estimator, X, Y, teacher)
+            fit_seconds = evaluation.fit_timed(estimator, X, Y, teacher)
         with progress.step("measuring"):
-            metrics = measure(estimator, teacher, X, Y, X_test, fit_seconds)
-    table = _phase_table(estimator)
-    if table:
-        _say(args, table)
+            metrics = evaluation.measure(estimator, teacher, X, Y, X_test, fit_seconds)
+    _say(args, estimator.report_.table())
     print(f"{setting['learner']} on {setting['family']} teacher (m = {setting['heads']}, d = {setting['dim']}, "
           f"k = {setting['length']}, n = {setting['samples']}, noise = {setting['noise']}): "
           + _format_metrics(metrics))
@@ -315,8 +303,8 @@ def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: st
 
 def command_demo(args) -> int:
     """``mhalearn demo``: the package's main job on one planted m = 2 instance."""
-    from .experiments.figures import save_figure
     from .learners import LEARNERS
+    from .plotting import demo_figure, save_figure
 
     if "sculpt" not in LEARNERS:
         raise ValueError(f"learner: the demo needs 'sculpt', which is not registered (registered: "
@@ -331,61 +319,6 @@ def command_demo(args) -> int:
                          Path(args.out) / "mhalearn-demo.png")
     print(f"final test error {metrics['test_error']:.3e}; figure written to {figure}")
     return 0
-
-
-def demo_figure(model, teacher, metrics: dict, *, length: int, seed: int = 0):
-    """Teacher vs learned attention maps on one test sequence, and predicted vs true outputs.
-
-    Parameters
-    ----------
-    model, teacher : MultiHeadAttention
-        The learned layer and the planted one (same heads and dim).
-    metrics : dict
-        Metrics from :func:`mhalearn.experiments.learning.measure`.
-    length : int
-        Tokens per test sequence k.
-    seed : int
-        Seeds the test inputs drawn for the figure.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import numpy as np
-
-    from .attention.data import boolean_inputs
-    from .experiments.figures import plt  # pyplot on the Agg backend
-    from .attention.model import match_heads
-
-    X = boolean_inputs(500, length, teacher.dim, np.random.default_rng(seed + 1))
-    order = match_heads(model, teacher)
-    true_attention = teacher.attention(X[:1])[0]
-    learned_attention = model.attention(X[:1])[0][order]
-    heads = teacher.heads
-    fig = plt.figure(figsize=(3.0 * heads + 5.0, 5.6), layout="constrained")
-    grid = fig.add_gridspec(2, heads + 1, width_ratios=[1] * heads + [1.5])
-    for head in range(heads):
-        for row, (attention, who) in enumerate(((true_attention, "teacher"), (learned_attention, "learned"))):
-            ax = fig.add_subplot(grid[row, head])
-            image = ax.imshow(attention[head], vmin=0, vmax=1, cmap="viridis")
-            ax.set_title(f"{who} head {head + 1}", fontsize=9)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if head == 0:
-                ax.set_ylabel("query token")
-            if row == 1:
-                ax.set_xlabel("key token")
-    fig.colorbar(image, ax=fig.axes, location="left", shrink=0.7, label="attention weight")
-    scatter = fig.add_subplot(grid[:, heads])
-    truth, estimate = teacher.predict(X).ravel(), model.predict(X).ravel()
-    scatter.scatter(truth, estimate, s=2, alpha=0.3)
-    limits = [min(truth.min(), estimate.min()), max(truth.max(), estimate.max())]
-    scatter.plot(limits, limits, color="0.4", lw=1, ls="--")
-    scatter.set_xlabel("teacher output F(X)")
-    scatter.set_ylabel("learned output F̂(X)")
-    scatter.set_title(f"test outputs: relative error {metrics['test_error']:.2e}", fontsize=9)
-    fig.suptitle("attention on one test sequence (heads matched to the teacher's)", fontsize=10)
-    return fig
 
 
 def command_learn(args) -> int:
@@ -468,12 +401,14 @@ def command_plot(args) -> int:
 
 
 def bench_directory() -> Path:
-    """The repository's ``bench/`` directory (present in a source checkout)."""
-    directory = Path(__file__).resolve().parent.parent / "bench"
-    if not directory.is_dir():
-        raise ValueError(f"bench: no bench/ directory next to the package ({directory}); the benchmarks "
-                         "ship with the source checkout")
-    return directory
+    """The repository's ``bench/`` directory: next to the package (a source checkout), else in the
+    current directory (an installed package run from a checkout; the scripts import only the package)."""
+    candidates = [Path(__file__).resolve().parent.parent / "bench", Path.cwd() / "bench"]
+    for directory in candidates:
+        if directory.is_dir():
+            return directory
+    raise ValueError(f"bench: no bench/ directory next to the package or in the current directory "
+                     f"({', '.join(map(str, candidates))}); the benchmarks ship with the source checkout")
 
 
 def bench_scripts() -> dict[str, Path]:

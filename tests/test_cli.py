@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from mhalearn import MultiHeadAttention
+from mhalearn import cli
 from mhalearn.cli import build_parser, learner_hyperparameters, main
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
@@ -101,11 +102,33 @@ def test_learn_takes_the_learners_hyperparameters_as_flags_and_saves_the_model(c
     assert MultiHeadAttention.load(tmp_path / "t.npz").heads == 1
 
 
+@pytest.mark.parametrize("learner", ["moment", "gradient"])
+def test_learn_prints_the_learners_phase_table(capsys, tmp_path, learner):
+    flags = {"moment": ["--max-candidates", "2000", "--refine-iter", "50"], "gradient": ["--max-iter", "50"]}[learner]
+    code, out, _ = run(capsys, "learn", "--learner", learner, "-m", "1", "-d", "4", "-k", "3", "-n", "300",
+                       *flags, "--out", str(tmp_path / "model.npz"))
+    header = "phase       seconds  figures" if learner == "moment" else "restart     seconds  figures"
+    assert code == 0 and header in out
+    assert ("chosen=moment" in out) if learner == "moment" else ("lbfgs: kept the restart" in out)
+
+
 def test_bench_lists_the_scripts(capsys):
     code, out, _ = run(capsys, "bench", "--list")
     assert code == 0 and "kernels" in out and "_common" not in out
     code, _, err = run(capsys, "bench", "no-such-script")
     assert code == 2 and "bench script: expected one of [" in err
+
+
+def test_bench_finds_the_scripts_of_the_current_checkout_from_an_installed_package(monkeypatch, tmp_path):
+    installed = tmp_path / "site-packages" / "mhalearn"
+    monkeypatch.setattr(cli, "__file__", str(installed / "cli.py"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="^bench: no bench/ directory"):
+        cli.bench_scripts()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "_common.py").write_text("")
+    (tmp_path / "bench" / "kernels.py").write_text("")
+    assert cli.bench_scripts() == {"kernels": tmp_path / "bench" / "kernels.py"}
 
 
 def test_console_script_reports_errors_with_exit_status_2():

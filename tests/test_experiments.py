@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from mhalearn.evaluation import plant_instance, seeded_rng
 from mhalearn.experiments import EXPERIMENTS, get_experiment
 from mhalearn.experiments.learning import (
     plot_error_vs_samples,
@@ -221,6 +222,22 @@ def test_learning_cell_is_deterministic_and_learns_a_small_teacher():
     first.pop("fit_seconds"), second.pop("fit_seconds")
     assert first == second
     assert first["test_error"] < 1e-6  # noiseless, 1200 labels for 18 unknowns: the teacher is recovered
+
+
+def test_seeded_rng_names_streams_by_crc32_and_planted_teachers_do_not_depend_on_n():
+    import zlib
+
+    expected = np.random.default_rng([3, zlib.crc32(b"random"), 2]).standard_normal(4)
+    np.testing.assert_array_equal(seeded_rng(3, "random", 2).standard_normal(4), expected)
+    assert not np.array_equal(seeded_rng(3, "random", 2).random(4), seeded_rng(3, "planted", 2).random(4))
+    for bad in (-1, 1.5, None, True):
+        with pytest.raises(ValueError, match="^keys: expected non-negative integers or strings"):
+            seeded_rng(1, bad)
+    shape = dict(heads=2, dim=4, length=3, family="random", seed=5, test_samples=10)
+    small, large = plant_instance(samples=20, **shape), plant_instance(samples=40, **shape)
+    np.testing.assert_array_equal(small[0].thetas, large[0].thetas)  # one teacher per seed, for every n
+    np.testing.assert_array_equal(small[3], large[3])  # and one test set
+    assert not np.array_equal(small[1], large[1][:20])  # the training sets are drawn per n
 
 
 def test_samples_to_epsilon_is_the_smallest_n_whose_median_reaches_epsilon():

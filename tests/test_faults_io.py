@@ -338,7 +338,7 @@ def test_workers_are_capped_at_the_cores_and_cells_with_a_message(tmp_path, toy,
 @pytest.mark.parametrize("flag", ["--out", "--teacher-out"])
 def test_learn_checks_output_paths_before_fitting(tmp_path, monkeypatch, capsys, flag):
     fits = []
-    monkeypatch.setattr("mhalearn.experiments.learning.fit_timed", lambda *args: fits.append(args) or 0.0)
+    monkeypatch.setattr("mhalearn.evaluation.fit_timed", lambda *args: fits.append(args) or 0.0)
     arguments = ["learn", "--learner", "gradient", "-m", "1", "-d", "2", "-k", "2", "-n", "40", "--quiet",
                  "--out", str(tmp_path / "model.npz")]
     arguments += [flag, "/nonexistent/directory/m.npz"]

@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import reference
 from mhalearn import _numba
-from mhalearn.attention import kernels
+from mhalearn.attention import kernels, reference
 from mhalearn.learners.agreement import decode_patterns
 from mhalearn.learners.kernels import score_candidates
 from mhalearn.random_features.kernels import attention_random_features

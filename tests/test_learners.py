@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -6,7 +8,7 @@ import mhalearn
 from mhalearn import GradientLearner, MomentLearner, SculptLearner
 from mhalearn.learners import body, moment_route, net
 from mhalearn.learners._common import solve_projections
-from mhalearn.learners.diagnostics import span_distance
+from mhalearn.learners.diagnostics import TeacherDiagnostics, span_distance
 
 
 def _data(heads, dim, length, samples, seed, **teacher_args):
@@ -142,3 +144,54 @@ def test_net_scores_match_direct_least_squares():
 def test_net_points_fill_the_ball():
     points = net.net_points(2, 1.0, 0.5)
     assert len(points) == 13 and np.all(np.linalg.norm(points, axis=1) <= 1.0 + 1e-12)
+
+
+# ------------------------------------------------------------ the typed report_
+
+def test_report_is_typed_and_reads_as_the_mapping_it_was():
+    teacher, X, Y, _ = _data(1, 6, 3, 2000, 21)
+    report = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher).report_
+    assert report.span.chosen == report["span"]["chosen"] == "body"
+    # The span's time is its chosen route's, not a copy that could drift from it.
+    assert report["span"]["seconds"] == report.span.body.seconds > 0.0
+    assert report["net"]["candidates"] == report.net.candidates
+    plain = report.as_dict()
+    text = json.dumps(plain)  # plain numbers, strings, lists and dicts only (a NaN figure included)
+    assert json.dumps(json.loads(text)) == text
+    assert list(plain) == list(report) and plain["span"]["body"]["distance"] == report.span.body.distance
+    assert set(plain["min_norm"]) >= {"seconds", "solver_status", "w_sum_steps", "constraints"}
+    with pytest.raises(KeyError):
+        report["span"]["seconds"] = 1.0
+    with pytest.raises(KeyError):
+        report["crude_sum"]["no_such_figure"]
+    # Net time is measured once, by the phase's timer.
+    assert report.net.seconds < report.total_seconds
+
+
+def test_every_attention_learner_prints_a_phase_table():
+    teacher, X, Y, _ = _data(1, 4, 3, 300, 4)
+    moment = MomentLearner(1, max_candidates=2000, refine_iter=50, random_state=0).fit(X, Y, teacher=teacher)
+    table = moment.report_.table()
+    assert "crude_sum         -  (skipped)" in table and "chosen=moment" in table and "certificate" in table
+    assert mhalearn.format_phase_table(moment.report_) == table
+    gradient = GradientLearner(1, restarts=2, max_iter=30, random_state=0).fit(X, Y)
+    lines = gradient.report_.table().splitlines()
+    assert lines[1].startswith("0 ") and lines[2].startswith("1 ") and "lbfgs: kept the restart" in lines[3]
+    assert gradient.report_["runs"][1]["restart"] == 1 and gradient.report_["method"] == "lbfgs"
+    zero = GradientLearner(1, random_state=0).fit(X, np.zeros_like(Y))
+    assert zero.report_.table() == zero.report_["zero_labels"]
+
+
+def test_teacher_is_short_for_the_diagnostics_hook():
+    teacher, X, Y, _ = _data(1, 6, 3, 1500, 21)
+    by_teacher = SculptLearner(1, refine_iter=100, random_state=0).fit(X, Y, teacher=teacher).report_
+    by_hook = SculptLearner(1, refine_iter=100, random_state=0).fit(
+        X, Y, diagnostics=TeacherDiagnostics(teacher)).report_
+    without = SculptLearner(1, refine_iter=100, random_state=0).fit(X, Y).report_
+    assert by_hook.crude_sum.w_sum_error == by_teacher.crude_sum.w_sum_error is not None
+    assert by_hook.span.chosen_distance == by_teacher.span.chosen_distance is not None
+    assert without.crude_sum.w_sum_error is None and "w_sum_error" not in without["crude_sum"]
+    with pytest.raises(ValueError, match="^teacher: expected either teacher or diagnostics"):
+        SculptLearner(1).fit(X, Y, teacher=teacher, diagnostics=TeacherDiagnostics(teacher))
+    with pytest.raises(TypeError, match="^diagnostics: expected a TeacherDiagnostics"):
+        SculptLearner(1).fit(X, Y, diagnostics=teacher)

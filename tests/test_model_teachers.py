@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 import mhalearn
-import reference
 from mhalearn import MultiHeadAttention
+from mhalearn.attention import reference
 
 
 def test_model_predict_and_attention_match_reference(rng):

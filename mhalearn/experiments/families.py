@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention.teachers import TEACHER_FAMILIES, get_family
-from .figures import dodge, group_rows, median_quartiles, new_figure, save_figure, style_for, write_tables
+from ..plotting import dodge, group_rows, median_quartiles, new_figure, save_figure, style_for, write_tables
 from .learning import learning_cells, run_learning_cell
 from .registry import Experiment, register_experiment
 

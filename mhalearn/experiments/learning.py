@@ -14,7 +14,8 @@ examples from it, fit a registered learner, and measure the relative error
     reach ε vs m, where samples-to-ε is the smallest n whose median test
     error over seeds is ≤ ε (:func:`samples_to_epsilon`).
 
-A cell is a deterministic function of its parameters: the teacher depends
+A cell is :func:`mhalearn.evaluation.learn_planted` on its parameters, so
+a deterministic function of them: the teacher depends
 on (family, m, d, k, seed) only, so every learner and every n of a seed
 faces the same teacher; the training set depends on the cell's n as well,
 and the learner gets ``random_state=seed``.  Grids leave out the (m, n)
@@ -26,19 +27,14 @@ picks them up once they exist, as new cells).
 from __future__ import annotations
 
 import math
-import time
 import warnings
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .. import learners as learner_registry
-from .._validation import check_positive_int, check_real
-from ..attention.data import draw_inputs, make_dataset
-from ..attention.model import head_collapse, parameter_error, relative_error
-from ..attention.teachers import get_family, make_teacher
-from .figures import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
+from ..evaluation import learn_planted
+from ..plotting import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
 from .registry import Experiment, expand_grid, register_experiment
 
@@ -46,8 +42,6 @@ from .registry import Experiment, expand_grid, register_experiment
 LEARNER_NAMES = ("gradient", "moment", "sculpt")
 #: Test error that counts as "learned" for samples-to-ε.
 EPSILON = 1e-2
-#: Fresh test inputs per cell.
-TEST_SAMPLES = 1000
 
 #: Fields of a cell of either learning experiment, in the order the grid's axes nest.
 #: The grids are in ``grids/error-vs-samples.toml`` and ``grids/heads-dependence.toml``.
@@ -100,142 +94,8 @@ def heads_dependence_cells(grid: dict) -> list[dict]:
 
 # ---------------------------------------------------------------------- cells
 
-def _streams(family: str, heads: int, dim: int, length: int, samples: int, seed: int):
-    """Independent generators for the teacher, the training set and the test set."""
-    family_code = zlib.crc32(family.encode())
-    teacher_seq = np.random.SeedSequence([seed, family_code, heads, dim, length])
-    train_seq, test_seq = teacher_seq.spawn(2)
-    train_seq = np.random.SeedSequence([*train_seq.generate_state(2), samples])
-    return (np.random.default_rng(teacher_seq), np.random.default_rng(train_seq),
-            np.random.default_rng(test_seq))
-
-
-def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: str = "random",
-                   noise: float = 0.0, seed: int = 0, test_samples: int = TEST_SAMPLES):
-    """Plant a teacher and draw its training and test data, deterministically from the arguments.
-
-    Parameters
-    ----------
-    heads, dim, length, samples : int
-        m, d, k and n.
-    family : str
-        Registered teacher family (its input law is used).
-    noise : float
-        Standard deviation of the Gaussian label noise on the training set.
-    seed : int
-        Seeds the teacher (shared by every n and learner of the seed) and the data.
-    test_samples : int
-        Fresh test inputs.
-
-    Returns
-    -------
-    teacher : MultiHeadAttention
-    X, Y : arrays of shape (samples, length, dim)
-        Training inputs and noisy labels.
-    X_test : array of shape (test_samples, length, dim)
-    """
-    heads = check_positive_int(heads, "heads")
-    dim = check_positive_int(dim, "dim")
-    length = check_positive_int(length, "length")
-    samples = check_positive_int(samples, "samples")
-    test_samples = check_positive_int(test_samples, "test_samples")
-    noise = check_real(noise, "noise", low=0.0)
-    seed = check_positive_int(seed, "seed", minimum=0)
-    law = get_family(family).law
-    teacher_rng, train_rng, test_rng = _streams(family, heads, dim, length, samples, seed)
-    teacher = make_teacher(family, heads, dim, teacher_rng)
-    X, Y = make_dataset(teacher, samples, length, law=law, noise=noise, rng=train_rng)
-    return teacher, X, Y, draw_inputs(law, test_samples, length, dim, test_rng)
-
-
-def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray,
-            fit_seconds: float) -> dict:
-    """Metrics of a fitted learner against its planted teacher.
-
-    Returns
-    -------
-    dict
-        ``test_error`` (relative, on ``X_test`` against the noiseless
-        teacher), ``train_error`` (relative, against the noisy training
-        labels), ``theta_error`` and ``w_error`` (head-matched relative
-        parameter errors), ``fit_seconds``; and from the learner's report,
-        None when it has no such phase: ``candidates`` scored by the net
-        search, ``agreement_rows`` accepted for the sculpted body K*,
-        ``span_route`` (``"body"``: Chen & Li's; ``"moment"``: ours) and
-        ``span_distance`` of the chosen span to the teacher's; ``head_cosine`` and
-        ``w_inflation`` from :func:`~mhalearn.model.head_collapse`.
-    """
-    parameters = parameter_error(estimator.model_, teacher)
-    report = getattr(estimator, "report_", None) or {}
-    candidates = _report_figure(report, "net", "candidates")
-    agreement_rows = _report_figure(report, "sculpt", "accepted_rows")
-    return {
-        "test_error": relative_error(estimator.model_, teacher, X_test),
-        "train_error": float(np.sum((estimator.model_.predict(X) - Y) ** 2) / np.sum(Y ** 2)),
-        "theta_error": parameters["theta"],
-        "w_error": parameters["w"],
-        "fit_seconds": float(fit_seconds),
-        "candidates": None if candidates is None else int(candidates),
-        "agreement_rows": None if agreement_rows is None else int(agreement_rows),
-        "span_route": report.get("span", {}).get("chosen"),
-        "span_distance": _report_figure(report, "span", "chosen_distance"),
-        **head_collapse(estimator.model_, teacher),
-    }
-
-
-def _report_figure(report: dict, phase: str, name: str) -> float | None:
-    """``report[phase][name]`` as a finite float, or None when absent."""
-    entry = report.get(phase)
-    value = entry.get(name) if isinstance(entry, dict) else None
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def fit_timed(estimator, X: np.ndarray, Y: np.ndarray, teacher=None) -> float:
-    """Fit ``estimator`` (passing the teacher for its report) and return the wall time in seconds."""
-    start = time.perf_counter()
-    estimator.fit(X, Y, teacher=teacher)
-    return time.perf_counter() - start
-
-
-def learn_planted(learner: str, *, heads: int, dim: int, length: int, samples: int,
-                  family: str = "random", noise: float = 0.0, seed: int = 0,
-                  test_samples: int = TEST_SAMPLES, hyperparams: dict | None = None):
-    """Plant a teacher, draw examples, fit a learner and measure it.
-
-    Parameters
-    ----------
-    learner : str
-        Registered learner name (unknown names raise ``ValueError`` listing the valid ones).
-    heads, dim, length, samples, family, noise, seed, test_samples
-        As in :func:`plant_instance`; the learner gets ``random_state=seed``.
-    hyperparams : dict, optional
-        Keyword hyper-parameters of the learner.
-
-    Returns
-    -------
-    fitted : learner
-        The fitted estimator (``model_``, ``report_``).
-    teacher : MultiHeadAttention
-        The planted teacher.
-    metrics : dict
-        See :func:`measure`.
-    """
-    estimator_class = learner_registry.get_learner(learner)
-    teacher, X, Y, X_test = plant_instance(heads=heads, dim=dim, length=length, samples=samples,
-                                           family=family, noise=noise, seed=seed, test_samples=test_samples)
-    estimator = estimator_class(heads, random_state=seed, **(hyperparams or {}))
-    fit_seconds = fit_timed(estimator, X, Y, teacher)
-    return estimator, teacher, measure(estimator, teacher, X, Y, X_test, fit_seconds)
-
-
 def run_learning_cell(cell: dict) -> dict:
-    """Compute one cell of either learning experiment (see :func:`learn_planted`)."""
+    """Compute one cell of either learning experiment (see :func:`mhalearn.evaluation.learn_planted`)."""
     _, _, metrics = learn_planted(
         cell["learner"], heads=cell["heads"], dim=cell["dim"], length=cell["length"],
         samples=cell["samples"], family=cell["family"], noise=cell["noise"], seed=cell["seed"])

@@ -28,15 +28,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..evaluation import seeded_rng
 from ..learners.body_route import BodySettings, sculpt_span
 from ..learners.diagnostics import TeacherDiagnostics
 from ..learners.net import net_search
+from ..learners.report import SpanSearchReport
 from ..learners.selection import least_squares_candidates
 from ..learners.streams import TeacherSource
 from ..attention.model import relative_error
 from ..attention.data import boolean_inputs
 from ..attention.teachers import sample_teacher
-from .figures import (
+from ..plotting import (
     group_rows,
     median_quartiles,
     new_figure,
@@ -84,26 +86,26 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
     cells of one (m, seed) see nested datasets as n grows.
     """
     heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
-    teacher = sample_teacher(heads, dim, rng=np.random.default_rng([20_251, heads, seed]))
+    teacher = sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
     source = TeacherSource(teacher, samples, length, seed=seed)
-    rng = np.random.default_rng([seed, heads, samples])
-    report = {phase: {} for phase in ("crude_sum", "sculpt", "min_norm", "span")}
+    rng = seeded_rng(seed, heads, samples)
+    report = SpanSearchReport.for_sculpting()
     start = time.perf_counter()
     span = sculpt_span(source, heads, BodySettings(), rng, report, TeacherDiagnostics(teacher))
     body_seconds = time.perf_counter() - start
-    body = report["span"].get("body", {})
+    sculpt, body = report.sculpt, report.span.body
     metrics = {
-        "agreement_rows": report["sculpt"].get("found_rows"),
-        "agreement_rows_kept": report["sculpt"].get("accepted_rows"),
-        "agreement_fraction": report["sculpt"].get("accepted_fraction"),
-        "precision": report["sculpt"].get("precision"),
-        "feasible": report["sculpt"].get("teacher_feasible_fraction"),
-        "crude_w_sum_error": report["crude_sum"].get("w_sum_error"),
-        "refined_w_sum_error": report["min_norm"].get("refined_w_sum_error"),
-        "span_distance": body.get("distance"),
-        "refused": body.get("refused"),
-        "spectral_gap": body.get("spectral_gap"),
-        "body_seconds": body_seconds - body.get("diagnostic_seconds", 0.0),
+        "agreement_rows": sculpt.found_rows,
+        "agreement_rows_kept": sculpt.accepted_rows,
+        "agreement_fraction": sculpt.accepted_fraction,
+        "precision": sculpt.precision,
+        "feasible": sculpt.teacher_feasible_fraction,
+        "crude_w_sum_error": report.crude_sum.w_sum_error,
+        "refined_w_sum_error": report.min_norm.refined_w_sum_error,
+        "span_distance": body.distance,
+        "refused": body.refused,
+        "spectral_gap": body.spectral_gap,
+        "body_seconds": body_seconds - (body.diagnostic_seconds or 0.0),
         "candidates": None, "net_seconds": None, "test_error": None,
     }
     if span is not None:
@@ -115,7 +117,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
                                       max_candidates=200_000, score_samples=256, keep=4, search="net", rng=rng)
         _, model = least_squares_candidates(X[n_val:], Y[n_val:], X[:n_val], Y[:n_val],
                                             [thetas for thetas, _ in candidates])[0]
-        X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=np.random.default_rng([seed, heads, 7]))
+        X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
         metrics.update(candidates=info["candidates"], net_seconds=info["seconds"],
                        test_error=relative_error(model, teacher, X_test))
     metrics["peak_memory_mb"] = _peak_memory_mb()

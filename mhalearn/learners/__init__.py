@@ -4,7 +4,7 @@
 ``gradient``, ``moment``) to estimator classes.  Every class takes ``heads``
 as its first argument and ``random_state`` as a keyword, and offers
 ``fit(X, Y, teacher=None) -> self``, ``predict``, ``score``, ``model_`` and
-``report_``.
+``report_`` (typed, with ``table()`` and ``as_dict()``: :mod:`~mhalearn.learners.report`).
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ __all__ = ["LEARNERS", "get_learner", "make_learner", "register_learner"]
 from .gradient import GradientLearner  # noqa: E402
 
 __all__ += ["GradientLearner"]
-from .sculpt import SculptLearner, format_phase_table  # noqa: E402
+from .sculpt import SculptLearner  # noqa: E402
 
-__all__ += ["SculptLearner", "format_phase_table"]
+__all__ += ["SculptLearner"]
 from .moment import MomentLearner  # noqa: E402
 
 __all__ += ["MomentLearner"]
+from .report import format_phase_table  # noqa: E402
+
+__all__ += ["format_phase_table"]

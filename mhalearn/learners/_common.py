@@ -22,6 +22,7 @@ from .._validation import (
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
 from .diagnostics import TeacherDiagnostics
+from .report import ZeroLabelsReport
 
 
 class AttentionLearner(BaseEstimator):
@@ -47,7 +48,7 @@ class AttentionLearner(BaseEstimator):
     #: Names of the fitted layers ``_fit`` returns (stored as ``<name>_``).
     _layers = ("model",)
 
-    def fit(self, X, Y, teacher: MultiHeadAttention | None = None):
+    def fit(self, X, Y, teacher: MultiHeadAttention | None = None, diagnostics: TeacherDiagnostics | None = None):
         """Learn the layer from examples ``X`` → ``Y`` (both of shape (n, k, d)).
 
         Parameters
@@ -56,6 +57,10 @@ class AttentionLearner(BaseEstimator):
         teacher : MultiHeadAttention, optional
             The planted layer; when given, ``report_`` also holds each
             phase's error against the truth (used only for reporting).
+            Short for ``diagnostics=TeacherDiagnostics(teacher)``.
+        diagnostics : TeacherDiagnostics, optional
+            The hook the phases hand their estimates to for reporting
+            (:mod:`mhalearn.learners.diagnostics`); it never changes the fit.
 
         Returns
         -------
@@ -67,12 +72,7 @@ class AttentionLearner(BaseEstimator):
             check_boolean(X)
         n, k, d = X.shape
         heads = self.heads
-        if teacher is not None:
-            if not isinstance(teacher, MultiHeadAttention):
-                raise TypeError(f"teacher: expected a MultiHeadAttention or None, received {type(teacher).__name__}")
-            if teacher.dim != d or teacher.heads != heads:
-                raise ValueError(f"teacher: expected {heads} heads of dim {d}, received {teacher.heads} heads "
-                                 f"of dim {teacher.dim}")
+        diagnostics = TeacherDiagnostics.resolve(teacher, diagnostics, heads=heads, dim=d)
         self._check_shape(n, k, d)
         n_val = max(1, int(round(self.validation_fraction * n)))
         if n - n_val < 1:
@@ -84,16 +84,13 @@ class AttentionLearner(BaseEstimator):
         if y_scale == 0.0:
             for name in self._layers:
                 setattr(self, f"{name}_", MultiHeadAttention(np.zeros((heads, d, d)), np.zeros((heads, d, d))))
-            self.report_ = {"zero_labels": "every label is 0: the zero layer (W = 0) is the exact answer, "
-                                           "returned without fitting",
-                            "total_seconds": time.perf_counter() - start}
+            self.report_ = ZeroLabelsReport(total_seconds=time.perf_counter() - start)
             return self
         X_std, Y_std = X / x_scale, Y / y_scale
         # Label and token bounds for the held-out certificate, in standardised units.
         self.label_bound_ = float(np.sqrt(np.max(np.sum(Y_std ** 2, axis=(1, 2)))))
         self.token_norm_ = float(np.sqrt(np.max(np.sum(X_std ** 2, axis=2))))
-        diagnostics = TeacherDiagnostics(None if teacher is None else MultiHeadAttention(
-            teacher.thetas * x_scale ** 2, teacher.ws * (x_scale / y_scale)))
+        diagnostics = diagnostics.in_units(x_scale, y_scale)
         rng = as_generator(self.random_state)
         order = rng.permutation(n)
         val, train = order[:n_val], order[n_val:]

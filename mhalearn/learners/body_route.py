@@ -33,6 +33,7 @@ from .projection_sum import (
     draw_pool,
     margin_rows,
 )
+from .report import Route
 
 
 @dataclass(frozen=True)
@@ -79,49 +80,50 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     heads : m.
     settings : the phases' hyper-parameters.
     rng : random generator (subsamples of rows and constraints).
-    report : dict with (empty) entries ``crude_sum``, ``sculpt``, ``min_norm``
-        and ``span``; each phase writes its time and figures there.
-    diagnostics : errors against a planted teacher, when there is one.
+    report : :class:`~mhalearn.learners.report.SpanSearchReport` with (empty)
+        phases ``crude_sum``, ``sculpt``, ``min_norm``; each phase writes its
+        time and figures there, and phase 4 its route as ``span.body``.
+    diagnostics : the diagnostics hook (errors against a planted teacher, when there is one).
 
     Returns
     -------
     (basis, scale) — an orthonormal basis (m, d²) of the span and the norm of
     the point that completes it — or None when the body refuses (the reason
-    is in ``report["span"]["body"]["refused"]``).
+    is in ``report.span.body.refused``).
     """
     if source.dim <= source.length:
         # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
         # every row is fitted with (almost) zero residual: agreement rows
         # cannot be told apart (docs/design.md §4.1, step 2).
-        report["span"]["body"] = {"refused": f"d = {source.dim} <= k = {source.length}: the decoding "
-                                             f"residual cannot detect agreement rows (needs d > k)"}
+        report.span.body = Route(refused=f"d = {source.dim} <= k = {source.length}: the decoding "
+                                         f"residual cannot detect agreement rows (needs d > k)")
         return None
-    with PhaseTimer(report["crude_sum"]) as entry:
+    with PhaseTimer(report.crude_sum) as entry:
         w_sum = crude_projection_sum(source)
         diagnostics.put(entry, w_sum_error=diagnostics.w_sum_error(w_sum))
-    with PhaseTimer(report["sculpt"]):
+    sculpt = report.sculpt
+    with PhaseTimer(sculpt):
         # One pass gives the crude round's rows and the pool our alternating refit starts from.
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
                          max_pool=settings.max_pool_for(heads), rng=rng)
         rows = pool.accept(quantile=quantile / pool_fraction, simplex_tol=settings.simplex_tol)
-        report["sculpt"]["quantile"] = quantile
+        sculpt.quantile = quantile
         slabs = _slabs(rows, settings)
-        report["sculpt"]["rounds"] = [_round_figures("crude Ŵ_Σ, quantile", rows, slabs, diagnostics)]
-    with PhaseTimer(report["min_norm"]):
-        w_sum = _refine_projection_sum(source, heads, w_sum, pool, slabs, settings, rng, report["min_norm"],
+        sculpt.rounds = [_round_figures("crude Ŵ_Σ, quantile", rows, slabs, diagnostics)]
+    with PhaseTimer(report.min_norm):
+        w_sum = _refine_projection_sum(source, heads, w_sum, pool, slabs, settings, rng, report.min_norm,
                                        diagnostics)
-    with PhaseTimer(report["sculpt"]):
+    with PhaseTimer(sculpt):
         rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
                                    simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
         slabs = _slabs(rows, settings)
         final = _round_figures("refined Ŵ_Σ, absolute", rows, slabs, diagnostics)
-        report["sculpt"]["rounds"].append(final)
-        report["sculpt"].update({key: final[key] for key in final if key != "round"})
-    span = report["span"]
-    span["body"] = {}
-    with PhaseTimer(span["body"]):
-        return _read_span(source, heads, slabs, settings, rng, span["body"], diagnostics)
+        sculpt.rounds.append(final)
+        sculpt.update({key: final[key] for key in final if key != "round"})
+    report.span.body = Route()
+    with PhaseTimer(report.span.body):
+        return _read_span(source, heads, slabs, settings, rng, report.span.body, diagnostics)
 
 
 def _slabs(rows, settings):

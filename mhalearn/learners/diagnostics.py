@@ -1,12 +1,13 @@
 """Errors against a planted teacher, recorded by the learners' phases for the report.
 
-A learner fitted with ``fit(X, Y, teacher=...)`` hands its phases one
-:class:`TeacherDiagnostics`; each phase asks it for the figures it can
-measure (Ŵ_Σ error, precision of agreement rows, share of constraints the
-heads satisfy, span distance, parameter error).  Without a teacher every
-figure is None and :meth:`TeacherDiagnostics.put` records nothing, so the
-phases never branch on the teacher themselves.  The teacher is never used to
-compute the estimate.
+A learner fitted with ``fit(X, Y, diagnostics=TeacherDiagnostics(teacher))``
+(or ``fit(X, Y, teacher=...)``, short for it) hands its phases this one hook;
+each phase asks it for the figures it can measure (Ŵ_Σ error, precision of
+agreement rows, share of constraints the heads satisfy, span distance,
+parameter error).  Without a teacher every figure is None and
+:meth:`TeacherDiagnostics.put` records nothing, so the phases never branch on
+the teacher themselves.  The teacher is never used to compute the estimate
+(docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -34,7 +35,33 @@ class TeacherDiagnostics:
     """The teacher's view of a fit in progress (figures are None without a teacher)."""
 
     def __init__(self, teacher: MultiHeadAttention | None = None):
+        if teacher is not None and not isinstance(teacher, MultiHeadAttention):
+            raise TypeError(f"teacher: expected a MultiHeadAttention or None, received {type(teacher).__name__}")
         self.teacher = teacher
+
+    @classmethod
+    def resolve(cls, teacher, diagnostics, *, heads: int, dim: int) -> "TeacherDiagnostics":
+        """The hook of a fit given ``fit``'s ``teacher`` and ``diagnostics`` (at most one), checked
+        against the learner's m heads and the data's dimension d."""
+        if diagnostics is None:
+            diagnostics = cls(teacher)
+        elif teacher is not None:
+            raise ValueError("teacher: expected either teacher or diagnostics, received both")
+        elif not isinstance(diagnostics, TeacherDiagnostics):
+            raise TypeError(f"diagnostics: expected a TeacherDiagnostics or None, received "
+                            f"{type(diagnostics).__name__}")
+        truth = diagnostics.teacher
+        if truth is not None and (truth.dim != dim or truth.heads != heads):
+            raise ValueError(f"teacher: expected {heads} heads of dim {dim}, received {truth.heads} heads "
+                             f"of dim {truth.dim}")
+        return diagnostics
+
+    def in_units(self, x_scale: float, y_scale: float) -> "TeacherDiagnostics":
+        """The same hook for data standardised to X / x_scale, Y / y_scale (Θ·x_scale², W·x_scale/y_scale)."""
+        if self.teacher is None:
+            return self
+        return type(self)(MultiHeadAttention(self.teacher.thetas * x_scale ** 2,
+                                             self.teacher.ws * (x_scale / y_scale)))
 
     def __bool__(self) -> bool:
         return self.teacher is not None

@@ -17,6 +17,7 @@ from ._common import (
     solve_projections,
     validation_error,
 )
+from .report import GradientReport, Restart
 
 
 @register_learner("gradient")
@@ -94,13 +95,13 @@ class GradientLearner(AttentionLearner):
                                               learning_rate=self.learning_rate, batch_size=self.batch_size,
                                               X_val=X_val, Y_val=Y_val, patience=self.patience)
             val = validation_error(model, X_val, Y_val)
-            run = {"restart": restart, "val_error": val, "seconds": time.perf_counter() - start,
-                   "iterations": history.get("iterations"), "val_history": history["val_error"]}
+            run = Restart(restart=restart, val_error=val, seconds=time.perf_counter() - start,
+                          iterations=history.get("iterations"), val_history=history["val_error"])
             diagnostics.put(run, parameter_error=diagnostics.parameter_error(model))
             runs.append(run)
             if val < best_val:
                 best_model, best_val = model, val
-        report = {"method": self.method, "runs": runs, "val_error": best_val}
+        report = GradientReport(method=self.method, runs=runs, val_error=best_val)
         diagnostics.put(report, parameter_error=diagnostics.parameter_error(best_model))
         return {"model": best_model}, report
 

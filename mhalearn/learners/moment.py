@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register_learner
+from .report import Route, Span, SpanSearchReport
 from .sculpt import _SEARCH_CONSTRAINTS, _SpanSearchLearner
 
 
@@ -60,9 +61,9 @@ class MomentLearner(_SpanSearchLearner):
         self.random_state = random_state
 
     def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
-        report = {"span": {"moment": {}, "chosen": "moment"}, "net": {}, "refine": {}}
-        basis, scale = self._moment_route(X, Y, rng, report["span"]["moment"], diagnostics)
-        diagnostics.put(report["span"], chosen_distance=report["span"]["moment"].get("distance"))
+        report = SpanSearchReport(span=Span(moment=Route(), chosen="moment"))
+        basis, scale = self._moment_route(X, Y, rng, report.span.moment, diagnostics)
+        diagnostics.put(report.span, chosen_distance=report.span.moment.distance)
         # The moment route estimates each head, so its norm is the net's scale.
         radius = self.net_radius or float(np.clip(1.5 * scale, 1.0, self.norm_bound))
         return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report

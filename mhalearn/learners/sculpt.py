@@ -24,10 +24,12 @@ and certify the selection on held-out data.  The six phases, one module each:
    choice and its certificate (the paper's output), then our L-BFGS polish
    (:mod:`~mhalearn.learners.selection`).
 
-``report_`` holds each phase's time and figures, says which route produced
-the span (``report_["span"]["chosen"]``: ``"body"`` is the paper's,
-``"moment"`` ours) and which refit moved Ŵ_Σ; with ``fit(X, Y, teacher=...)``
-it also holds each phase's error against the truth.
+``report_`` (:class:`~mhalearn.learners.report.SpanSearchReport`) holds each
+phase's time and figures, says which route produced the span
+(``report_["span"]["chosen"]``: ``"body"`` is the paper's, ``"moment"``
+ours) and which refit moved Ŵ_Σ; with ``fit(X, Y, teacher=...)`` (a
+:class:`~mhalearn.learners.diagnostics.TeacherDiagnostics` hook) it also
+holds each phase's error against the truth.
 """
 
 from __future__ import annotations
@@ -43,11 +45,9 @@ from ._common import AttentionLearner, PhaseTimer
 from .body_route import BodySettings, sculpt_span
 from .moment_route import moment_span
 from .net import net_search
+from .report import Route, SpanSearchReport
 from .selection import CHECK_EVERY, least_squares_candidates, polish, selection_certificate
 from .streams import ArraySource
-
-PHASES = ("crude_sum", "sculpt", "min_norm", "span", "net", "refine")
-
 
 # The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
 _SEARCH_CONSTRAINTS = {
@@ -97,14 +97,15 @@ class _SpanSearchLearner(AttentionLearner):
         Returns the fitted layers: ``model`` (polished with ``refine="lbfgs"``)
         and ``least_squares_model``, the paper's own output.
         """
-        net = report["net"]
+        net = report.net
         with PhaseTimer(net):
             candidates, info = net_search(
                 X, Y, basis, self.heads, radius=radius, resolution=self.net_resolution,
                 max_candidates=self.max_candidates, score_samples=self.score_samples, keep=self.keep,
                 search=self.search, rng=rng)
-            net.update(info)
-        refine = report["refine"]
+            # The timer measures the phase; the search's own clock would count it twice.
+            net.update({key: value for key, value in info.items() if key != "seconds"})
+        refine = report.refine
         with PhaseTimer(refine):
             scored = least_squares_candidates(X, Y, X_val, Y_val, [thetas for thetas, _ in candidates])
             paper_val, paper_model = scored[0]
@@ -120,7 +121,7 @@ class _SpanSearchLearner(AttentionLearner):
                 hypotheses = len(scored) * (self.refine_iter // CHECK_EVERY + 2)
                 refine.update(val_polished=val_after, runs=runs)
                 diagnostics.put(refine, parameter_error=diagnostics.parameter_error(model))
-        report["certificate"] = selection_certificate(model, X_val, Y_val, hypotheses=hypotheses, **certify)
+        report.certificate = selection_certificate(model, X_val, Y_val, hypotheses=hypotheses, **certify)
         return {"model": model, "least_squares_model": paper_model}
 
 
@@ -219,9 +220,11 @@ class SculptLearner(_SpanSearchLearner):
         least squares, before any polish.
     n_features_in_ : int
         The token dimension d seen in ``fit``.
-    report_ : dict
-        One entry per phase (see :func:`format_phase_table`), ``certificate``
-        and ``total_seconds``.
+    report_ : SpanSearchReport
+        One typed entry per phase with its ``seconds`` and figures, the
+        ``certificate`` and ``total_seconds``; ``report_.table()`` prints it
+        (:mod:`mhalearn.learners.report`), ``report_["span"]["chosen"]``
+        reads it as a mapping.
 
     References
     ----------
@@ -291,82 +294,31 @@ class SculptLearner(_SpanSearchLearner):
         return BodySettings(**{name: getattr(self, name) for name in BodySettings.__dataclass_fields__})
 
     def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
-        report = {phase: {} for phase in PHASES}
-        span = report["span"]
+        report = SpanSearchReport.for_sculpting()
+        span = report.span
         body = None
         if self.span_route != "moment":
             body = sculpt_span(ArraySource(X, Y), self.heads, self._body_settings(), rng, report, diagnostics)
         if body is None or diagnostics:
-            # The moment route is the fallback; with a teacher it also runs for
+            # The moment route is the fallback; with diagnostics it also runs for
             # comparison, and its time is then diagnostic, not the learner's.
-            span["moment"] = {}
-            moment_basis, moment_scale = self._moment_route(X, Y, rng, span["moment"], diagnostics)
+            span.moment = Route()
+            moment_basis, moment_scale = self._moment_route(X, Y, rng, span.moment, diagnostics)
         if body is not None:
-            span["chosen"] = "body"
+            span.chosen = "body"
             basis, scale = body
         else:
-            span["chosen"] = "moment"
+            span.chosen = "moment"
             basis, scale = moment_basis, moment_scale
             if self.span_route != "moment":
-                span["fallback"] = f"the body refused ({span['body'].get('refused', 'no span')}); used the moment route"
+                span.fallback = f"the body refused ({span.body.get('refused', 'no span')}); used the moment route"
                 if self.span_route == "body":
-                    warnings.warn(f"SculptLearner(span_route='body'): {span['fallback']}", RuntimeWarning,
+                    warnings.warn(f"SculptLearner(span_route='body'): {span.fallback}", RuntimeWarning,
                                   stacklevel=3)
-        routes = [span[route] for route in ("body", "moment") if route in span]
-        span["seconds"] = span[span["chosen"]]["seconds"]
-        report["diagnostic_seconds"] = sum(entry.get("diagnostic_seconds", 0.0) for entry in routes) + (
-            span["moment"]["seconds"] if "moment" in span and span["chosen"] == "body" else 0.0)
-        diagnostics.put(span, chosen_distance=span[span["chosen"]].get("distance"))
+        compared = span.moment.seconds if span.moment is not None and span.chosen == "body" else 0.0
+        report.diagnostic_seconds = compared + sum(route.diagnostic_seconds or 0.0
+                                                   for route in span.routes().values())
+        diagnostics.put(span, chosen_distance=span.routes()[span.chosen].distance)
         radius = self.net_radius or float(np.clip(1.5 * math.sqrt(self.heads) * scale, 1.0, self.norm_bound))
         return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report
 
-
-def format_phase_table(report: dict) -> str:
-    """A plain-text table of a ``report_``: each phase's seconds and key figures,
-    one line per round of Ŵ_Σ refinement, the route and the certificate."""
-    def fmt(value):
-        if isinstance(value, float):
-            return f"{value:.3g}"
-        return str(value)
-
-    def figures(entry, keys):
-        return " ".join(f"{key}={fmt(entry[key])}" for key in keys if key in entry)
-
-    lines = [f"{'phase':<10} {'seconds':>8}  figures"]
-    columns = {
-        "crude_sum": ["w_sum_error"],
-        "sculpt": ["accepted_rows", "precision", "equalities", "teacher_feasible_fraction"],
-        "min_norm": ["solver_status", "inconsistent", "theta_bar_distance", "moved_by", "refined_w_sum_error",
-                     "failure"],
-        "span": ["chosen", "chosen_distance", "fallback"],
-        "net": ["candidates", "resolution", "best_scores"],
-        "refine": ["mode", "val_least_squares", "parameter_error_least_squares", "val_polished",
-                   "parameter_error"],
-    }
-    for phase in PHASES:
-        entry = report.get(phase, {})
-        if not entry:
-            lines.append(f"{phase:<10} {'-':>8}  (skipped)")
-            continue
-        lines.append(f"{phase:<10} {entry.get('seconds', 0.0):8.2f}  {figures(entry, columns[phase])}")
-        if phase == "sculpt":
-            for round_entry in entry.get("rounds", []):
-                lines.append(f"{'':<10} {'':>8}    {round_entry['round']}: "
-                             + figures(round_entry, ["accepted_rows", "precision", "equalities",
-                                                     "teacher_feasible_fraction"]))
-        if phase == "min_norm":
-            for step in entry.get("w_sum_steps", []):
-                lines.append(f"{'':<10} {'':>8}    {step['step']}: "
-                             + figures(step, ["candidates", "certified", "certification_precision", "start",
-                                              "iterations", "agreement_fit", "w_sum_error"]))
-        if phase == "span":
-            for route in ("body", "moment"):
-                if route in entry:
-                    lines.append(f"{'':<10} {'':>8}    {route}: "
-                                 + figures(entry[route], ["distance", "spectral_gap", "refused", "seconds"]))
-    certificate = report.get("certificate")
-    if certificate:
-        lines.append(f"certificate: with probability ≥ {1 - certificate['delta']:.2f} the relative test error "
-                     f"is ≤ {certificate['bound']:.3g} (held-out error {certificate['empirical_error']:.3g}, "
-                     f"{certificate['hypotheses']} models compared)")
-    return "\n".join(lines)

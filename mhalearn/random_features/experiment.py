@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments.figures import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
 from ..experiments.registry import Experiment, expand_grid, register_experiment
 from ..sparse_variables.growth import bootstrap_median
 from . import bounds

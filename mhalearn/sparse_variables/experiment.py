@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validation import check_choice, check_positive_int
-from ..experiments.figures import write_tables
+from ..plotting import write_tables
 from ..experiments.registry import Experiment, expand_grid, register_experiment
 from . import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
 from .growth import bisect_samples

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments.figures import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import new_figure, plt, save_figure, set_grid_ticks, style_for, write_tables
 from . import FUNCTIONS, GRADIENT_STUDENTS, STUDENT_NAMES
 from .growth import LAWS, bootstrap_median, fit_growth_laws, law_curve
 

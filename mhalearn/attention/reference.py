@@ -1,7 +1,9 @@
-"""Pure-NumPy reference of the maths in ``mhalearn.attention.kernels`` (docs/design.md §3).
+"""Pure-NumPy reference of the attention layer's maths: F(X), its loss and gradients (docs/design.md §3).
 
-Written with batched matmuls only, independently of the Numba loops, so the
-tests can compare the two and the benchmark can time the kernels against it.
+Written with batched matmuls only, independently of the Numba kernels
+(:mod:`mhalearn.attention.kernels`), so the tests can compare the two and
+``bench/kernels.py`` can time the kernels against it from an installed
+package.  Slow and simple on purpose: it is the check, not the tool.
 """
 
 import numpy as np

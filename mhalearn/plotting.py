@@ -1,8 +1,10 @@
-"""Plotting helpers shared by the experiments' figures (matplotlib, Agg, PNG).
+"""Figures: the helpers shared by the experiments' figures, and the demo's figure (matplotlib, Agg, PNG).
 
-The experiments summarise seeds by the median and the interquartile band;
-these helpers group stored rows, compute those summaries, draw them, and
-write PNG files.
+The experiments (docs/design.md §5) summarise seeds by the median and the
+interquartile band; these helpers group stored rows, compute those
+summaries, draw them, and write PNG files with the plain-text tables of the
+numbers they show.  :func:`demo_figure` is ``mhalearn demo``'s picture of a
+learned layer against its teacher.
 """
 
 from __future__ import annotations
@@ -151,3 +153,55 @@ def _format_cell(value) -> str:
             return "not reached" if value > 0 else "-inf"
         return f"{value:.3g}"
     return str(value)
+
+
+def demo_figure(model, teacher, metrics: dict, *, length: int, seed: int = 0):
+    """Teacher vs learned attention maps on one test sequence, and predicted vs true outputs.
+
+    Parameters
+    ----------
+    model, teacher : MultiHeadAttention
+        The learned layer and the planted one (same heads and dim).
+    metrics : dict
+        Metrics from :func:`mhalearn.evaluation.measure`.
+    length : int
+        Tokens per test sequence k.
+    seed : int
+        Seeds the test inputs drawn for the figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    from .attention.data import boolean_inputs
+    from .attention.model import match_heads
+
+    X = boolean_inputs(500, length, teacher.dim, np.random.default_rng(seed + 1))
+    order = match_heads(model, teacher)
+    true_attention = teacher.attention(X[:1])[0]
+    learned_attention = model.attention(X[:1])[0][order]
+    heads = teacher.heads
+    fig = plt.figure(figsize=(3.0 * heads + 5.0, 5.6), layout="constrained")
+    grid = fig.add_gridspec(2, heads + 1, width_ratios=[1] * heads + [1.5])
+    for head in range(heads):
+        for row, (attention, who) in enumerate(((true_attention, "teacher"), (learned_attention, "learned"))):
+            ax = fig.add_subplot(grid[row, head])
+            image = ax.imshow(attention[head], vmin=0, vmax=1, cmap="viridis")
+            ax.set_title(f"{who} head {head + 1}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if head == 0:
+                ax.set_ylabel("query token")
+            if row == 1:
+                ax.set_xlabel("key token")
+    fig.colorbar(image, ax=fig.axes, location="left", shrink=0.7, label="attention weight")
+    scatter = fig.add_subplot(grid[:, heads])
+    truth, estimate = teacher.predict(X).ravel(), model.predict(X).ravel()
+    scatter.scatter(truth, estimate, s=2, alpha=0.3)
+    limits = [min(truth.min(), estimate.min()), max(truth.max(), estimate.max())]
+    scatter.plot(limits, limits, color="0.4", lw=1, ls="--")
+    scatter.set_xlabel("teacher output F(X)")
+    scatter.set_ylabel("learned output F̂(X)")
+    scatter.set_title(f"test outputs: relative error {metrics['test_error']:.2e}", fontsize=9)
+    fig.suptitle("attention on one test sequence (heads matched to the teacher's)", fontsize=10)
+    return fig
