@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import ClassifierMixin
 from threadpoolctl import threadpool_limits
 
 from . import kernels
+from ._estimator import Estimator, check_fitted
 from ._validation import (
     Integer,
     Real,
@@ -37,9 +38,9 @@ from ._validation import (
     as_generator,
     check_boolean,
     check_choice,
-    check_hyperparameters,
     check_positive_int,
 )
+from .optim import AdamW
 
 #: The sparse functions g: {±1}^s → {±1} (+1 plays the role of "true").
 FUNCTIONS = ("and", "parity", "majority")
@@ -225,13 +226,12 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
         m ← β₁m + (1−β₁)g,  v ← β₂v + (1−β₂)g²,
         θ ← θ − η_t (m̂/(√v̂ + ε) + λ θ·[θ decayed]),
 
-    with η_t = η (1 + cos(π t/steps))/2.  Returns the mini-batch loss of every step.
+    with η_t = η (1 + cos(π t/steps))/2 (one :class:`mhalearn.optim.AdamW` step each, ε = 10⁻⁸).
+    Returns the mini-batch loss of every step.
     """
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    adam = AdamW(parameters, weight_decay=weight_decay, decayed=decayed)
     n = X.shape[0]
     batch = min(batch_size, n)
-    first = {name: np.zeros_like(value) for name, value in parameters.items()}
-    second = {name: np.zeros_like(value) for name, value in parameters.items()}
     losses = np.empty(steps)
     order, cursor = rng.permutation(n), 0
     for step in range(steps):
@@ -240,15 +240,7 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
         rows = order[cursor:cursor + batch]
         cursor += batch
         losses[step], grads = loss_and_grad(parameters, X[rows], y[rows])
-        rate = 0.5 * learning_rate * (1.0 + np.cos(np.pi * step / steps))
-        correction1, correction2 = 1.0 - beta1 ** (step + 1), 1.0 - beta2 ** (step + 1)
-        for name, value in parameters.items():
-            g = grads[name]
-            first[name] = beta1 * first[name] + (1.0 - beta1) * g
-            second[name] = beta2 * second[name] + (1.0 - beta2) * g * g
-            if name in decayed:
-                value *= 1.0 - rate * weight_decay
-            value -= rate * (first[name] / correction1) / (np.sqrt(second[name] / correction2) + eps)
+        adam.step(grads, 0.5 * learning_rate * (1.0 + np.cos(np.pi * step / steps)))
     return losses
 
 
@@ -256,29 +248,36 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
 # Students
 # --------------------------------------------------------------------------
 
-class _BooleanClassifier(BaseEstimator):
-    """scikit-learn estimator base of a real-valued score f(x) on x ∈ {±1}^T, sign(f) the label.
+class _BooleanClassifier(ClassifierMixin, Estimator):
+    """scikit-learn classifier of x ∈ {±1}^T by the sign of a real-valued score f(x).
 
-    Subclasses set ``n_features_in_`` and their fitted state in ``fit`` and
-    provide ``_scores(X)`` (float64 scores of int8 bits, any number of rows).
+    The labels are −1 and +1 (``classes_``); ``decision_function`` is f,
+    ``predict`` is sign(f) (+1 at f = 0) and ``score`` the accuracy.
+    Subclasses set their fitted state in ``fit``, then ``n_features_in_``
+    last (it marks the estimator fitted), and provide ``_scores(X)`` (float64
+    scores of int8 bits, any number of rows).
     """
 
-    _fitted_attribute = "n_features_in_"
+    #: The labels, fixed: the logistic loss and the parities are defined on y ∈ {−1, +1}.
+    classes_ = np.array([-1.0, 1.0])
 
     def _checked_inputs(self, X) -> np.ndarray:
-        if not hasattr(self, self._fitted_attribute):
-            raise ValueError(f"{type(self).__name__}: expected a fitted estimator, call fit(X, y) first")
+        check_fitted(self)
         X = _check_bits(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X: expected {self.n_features_in_} columns as in fit, received shape {X.shape}")
         return X
 
-    def predict(self, X) -> np.ndarray:
+    def decision_function(self, X) -> np.ndarray:
         """Real scores f(x) of shape (n,); sign(f) is the predicted label."""
         return self._scores(self._checked_inputs(X))
 
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels sign(f(x)) in {−1, +1} (+1 where f = 0), shape (n,)."""
+        return np.where(self.decision_function(X) >= 0.0, 1.0, -1.0)
+
     def score(self, X, y) -> float:
-        """Accuracy of sign(f(x)) against labels ``y`` in {±1}."""
+        """Accuracy of ``predict(X)`` against labels ``y`` in {±1}."""
         X, y = _check_examples(self._checked_inputs(X), y)
         return float(np.mean(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y))
 
@@ -293,7 +292,6 @@ class _BooleanStudent(_BooleanClassifier):
     """
 
     _decayed: frozenset = frozenset()
-    _fitted_attribute = "parameters_"
 
     #: AdamW's hyper-parameters, shared by the students (checked once, at the start of ``fit``).
     _parameter_constraints = {
@@ -318,7 +316,7 @@ class _BooleanStudent(_BooleanClassifier):
         loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
         and each mini-batch converted to float64 when it is used.
         """
-        check_hyperparameters(self)
+        self._check_params()
         X, y = _check_examples(X, y)
         rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)
@@ -574,7 +572,7 @@ class SparseParitySearch(_BooleanClassifier):
 
     def fit(self, X, y):
         """Search the parities of ``sparsity`` bits for those consistent with (X, y); returns ``self``."""
-        check_hyperparameters(self)
+        self._check_params()
         sparsity = self.sparsity
         X, y = _check_examples(X, y)
         length = X.shape[1]
@@ -610,10 +608,10 @@ class SparseParitySearch(_BooleanClassifier):
         totals = np.array([block(first)[3].sum() for first in firsts])
         repeats = math.comb(sparsity, halves[0])
         self.consistent_count_ = int(totals.sum()) // repeats
-        self.n_features_in_ = length
         if self.consistent_count_ == 0:
             self.support_ = None
             self.constant_ = 1.0 if np.mean(y) >= 0 else -1.0
+            self.n_features_in_ = length
             return self
         pick = int(rng.integers(totals.sum()))
         index = int(np.searchsorted(np.cumsum(totals), pick, side="right"))
@@ -626,6 +624,7 @@ class SparseParitySearch(_BooleanClassifier):
                                         if int(order[k]) not in subset]
         chosen = subset | ({matches[pick]} if matches else set())
         self.support_ = np.array(sorted(chosen))
+        self.n_features_in_ = length
         return self
 
     def _scores(self, X: np.ndarray) -> np.ndarray:

@@ -37,11 +37,10 @@ import time
 
 import numpy as np
 import scipy.linalg
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
 from .. import kernels
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
 from .._validation import (
     Integer,
     Options,
@@ -50,7 +49,6 @@ from .._validation import (
     Seed,
     as_float_array,
     as_generator,
-    check_hyperparameters,
     check_inputs,
     check_real,
 )
@@ -246,8 +244,11 @@ def _overflow_message(X: np.ndarray) -> str:
             "(the models expect tokens of norm about √d)")
 
 
-class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
+class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
     """Shared fit/predict of a ridge regression over frozen random features.
+
+    A regressor of one number per sequence: ``score`` is scikit-learn's R²
+    and ``n_features_in_`` the token dimension d (set once ``fit`` has succeeded).
 
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
     of ``fit``) and implement ``_check_X(X, fitted)``,
@@ -268,7 +269,7 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         -------
         self
         """
-        check_hyperparameters(self)
+        self._check_params()
         X = self._check_X(X, fitted=False)
         y = _check_targets(y, X.shape[0])
         start_time = time.perf_counter()
@@ -280,11 +281,12 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
             raise ValueError(_overflow_message(X))
         report.update(samples=X.shape[0], features=width, seconds=time.perf_counter() - start_time)
         self.report_ = report
+        self.n_features_in_ = X.shape[2]
         return self
 
     def predict(self, X) -> np.ndarray:
         """Predictions ⟨v̂, φ(X_i)⟩ + b̂, shape (n,), computed in blocks of samples."""
-        self._check_fitted()
+        check_fitted(self)
         X = self._check_X(X, fitted=True)
         out = np.empty(X.shape[0])
         for start, stop in _row_blocks(X.shape[0], self.coef_.shape[0]):
@@ -296,12 +298,8 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""
-        self._check_fitted()
+        check_fitted(self)
         return self._features(self._check_X(X, fitted=True))
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError(f"{type(self).__name__}: call fit before predict or transform")
 
 
 class RandomFeatureAttention(_RandomFeatureRidge):
@@ -355,6 +353,7 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     intercept_ : float.
     alpha_ : float, the α used.
     dim_ : int, the token dimension d.
+    n_features_in_ : int, the token dimension d.
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
@@ -462,6 +461,7 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     intercept_ : float.
     alpha_ : float, the α used.
     input_shape_ : tuple (N+1, d).
+    n_features_in_ : int, the token dimension d.
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
