@@ -253,7 +253,8 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
     of ``fit``) and implement ``_check_X(X, fitted)``,
     ``_draw(X, rng)`` (sample and store the frozen parameters, return the
-    feature count p) and ``_features(X)`` (the n × p feature matrix).
+    feature count p), ``_features(X)`` (the n × p feature matrix) and may
+    name the fitted weights in ``_store_weights()``.
     """
 
     def fit(self, X, y):
@@ -281,8 +282,12 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
             raise ValueError(_overflow_message(X))
         report.update(samples=X.shape[0], features=width, seconds=time.perf_counter() - start_time)
         self.report_ = report
+        self._store_weights()
         self.n_features_in_ = X.shape[2]
         return self
+
+    def _store_weights(self) -> None:
+        """Store ``coef_`` under the model's own names too (subclasses; nothing by default)."""
 
     def predict(self, X) -> np.ndarray:
         """Predictions ⟨v̂, φ(X_i)⟩ + b̂, shape (n,), computed in blocks of samples."""
@@ -377,24 +382,10 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
-    def fit(self, X, y):
-        """Fit the value vectors by ridge regression.
-
-        Parameters
-        ----------
-        X : array of shape (n, N+1, d); row 0 of each sequence is the query
-            x_0, rows 1..N the keys.
-        y : array of shape (n,).
-
-        Returns
-        -------
-        self
-        """
-        super().fit(X, y)
+    def _store_weights(self) -> None:
         weights = self.coef_.reshape(self.query_keys_.shape[0], -1)
         self.values_ = weights[:, :self.dim_].copy()
         self.value_biases_ = weights[:, self.dim_].copy() if self.value_bias else np.zeros(len(weights))
-        return self
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = _check_sequences(X)
