@@ -38,6 +38,7 @@ from ._validation import (
     as_generator,
     check_boolean,
     check_choice,
+    check_dense,
     check_positive_int,
 )
 from .optim import AdamW
@@ -66,6 +67,7 @@ def _check_bits(X, name: str = "X") -> np.ndarray:
     n = 16 384 the training set is 64 MiB instead of 512 MiB.  The check
     reads the array in its own dtype, so no float64 copy is made.
     """
+    check_dense(X, name)
     try:
         array = np.asarray(X)
     except Exception as error:  # pragma: no cover - exotic inputs
@@ -77,7 +79,7 @@ def _check_bits(X, name: str = "X") -> np.ndarray:
         raise ValueError(f"{name}: expected an array of rank 2, received shape {array.shape}")
     if array.shape[0] < 1 or array.shape[1] < 1:
         raise ValueError(f"{name}: expected shape (samples, length) with both sizes >= 1, received {array.shape}")
-    check_boolean(array, name)
+    check_boolean(array, name, opt_in=None)
     return array.astype(np.int8, copy=False)
 
 

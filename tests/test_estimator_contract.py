@@ -24,6 +24,7 @@ import pickle
 
 import numpy as np
 import pytest
+import scipy.sparse
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import (
@@ -156,6 +157,21 @@ def test_score_is_the_metric_the_estimator_type_promises(estimator, data):
         assert fitted.score(X, y) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.parametrize("estimator, data", CASES, ids=_IDS)
+def test_sparse_input_is_refused_naming_the_argument(estimator, data):
+    X, y = data()
+    with pytest.raises(ValueError, match="^X: expected a dense array, received a sparse csr_matrix"):
+        clone(estimator).fit(scipy.sparse.csr_matrix(X.reshape(len(X), -1)), y)
+
+
+def test_students_refuse_real_inputs_without_naming_an_option_they_lack():
+    X, y = _bits()
+    for student in (mhalearn.AttentionStudent(steps=2), mhalearn.MLPStudent(steps=2), mhalearn.SparseParitySearch(1)):
+        with pytest.raises(ValueError, match=r"^X: expected Boolean entries in \{-1, \+1\}, received values such as "
+                                             r"\[0\.5, 0\.5, 0\.5\]$"):
+            student.fit(np.where(X > 0, 0.5, -1.0), y)
+
+
 def test_pooled_r2_weighs_sequences():
     X, Y = _teacher_sequences()
     learner = mhalearn.GradientLearner(1, max_iter=5, random_state=0).fit(X, Y)
@@ -206,9 +222,6 @@ _EXPECTED_FAILURES = {
     "check_fit2d_1feature": _WORDING,
     "check_requires_y_none": _WORDING,
     "check_classifiers_regression_target": _WORDING,
-    "check_estimator_sparse_tag": _WORDING,
-    "check_estimator_sparse_array": _WORDING,
-    "check_estimator_sparse_matrix": _WORDING,
 }
 
 
