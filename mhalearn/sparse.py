@@ -263,6 +263,11 @@ class _BooleanClassifier(ClassifierMixin, Estimator):
     #: The labels, fixed: the logistic loss and the parities are defined on y ∈ {−1, +1}.
     classes_ = np.array([-1.0, 1.0])
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # two labels, −1 and +1
+        return tags
+
     def _checked_inputs(self, X) -> np.ndarray:
         check_fitted(self)
         X = _check_bits(X)
