@@ -283,10 +283,10 @@ class _BooleanClassifier(ClassifierMixin, Estimator):
         """Predicted labels sign(f(x)) in {−1, +1} (+1 where f = 0), shape (n,)."""
         return np.where(self.decision_function(X) >= 0.0, 1.0, -1.0)
 
-    def score(self, X, y) -> float:
-        """Accuracy of ``predict(X)`` against labels ``y`` in {±1}."""
+    def score(self, X, y, sample_weight=None) -> float:
+        """Accuracy of ``predict(X)`` against labels ``y`` in {±1}, weighted by ``sample_weight`` if given."""
         X, y = _check_examples(self._checked_inputs(X), y)
-        return float(np.mean(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y))
+        return float(np.average(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y, weights=sample_weight))
 
 
 class _BooleanStudent(_BooleanClassifier):

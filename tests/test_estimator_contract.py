@@ -172,6 +172,15 @@ def test_students_refuse_real_inputs_without_naming_an_option_they_lack():
             student.fit(np.where(X > 0, 0.5, -1.0), y)
 
 
+def test_classifier_accuracy_weighs_examples():
+    X, y = _bits()
+    student = mhalearn.MLPStudent(hidden=4, steps=20, random_state=0).fit(X, y)
+    correct = student.predict(X) == y
+    assert 0 < correct.mean() < 1  # some wrong: the weights matter
+    weights = np.arange(len(y), dtype=float)
+    assert student.score(X, y, sample_weight=weights) == pytest.approx(weights @ correct / weights.sum(), rel=1e-12)
+
+
 def test_pooled_r2_weighs_sequences():
     X, Y = _teacher_sequences()
     learner = mhalearn.GradientLearner(1, max_iter=5, random_state=0).fit(X, Y)
