@@ -12,10 +12,19 @@ import os
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse
+
+
+def check_dense(value, name: str) -> None:
+    """Raise ``ValueError`` naming the argument when ``value`` is a SciPy sparse array or matrix."""
+    if scipy.sparse.issparse(value):
+        raise ValueError(f"{name}: expected a dense array, received a sparse {type(value).__name__} "
+                         "(sparse input is not supported; pass value.toarray())")
 
 
 def as_float_array(value, name: str, ndim: int) -> np.ndarray:
     """Return ``value`` as a C-contiguous float64 array of rank ``ndim`` with finite entries."""
+    check_dense(value, name)
     try:
         array = np.asarray(value)
     except Exception as error:  # pragma: no cover - exotic inputs
@@ -70,12 +79,13 @@ def check_pair(X, Y, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     return X, Y
 
 
-def check_boolean(X: np.ndarray, name: str = "X") -> None:
-    """Raise unless every entry of ``X`` is +1 or -1."""
+def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_non_boolean=True") -> None:
+    """Raise unless every entry of ``X`` is +1 or -1; the message names the ``opt_in`` parameter if any."""
     if not np.all(np.abs(X) == 1.0):
+        hint = f" (pass {opt_in} to opt in)" if opt_in else ""
         raise ValueError(
             f"{name}: expected Boolean entries in {{-1, +1}}, received values such as "
-            f"{X[np.abs(X) != 1.0][:3].tolist()} (pass allow_non_boolean=True to opt in)"
+            f"{X[np.abs(X) != 1.0][:3].tolist()}{hint}"
         )
 
 

@@ -63,11 +63,12 @@ def test_all_zero_labels_give_the_zero_layer(make):
     np.testing.assert_array_equal(learner.predict(X), np.zeros_like(X))
 
 
-def test_score_refuses_all_zero_reference():
+def test_score_refuses_constant_labels():
     teacher, X, Y, _ = _instance(heads=1)
     learner = GradientLearner(1, random_state=0).fit(X, Y)
-    with pytest.raises(ValueError, match="not all zero"):
-        learner.score(X, np.zeros_like(Y))
+    for constant in (np.zeros_like(Y), np.ones_like(Y)):
+        with pytest.raises(ValueError, match="^Y: expected labels that are not all equal"):
+            learner.score(X, constant)
 
 
 @pytest.mark.parametrize("params, name", [

@@ -3,8 +3,10 @@
 :data:`LEARNERS` maps the names used by experiments and the CLI (``sculpt``,
 ``gradient``, ``moment``) to estimator classes.  Every class takes ``heads``
 as its first argument and ``random_state`` as a keyword, and offers
-``fit(X, Y, teacher=None) -> self``, ``predict``, ``score``, ``model_`` and
-``report_`` (typed, with ``table()`` and ``as_dict()``: :mod:`~mhalearn.learners.report`).
+``fit(X, Y, teacher=None) -> self``, ``predict``, ``score`` (R² pooled over
+every output entry: they are scikit-learn regressors), ``model_`` and
+``report_`` (typed, with ``table()`` and ``as_dict()``: :mod:`~mhalearn.learners.report`);
+the contract they share is in :mod:`mhalearn._estimator`.
 """
 
 from __future__ import annotations

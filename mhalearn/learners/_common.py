@@ -1,5 +1,6 @@
 """Pieces shared by every attention learner: the estimator base class,
-variable projection (W given Θ by least squares) and L-BFGS refinement."""
+variable projection (W given Θ by least squares) and L-BFGS refinement
+(docs/design.md §4)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,29 @@ import time
 import numpy as np
 from scipy.linalg import lstsq
 from scipy.optimize import minimize
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
+from sklearn.metrics import r2_score
 from threadpoolctl import threadpool_limits
 
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
 from .._validation import (
     as_generator,
     check_boolean,
     check_enough_samples,
-    check_hyperparameters,
     check_pair,
 )
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
+from ..optim import FlatParameters
 from .diagnostics import TeacherDiagnostics
 from .report import ZeroLabelsReport
 
 
-class AttentionLearner(BaseEstimator):
+class AttentionLearner(SequenceRegressorMixin, Estimator):
     """Base class: scikit-learn contract for learners of a multi-head attention layer.
+
+    A regressor of sequences: ``predict`` maps X (n, k, d) to F̂(X) (n, k, d),
+    ``score`` is R² pooled over every output entry and ``n_features_in_`` is
+    the token dimension d (set last in ``fit``: it marks the learner fitted).
 
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
     of ``fit``) and implement ``_fit(X_train, Y_train, X_val, Y_val, rng,
@@ -66,7 +71,7 @@ class AttentionLearner(BaseEstimator):
         -------
         self
         """
-        check_hyperparameters(self)
+        self._check_params()
         X, Y = check_pair(X, Y)
         if self.requires_boolean and not getattr(self, "allow_non_boolean", False):
             check_boolean(X)
@@ -79,12 +84,12 @@ class AttentionLearner(BaseEstimator):
             raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {n}")
         check_enough_samples((n - n_val) * k * d, 2 * heads * d * d)
         start = time.perf_counter()
-        self.n_features_in_ = d
         y_scale, x_scale = _rms(Y), _rms(X)
         if y_scale == 0.0:
             for name in self._layers:
                 setattr(self, f"{name}_", MultiHeadAttention(np.zeros((heads, d, d)), np.zeros((heads, d, d))))
             self.report_ = ZeroLabelsReport(total_seconds=time.perf_counter() - start)
+            self.n_features_in_ = d
             return self
         X_std, Y_std = X / x_scale, Y / y_scale
         # Label and token bounds for the held-out certificate, in standardised units.
@@ -105,6 +110,7 @@ class AttentionLearner(BaseEstimator):
             setattr(self, f"{name}_", MultiHeadAttention(layer.thetas / x_scale ** 2,
                                                          layer.ws * (y_scale / x_scale)))
         self.report_ = report
+        self.n_features_in_ = d
         return self
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
@@ -112,19 +118,29 @@ class AttentionLearner(BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """Outputs of the learned layer, shape (n, k, d)."""
-        check_is_fitted(self, "model_")
+        check_fitted(self)
         return self.model_.predict(X)
 
-    def score(self, X, Y) -> float:
-        """1 − Σ‖F̂(X) − Y‖² / Σ‖Y‖² (1 is perfect; R² without centring)."""
-        check_is_fitted(self, "model_")
+    def score(self, X, Y, sample_weight=None) -> float:
+        """R², the coefficient of determination, pooled over every output entry.
+
+        R² = 1 − Σ‖F̂(X) − Y‖² / Σ‖Y − Ȳ‖², the sums over every token of every
+        sequence and Ȳ the mean output token (scikit-learn's ``r2_score`` on
+        the (n·k, d) output tokens with ``multioutput="variance_weighted"``);
+        ``sample_weight`` (n,) weighs the sequences.  1 is a perfect fit, 0
+        the mean token's.  For the relative error Σ‖F̂(X) − Y‖²/Σ‖Y‖² of the
+        paper use :func:`mhalearn.relative_error`.
+        """
+        check_fitted(self)
         X, Y = check_pair(X, Y, self.model_.dim)
-        energy = float(np.sum(Y ** 2))
-        if energy == 0.0:
-            raise ValueError("Y: expected labels that are not all zero (the relative error is undefined), "
-                             "received all zeros")
-        residual = self.model_.predict(X) - Y
-        return float(1.0 - np.sum(residual ** 2) / energy)
+        n, k, d = Y.shape
+        tokens = Y.reshape(n * k, d)
+        if not np.any(tokens != tokens[0]):
+            raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
+                             "received constant labels")
+        weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
+        return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
+                              multioutput="variance_weighted"))
 
 
 def _rms(array: np.ndarray) -> float:
@@ -189,15 +205,12 @@ def lbfgs_refine(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarra
     every ``check_every`` iterations) and returns the best validated point.
     Returns the model and a history dict.
     """
-    m, d, _ = thetas.shape
-    size = m * d * d
+    layout = FlatParameters(thetas.shape, ws.shape)
     scale = float(np.mean(Y ** 2)) or 1.0  # keeps the objective O(1) for the tolerances
 
     def objective(flat):
-        th = flat[:size].reshape(m, d, d)
-        w = flat[size:].reshape(m, d, d)
-        loss, dth, dw = kernels.loss_and_grad(X, Y, th, w)
-        return loss / scale, np.concatenate([dth.ravel(), dw.ravel()]) / scale
+        loss, dth, dw = kernels.loss_and_grad(X, Y, *layout.unpack(flat))
+        return loss / scale, layout.pack(dth, dw) / scale
 
     history = {"train_loss": [], "val_error": []}
     best = {"val": np.inf, "flat": None, "stale": 0}
@@ -209,7 +222,7 @@ def lbfgs_refine(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarra
         if X_val is None or iteration[0] % check_every:
             return
         flat = intermediate_result.x
-        model = MultiHeadAttention(flat[:size].reshape(m, d, d), flat[size:].reshape(m, d, d))
+        model = MultiHeadAttention(*layout.unpack(flat))
         err = validation_error(model, X_val, Y_val)
         history["val_error"].append(err)
         if err < best["val"] * (1 - 1e-3):
@@ -219,16 +232,15 @@ def lbfgs_refine(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarra
             if patience and best["stale"] >= patience:
                 raise StopIteration
 
-    start = np.concatenate([thetas.ravel(), ws.ravel()])
+    start = layout.pack(thetas, ws)
     result = minimize(objective, start, jac=True, method="L-BFGS-B", callback=callback,
                       options={"maxiter": max_iter, "ftol": 1e-16, "gtol": 1e-12, "maxcor": 30})
     flat = result.x
-    model = MultiHeadAttention(flat[:size].reshape(m, d, d), flat[size:].reshape(m, d, d))
+    model = MultiHeadAttention(*layout.unpack(flat))
     if X_val is not None:
         final_val = validation_error(model, X_val, Y_val)
         if best["flat"] is not None and best["val"] < final_val:
-            flat = best["flat"]
-            model = MultiHeadAttention(flat[:size].reshape(m, d, d), flat[size:].reshape(m, d, d))
+            model = MultiHeadAttention(*layout.unpack(best["flat"]))
     history.update(iterations=int(result.nit), message=str(result.message),
                    final_train_loss=float(result.fun) * scale)
     return model, history

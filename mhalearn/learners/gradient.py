@@ -9,6 +9,7 @@ import numpy as np
 from .._validation import Integer, Options, Real, Seed
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
+from ..optim import AdamW
 from . import register_learner
 from ._common import (
     AttentionLearner,
@@ -109,32 +110,26 @@ class GradientLearner(AttentionLearner):
 def adam_descent(X, Y, thetas, ws, rng, *, epochs: int, learning_rate: float, batch_size: int,
                  X_val, Y_val, patience: int, beta1: float = 0.9, beta2: float = 0.999,
                  eps: float = 1e-12) -> tuple[MultiHeadAttention, dict]:
-    """Mini-batch Adam (Kingma & Ba) on ½‖F − Y‖²/n, validated once per epoch."""
-    params = np.stack([thetas, ws])  # (2, m, d, d)
-    first = np.zeros_like(params)
-    second = np.zeros_like(params)
+    """Mini-batch Adam (Kingma & Ba, :class:`mhalearn.optim.AdamW` without decay) on ½‖F − Y‖²/n,
+    validated once per epoch; returns the best validated layer and a history dict."""
+    params = {"thetas": thetas.copy(), "ws": ws.copy()}
+    adam = AdamW(params, beta1=beta1, beta2=beta2, eps=eps)
     n = X.shape[0]
-    step = 0
-    best_val, best_params, stale = np.inf, params.copy(), 0
+    best_val, best_params, stale = np.inf, {name: value.copy() for name, value in params.items()}, 0
     history = {"val_error": []}
     for epoch in range(epochs):
         order = rng.permutation(n)
         for begin in range(0, n, batch_size):
             batch = order[begin:begin + batch_size]
-            _, dth, dw = kernels.loss_and_grad(X[batch], Y[batch], params[0], params[1])
-            grad = np.stack([dth, dw])
-            step += 1
-            first = beta1 * first + (1 - beta1) * grad
-            second = beta2 * second + (1 - beta2) * grad ** 2
-            params -= learning_rate * (first / (1 - beta1 ** step)) / (
-                np.sqrt(second / (1 - beta2 ** step)) + eps)
-        val = validation_error(MultiHeadAttention(params[0], params[1]), X_val, Y_val)
+            _, dth, dw = kernels.loss_and_grad(X[batch], Y[batch], params["thetas"], params["ws"])
+            adam.step({"thetas": dth, "ws": dw}, learning_rate)
+        val = validation_error(MultiHeadAttention(params["thetas"], params["ws"]), X_val, Y_val)
         history["val_error"].append(val)
         if val < best_val * (1 - 1e-3):
-            best_val, best_params, stale = val, params.copy(), 0
+            best_val, best_params, stale = val, {name: value.copy() for name, value in params.items()}, 0
         else:
             stale += 1
             if patience and stale >= patience:
                 break
     history["iterations"] = epoch + 1
-    return MultiHeadAttention(best_params[0], best_params[1]), history
+    return MultiHeadAttention(best_params["thetas"], best_params["ws"]), history

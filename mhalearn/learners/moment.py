@@ -9,16 +9,15 @@ the sculpting phases can be ablated.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from . import register_learner
 from .report import Route, Span, SpanSearchReport
-from .sculpt import _SEARCH_CONSTRAINTS, _SpanSearchLearner
+from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
 
 
 @register_learner("moment")
-class MomentLearner(_SpanSearchLearner):
+class MomentLearner(SpanSearchLearner):
     """The moment route to span{Θ_i}, then the net, the selection and the polish.
 
     To first order in the logits, y_ℓ − x̄W_Σ is linear in the cubic features
@@ -38,7 +37,7 @@ class MomentLearner(_SpanSearchLearner):
     Chen, S. & Li, Y., *Provably learning a multi-head attention layer* (phases 5–6).
     """
 
-    _parameter_constraints = dict(_SEARCH_CONSTRAINTS)
+    _parameter_constraints = dict(SEARCH_CONSTRAINTS)
 
     def __init__(self, heads: int, *, search: str = "net", net_radius: float | None = None,
                  net_resolution: float | None = None, max_candidates: int = 200_000,

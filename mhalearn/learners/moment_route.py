@@ -18,6 +18,8 @@ import numpy as np
 from scipy.linalg import lstsq
 from scipy.optimize import minimize
 
+from ..optim import FlatParameters
+
 
 def _centred_token_covariance(X: np.ndarray) -> np.ndarray:
     """S_s = Σ_j x_j x_jᵀ / k − x̄ x̄ᵀ per sequence, shape (n, d, d)."""
@@ -72,14 +74,10 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     P = (u[:, :heads] * root).T.reshape(heads, d, d)
     Q = (vt[:heads].T * root).T.reshape(heads, d, d)
     # Polish the rank-m linearised model on its own squared error.
-    sizes = (d * d, heads * d * d, heads * d * d)
-
-    def unpack(flat):
-        return (flat[: sizes[0]].reshape(d, d), flat[sizes[0]: sizes[0] + sizes[1]].reshape(heads, d, d),
-                flat[sizes[0] + sizes[1]:].reshape(heads, d, d))
+    layout = FlatParameters((d, d), (heads, d, d), (heads, d, d))
 
     def objective(flat):
-        w0_, P_, Q_ = unpack(flat)
+        w0_, P_, Q_ = layout.unpack(flat)
         prediction, mixed = _linearised_predict(X, mean, S, w0_, P_, Q_)
         residual = (prediction - Y) / n
         d_w0 = mean.T @ residual.sum(axis=1)
@@ -88,11 +86,11 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
         d_queries = d_mixed @ S[:, None]  # S symmetric
         d_P = np.einsum("nkd,nmke->mde", X, d_queries)
         loss = 0.5 * np.sum((prediction - Y) ** 2) / n
-        return loss, np.concatenate([d_w0.ravel(), d_P.ravel(), d_Q.ravel()])
+        return loss, layout.pack(d_w0, d_P, d_Q)
 
-    start = np.concatenate([w0.ravel(), P.ravel(), Q.ravel()])
+    start = layout.pack(w0, P, Q)
     result = minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": polish_iter})
-    _, P, _ = unpack(result.x)
+    _, P, _ = layout.unpack(result.x)
     vectors = P.reshape(heads, -1)
     _, _, vt_span = np.linalg.svd(vectors, full_matrices=False)
     info = {"rows": int(n * k), "features": features, "singular_values": singular[: heads + 3].tolist(),

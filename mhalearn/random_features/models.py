@@ -37,10 +37,9 @@ import time
 
 import numpy as np
 import scipy.linalg
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
 from .._validation import (
     Integer,
     Options,
@@ -49,7 +48,6 @@ from .._validation import (
     Seed,
     as_float_array,
     as_generator,
-    check_hyperparameters,
     check_inputs,
     check_real,
 )
@@ -246,13 +244,17 @@ def _overflow_message(X: np.ndarray) -> str:
             "(the models expect tokens of norm about √d)")
 
 
-class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
+class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
     """Shared fit/predict of a ridge regression over frozen random features.
+
+    A regressor of one number per sequence: ``score`` is scikit-learn's R²
+    and ``n_features_in_`` the token dimension d (set once ``fit`` has succeeded).
 
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
     of ``fit``) and implement ``_check_X(X, fitted)``,
     ``_draw(X, rng)`` (sample and store the frozen parameters, return the
-    feature count p) and ``_features(X)`` (the n × p feature matrix).
+    feature count p), ``_features(X)`` (the n × p feature matrix) and may
+    name the fitted weights in ``_store_weights()``.
     """
 
     def fit(self, X, y):
@@ -268,7 +270,7 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
         -------
         self
         """
-        check_hyperparameters(self)
+        self._check_params()
         X = self._check_X(X, fitted=False)
         y = _check_targets(y, X.shape[0])
         start_time = time.perf_counter()
@@ -280,11 +282,16 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
             raise ValueError(_overflow_message(X))
         report.update(samples=X.shape[0], features=width, seconds=time.perf_counter() - start_time)
         self.report_ = report
+        self._store_weights()
+        self.n_features_in_ = X.shape[2]
         return self
+
+    def _store_weights(self) -> None:
+        """Store ``coef_`` under the model's own names too (subclasses; nothing by default)."""
 
     def predict(self, X) -> np.ndarray:
         """Predictions ⟨v̂, φ(X_i)⟩ + b̂, shape (n,), computed in blocks of samples."""
-        self._check_fitted()
+        check_fitted(self)
         X = self._check_X(X, fitted=True)
         out = np.empty(X.shape[0])
         for start, stop in _row_blocks(X.shape[0], self.coef_.shape[0]):
@@ -296,12 +303,8 @@ class _RandomFeatureRidge(RegressorMixin, BaseEstimator):
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""
-        self._check_fitted()
+        check_fitted(self)
         return self._features(self._check_X(X, fitted=True))
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise NotFittedError(f"{type(self).__name__}: call fit before predict or transform")
 
 
 class RandomFeatureAttention(_RandomFeatureRidge):
@@ -355,6 +358,7 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     intercept_ : float.
     alpha_ : float, the α used.
     dim_ : int, the token dimension d.
+    n_features_in_ : int, the token dimension d.
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
@@ -378,24 +382,10 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         self.fit_intercept = fit_intercept
         self.random_state = random_state
 
-    def fit(self, X, y):
-        """Fit the value vectors by ridge regression.
-
-        Parameters
-        ----------
-        X : array of shape (n, N+1, d); row 0 of each sequence is the query
-            x_0, rows 1..N the keys.
-        y : array of shape (n,).
-
-        Returns
-        -------
-        self
-        """
-        super().fit(X, y)
+    def _store_weights(self) -> None:
         weights = self.coef_.reshape(self.query_keys_.shape[0], -1)
         self.values_ = weights[:, :self.dim_].copy()
         self.value_biases_ = weights[:, self.dim_].copy() if self.value_bias else np.zeros(len(weights))
-        return self
 
     def _check_X(self, X, fitted: bool) -> np.ndarray:
         X = _check_sequences(X)
@@ -462,6 +452,7 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     intercept_ : float.
     alpha_ : float, the α used.
     input_shape_ : tuple (N+1, d).
+    n_features_in_ : int, the token dimension d.
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .._validation import Integer, Seed, as_generator, check_hyperparameters
+from .._validation import Integer, Seed, as_generator
 from .tasks import BooleanClassifier, check_examples
 
 def _as_signatures(packed: np.ndarray) -> np.ndarray:
@@ -78,7 +78,7 @@ class SparseParitySearch(BooleanClassifier):
 
     def fit(self, X, y):
         """Search the parities of ``sparsity`` bits for those consistent with (X, y); returns ``self``."""
-        check_hyperparameters(self)
+        self._check_params()
         sparsity = self.sparsity
         X, y = check_examples(X, y)
         length = X.shape[1]
@@ -114,10 +114,10 @@ class SparseParitySearch(BooleanClassifier):
         totals = np.array([block(first)[3].sum() for first in firsts])
         repeats = math.comb(sparsity, halves[0])
         self.consistent_count_ = int(totals.sum()) // repeats
-        self.n_features_in_ = length
         if self.consistent_count_ == 0:
             self.support_ = None
             self.constant_ = 1.0 if np.mean(y) >= 0 else -1.0
+            self.n_features_in_ = length
             return self
         pick = int(rng.integers(totals.sum()))
         index = int(np.searchsorted(np.cumsum(totals), pick, side="right"))
@@ -130,6 +130,7 @@ class SparseParitySearch(BooleanClassifier):
                                         if int(order[k]) not in subset]
         chosen = subset | ({matches[pick]} if matches else set())
         self.support_ = np.array(sorted(chosen))
+        self.n_features_in_ = length
         return self
 
     def _scores(self, X: np.ndarray) -> np.ndarray:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .._validation import Integer, Real, Seed, as_generator, check_hyperparameters
+from .._validation import Integer, Real, Seed, as_generator
+from ..optim import AdamW
 from . import kernels
 from .tasks import BooleanClassifier, check_examples
 
@@ -100,13 +101,12 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
         m ← β₁m + (1−β₁)g,  v ← β₂v + (1−β₂)g²,
         θ ← θ − η_t (m̂/(√v̂ + ε) + λ θ·[θ decayed]),
 
-    with η_t = η (1 + cos(π t/steps))/2.  Returns the mini-batch loss of every step.
+    with η_t = η (1 + cos(π t/steps))/2 (one :class:`mhalearn.optim.AdamW` step each, ε = 10⁻⁸).
+    Returns the mini-batch loss of every step.
     """
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    adam = AdamW(parameters, weight_decay=weight_decay, decayed=decayed)
     n = X.shape[0]
     batch = min(batch_size, n)
-    first = {name: np.zeros_like(value) for name, value in parameters.items()}
-    second = {name: np.zeros_like(value) for name, value in parameters.items()}
     losses = np.empty(steps)
     order, cursor = rng.permutation(n), 0
     for step in range(steps):
@@ -115,15 +115,7 @@ def adamw_descent(parameters: dict, loss_and_grad, X: np.ndarray, y: np.ndarray,
         rows = order[cursor:cursor + batch]
         cursor += batch
         losses[step], grads = loss_and_grad(parameters, X[rows], y[rows])
-        rate = 0.5 * learning_rate * (1.0 + np.cos(np.pi * step / steps))
-        correction1, correction2 = 1.0 - beta1 ** (step + 1), 1.0 - beta2 ** (step + 1)
-        for name, value in parameters.items():
-            g = grads[name]
-            first[name] = beta1 * first[name] + (1.0 - beta1) * g
-            second[name] = beta2 * second[name] + (1.0 - beta2) * g * g
-            if name in decayed:
-                value *= 1.0 - rate * weight_decay
-            value -= rate * (first[name] / correction1) / (np.sqrt(second[name] / correction2) + eps)
+        adam.step(grads, 0.5 * learning_rate * (1.0 + np.cos(np.pi * step / steps)))
     return losses
 
 
@@ -141,7 +133,6 @@ class _BooleanStudent(BooleanClassifier):
     """
 
     _decayed: frozenset = frozenset()
-    _fitted_attribute = "parameters_"
 
     #: AdamW's hyper-parameters, shared by the students (checked once, at the start of ``fit``).
     _parameter_constraints = {
@@ -166,7 +157,7 @@ class _BooleanStudent(BooleanClassifier):
         loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
         and each mini-batch converted to float64 when it is used.
         """
-        check_hyperparameters(self)
+        self._check_params()
         X, y = check_examples(X, y)
         rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)

@@ -16,9 +16,10 @@ every learner of the task shares (the gradient-trained students of
 from __future__ import annotations
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import ClassifierMixin
 
-from .._validation import as_float_array, as_generator, check_boolean, check_choice, check_positive_int
+from .._estimator import Estimator, check_fitted
+from .._validation import as_float_array, as_generator, check_boolean, check_choice, check_dense, check_positive_int
 
 #: The sparse functions g: {±1}^s → {±1} (+1 plays the role of "true").
 FUNCTIONS = ("and", "parity", "majority")
@@ -44,6 +45,7 @@ def check_bits(X, name: str = "X") -> np.ndarray:
     n = 16 384 the training set is 64 MiB instead of 512 MiB.  The check
     reads the array in its own dtype, so no float64 copy is made.
     """
+    check_dense(X, name)
     try:
         array = np.asarray(X)
     except Exception as error:  # pragma: no cover - exotic inputs
@@ -55,7 +57,7 @@ def check_bits(X, name: str = "X") -> np.ndarray:
         raise ValueError(f"{name}: expected an array of rank 2, received shape {array.shape}")
     if array.shape[0] < 1 or array.shape[1] < 1:
         raise ValueError(f"{name}: expected shape (samples, length) with both sizes >= 1, received {array.shape}")
-    check_boolean(array, name)
+    check_boolean(array, name, opt_in=None)
     return array.astype(np.int8, copy=False)
 
 
@@ -135,31 +137,43 @@ class SparseBooleanTask:
                 f"function={self.function!r}, support={self.support.tolist()})")
 
 
-class BooleanClassifier(BaseEstimator):
-    """scikit-learn estimator base of a real-valued score f(x) on x ∈ {±1}^T, sign(f) the label.
+class BooleanClassifier(ClassifierMixin, Estimator):
+    """scikit-learn classifier of x ∈ {±1}^T by the sign of a real-valued score f(x).
 
-    Subclasses set ``n_features_in_`` and their fitted state in ``fit`` and
-    provide ``_scores(X)`` (float64 scores of int8 bits, any number of rows).
+    The labels are −1 and +1 (``classes_``); ``decision_function`` is f,
+    ``predict`` is sign(f) (+1 at f = 0) and ``score`` the accuracy.
+    Subclasses set their fitted state in ``fit``, then ``n_features_in_``
+    last (it marks the estimator fitted), and provide ``_scores(X)`` (float64
+    scores of int8 bits, any number of rows).
     """
 
-    _fitted_attribute = "n_features_in_"
+    #: The labels, fixed: the logistic loss and the parities are defined on y ∈ {−1, +1}.
+    classes_ = np.array([-1.0, 1.0])
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False  # two labels, −1 and +1
+        return tags
 
     def _checked_inputs(self, X) -> np.ndarray:
-        if not hasattr(self, self._fitted_attribute):
-            raise ValueError(f"{type(self).__name__}: expected a fitted estimator, call fit(X, y) first")
+        check_fitted(self)
         X = check_bits(X)
         if X.shape[1] != self.n_features_in_:
             raise ValueError(f"X: expected {self.n_features_in_} columns as in fit, received shape {X.shape}")
         return X
 
-    def predict(self, X) -> np.ndarray:
+    def decision_function(self, X) -> np.ndarray:
         """Real scores f(x) of shape (n,); sign(f) is the predicted label."""
         return self._scores(self._checked_inputs(X))
 
-    def score(self, X, y) -> float:
-        """Accuracy of sign(f(x)) against labels ``y`` in {±1}."""
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels sign(f(x)) in {−1, +1} (+1 where f = 0), shape (n,)."""
+        return np.where(self.decision_function(X) >= 0.0, 1.0, -1.0)
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Accuracy of ``predict(X)`` against labels ``y`` in {±1}, weighted by ``sample_weight`` if given."""
         X, y = check_examples(self._checked_inputs(X), y)
-        return float(np.mean(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y))
+        return float(np.average(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y, weights=sample_weight))
 
 
 __all__ = ["BooleanClassifier", "FUNCTIONS", "SparseBooleanTask", "boolean_function", "check_bits", "check_examples"]

@@ -1,0 +1,66 @@
+"""The scikit-learn estimator contract shared by every estimator of mhalearn (docs/design.md §4).
+
+* :func:`check_fitted` — the one not-fitted check: scikit-learn's
+  ``check_is_fitted``, so every estimator raises ``NotFittedError`` (a
+  ``ValueError`` and ``AttributeError``) when used before ``fit``.
+* :class:`Estimator` — the base of every estimator: hyper-parameters are
+  declared once in ``_parameter_constraints`` and checked at the start of
+  ``fit`` (:meth:`Estimator._check_params`); an estimator is fitted once
+  ``fit`` has set ``n_features_in_``, which every ``fit`` sets last.
+* :class:`SequenceRegressorMixin` — regressors whose inputs are batches of
+  sequences, shape (n, k, d): ``n_features_in_`` is the token dimension d and
+  the tags say the input is a 3-D array.
+
+The learners of a multi-head attention layer predict sequences (n, k, d) and
+their ``score`` is R² pooled over every output entry; the random-feature
+models predict one number per sequence and score R² as every scikit-learn
+regressor.  The sparse-variables students are classifiers of ±1 bits
+(their ``score`` is accuracy).
+"""
+
+from __future__ import annotations
+
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._validation import check_hyperparameters
+
+#: The attribute every ``fit`` sets last: its presence means the estimator is fitted.
+FITTED_ATTRIBUTE = "n_features_in_"
+
+
+def check_fitted(estimator) -> None:
+    """Raise ``sklearn.exceptions.NotFittedError`` unless ``estimator.fit`` has completed."""
+    check_is_fitted(estimator, FITTED_ATTRIBUTE)
+
+
+class Estimator(BaseEstimator):
+    """Base of every mhalearn estimator (see the module docstring).
+
+    Subclasses declare ``_parameter_constraints`` (name → list of allowed
+    constraints from :mod:`mhalearn._validation`) for every constructor
+    argument, call :meth:`_check_params` first thing in ``fit`` and set
+    ``n_features_in_`` last.
+    """
+
+    _parameter_constraints: dict = {}
+
+    def _check_params(self) -> None:
+        """Check every hyper-parameter against ``_parameter_constraints`` (``ValueError`` naming it)."""
+        check_hyperparameters(self)
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, FITTED_ATTRIBUTE)
+
+
+class SequenceRegressorMixin(RegressorMixin):
+    """Regressor on batches of sequences X of shape (n, k, d); ``n_features_in_`` is d."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.three_d_array = True
+        return tags
+
+
+__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted"]
