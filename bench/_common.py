@@ -4,25 +4,34 @@ import os
 import time
 
 
-def best_time(function, repeats: int = 5, min_seconds: float = 0.2) -> float:
-    """Best wall time of one call over ``repeats`` rounds, each long enough to time."""
+def calls_per_round(function, repeats: int = 5, min_seconds: float = 0.2) -> int:
+    """Calls of ``function`` (after one warm-up call) that make a round long enough to time.
+
+    Doubles the count until ``repeats`` rounds would take ``min_seconds``.
+    """
     function()  # warm up (compilation, caches)
     calls = 1
     while True:
         start = time.perf_counter()
         for _ in range(calls):
             function()
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds / repeats or calls >= 1 << 20:
-            break
+        if time.perf_counter() - start >= min_seconds / repeats or calls >= 1 << 20:
+            return calls
         calls *= 2
-    best = elapsed / calls
-    for _ in range(repeats - 1):
-        start = time.perf_counter()
-        for _ in range(calls):
-            function()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
+
+
+def round_time(function, calls: int) -> float:
+    """Wall time of one call, from one round of ``calls`` calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        function()
+    return (time.perf_counter() - start) / calls
+
+
+def best_time(function, repeats: int = 5, min_seconds: float = 0.2) -> float:
+    """Best wall time of one call over ``repeats`` rounds, each long enough to time."""
+    calls = calls_per_round(function, repeats, min_seconds)
+    return min(round_time(function, calls) for _ in range(repeats))
 
 
 def load_jsonl(path):

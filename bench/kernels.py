@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from _common import best_time
+from _common import best_time, calls_per_round, round_time
 from mhalearn.attention import kernels, reference
 
 try:  # optional comparator
@@ -58,26 +58,12 @@ def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pa
     the previous function (OpenBLAS spins for ~2^28 cycles after a call)
     go idle, so that no function is timed against another's spinning threads.
     """
-    calls = []
-    for function in functions:
-        function()  # warm up (compilation, caches)
-        count = 1
-        while True:
-            start = time.perf_counter()
-            for _ in range(count):
-                function()
-            if time.perf_counter() - start >= min_seconds / repeats or count >= 1 << 20:
-                break
-            count *= 2
-        calls.append(count)
+    calls = [calls_per_round(function, repeats, min_seconds) for function in functions]
     best = [float("inf")] * len(functions)
     for _ in range(repeats):
         for index, (function, count) in enumerate(zip(functions, calls)):
             time.sleep(pause)
-            start = time.perf_counter()
-            for _ in range(count):
-                function()
-            best[index] = min(best[index], (time.perf_counter() - start) / count)
+            best[index] = min(best[index], round_time(function, count))
     return best
 
 

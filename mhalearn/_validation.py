@@ -118,6 +118,19 @@ def check_choice(value, name: str, choices) -> str:
     return value
 
 
+def add_unique(registry: dict, name: str, value, kind: str):
+    """Store ``value`` under ``name`` in one of the package's registries; a name is registered once."""
+    if name in registry:
+        raise ValueError(f"{kind}: name {name!r} is already registered")
+    registry[name] = value
+    return value
+
+
+def registered(registry: dict, name: str, kind: str):
+    """The entry called ``name`` of a registry; unknown names list the valid ones."""
+    return registry[check_choice(name, kind, registry)]
+
+
 def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
     """Raise when there are fewer scalar equations than unknowns."""
     if samples < unknowns:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._validation import as_generator, check_choice, check_instance, check_positive_int, check_real
+from .._validation import add_unique, as_generator, check_choice, check_instance, check_positive_int, check_real, registered
 from .data import INPUT_LAWS
 from .model import MultiHeadAttention
 
@@ -183,16 +183,12 @@ def register_family(family: TeacherFamily) -> TeacherFamily:
         raise TypeError(f"family.samples: expected None or a callable (heads, dim, length) -> int, "
                         f"received {type(family.samples).__name__}")
     check_choice(family.law, "family.law", INPUT_LAWS)
-    if family.name in TEACHER_FAMILIES:
-        raise ValueError(f"family: name {family.name!r} is already registered")
-    TEACHER_FAMILIES[family.name] = family
-    return family
+    return add_unique(TEACHER_FAMILIES, family.name, family, "family")
 
 
 def get_family(name: str) -> TeacherFamily:
     """The registered family called ``name``; unknown names list the valid ones."""
-    check_choice(name, "family", TEACHER_FAMILIES)
-    return TEACHER_FAMILIES[name]
+    return registered(TEACHER_FAMILIES, name, "family")
 
 
 def make_teacher(family: str, heads: int, dim: int, rng=None) -> MultiHeadAttention:

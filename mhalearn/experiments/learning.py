@@ -123,6 +123,14 @@ def _learners_in(rows: list[dict]) -> list[str]:
                                                                   if name not in LEARNER_NAMES]
 
 
+def _grid_axes(rows: list[dict], experiment: str) -> tuple[list[str], list[int], list[int]]:
+    """The learners (plotting order), m values and n values of an experiment's stored rows."""
+    if not rows:
+        raise ValueError(f"rows: expected stored results of {experiment}, received none (run the sweep first)")
+    return (_learners_in(rows), sorted({row["heads"] for row in rows}),
+            sorted({row["samples"] for row in rows}))
+
+
 def _setting(rows: list[dict]) -> str:
     first = rows[0]
     return f"{first['family']} teacher, d = {first['dim']}, k = {first['length']}, noise σ = {first['noise']}"
@@ -134,12 +142,8 @@ def plot_error_vs_samples(rows: list[dict], out_dir: Path) -> list[Path]:
     Writes ``error-vs-samples.png`` and ``error-vs-samples.txt`` (the plotted
     numbers and samples-to-ε) in ``out_dir``.
     """
-    if not rows:
-        raise ValueError("rows: expected stored results of error-vs-samples, received none (run the sweep first)")
+    names, heads_values, samples_values = _grid_axes(rows, "error-vs-samples")
     out_dir = Path(out_dir)
-    names = _learners_in(rows)
-    heads_values = sorted({row["heads"] for row in rows})
-    samples_values = sorted({row["samples"] for row in rows})
     fig, axes = new_figure(len(heads_values), sharey=True)
     curves = []
     for ax, heads in zip(axes, heads_values):
@@ -177,12 +181,8 @@ def plot_heads_dependence(rows: list[dict], out_dir: Path) -> list[Path]:
     and quartile band over seeds).  Writes ``heads-dependence.png`` and
     ``heads-dependence.txt`` in ``out_dir``.
     """
-    if not rows:
-        raise ValueError("rows: expected stored results of heads-dependence, received none (run the sweep first)")
+    names, heads_values, samples_values = _grid_axes(rows, "heads-dependence")
     out_dir = Path(out_dir)
-    names = _learners_in(rows)
-    heads_values = sorted({row["heads"] for row in rows})
-    samples_values = sorted({row["samples"] for row in rows})
     largest = samples_values[-1]
     at_largest = [row for row in rows if row["samples"] == largest]
     to_epsilon = samples_to_epsilon(rows)

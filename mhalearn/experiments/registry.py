@@ -43,7 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from .._validation import check_choice
+from .._validation import add_unique, registered
 
 #: The grid tables of a grid file: the experiment's grid and the one of ``--quick``.
 GRID_NAMES = ("full", "quick")
@@ -180,13 +180,9 @@ EXPERIMENTS: dict[str, Experiment] = {}
 
 def register_experiment(experiment: Experiment) -> Experiment:
     """Add ``experiment`` under its name (names are unique)."""
-    if experiment.name in EXPERIMENTS:
-        raise ValueError(f"experiment: name {experiment.name!r} is already registered")
-    EXPERIMENTS[experiment.name] = experiment
-    return experiment
+    return add_unique(EXPERIMENTS, experiment.name, experiment, "experiment")
 
 
 def get_experiment(name: str) -> Experiment:
     """The experiment called ``name``; unknown names list the valid ones."""
-    check_choice(name, "experiment", EXPERIMENTS)
-    return EXPERIMENTS[name]
+    return registered(EXPERIMENTS, name, "experiment")

@@ -11,7 +11,7 @@ the contract they share is in :mod:`mhalearn._estimator`.
 
 from __future__ import annotations
 
-from .._validation import check_choice
+from .._validation import add_unique, registered
 
 LEARNERS: dict[str, type] = {}
 
@@ -19,17 +19,13 @@ LEARNERS: dict[str, type] = {}
 def register_learner(name: str):
     """Class decorator adding a learner to :data:`LEARNERS` under ``name``."""
     def decorate(cls):
-        if name in LEARNERS:
-            raise ValueError(f"learner: name {name!r} is already registered")
-        LEARNERS[name] = cls
-        return cls
+        return add_unique(LEARNERS, name, cls, "learner")
     return decorate
 
 
 def get_learner(name: str) -> type:
     """The learner class called ``name``; unknown names list the valid ones."""
-    check_choice(name, "learner", LEARNERS)
-    return LEARNERS[name]
+    return registered(LEARNERS, name, "learner")
 
 
 def make_learner(name: str, heads: int, **params):
