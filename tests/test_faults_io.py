@@ -147,9 +147,9 @@ def test_a_blank_sqlite_file_left_by_a_killed_creation_is_taken_as_new(tmp_path)
 
 def test_a_failed_creation_leaves_no_results_file_behind(tmp_path, monkeypatch):
     path = tmp_path / "results.db"
-    import mhalearn.experiments.store as store_module
+    import mhalearn.experiments.results_file as results_file
 
-    monkeypatch.setattr(store_module, "_SCHEMA", store_module._SCHEMA + "CREATE TABLE interrupted (;")
+    monkeypatch.setattr(results_file, "_SCHEMA", results_file._SCHEMA + "CREATE TABLE interrupted (;")
     with pytest.raises(sqlite3.Error):
         ResultStore(path)
     monkeypatch.undo()

@@ -24,7 +24,7 @@ Faults, each stopping with a clear ``ValueError`` (before any work) or
 ``RuntimeError`` (during it) and keeping every row already written:
 
 - the results file or its directory is read-only, or another coordinator is
-  writing to it (:class:`~mhalearn.experiments.store.WriterLock`): refused
+  writing to it (:class:`~mhalearn.experiments.writer_lock.WriterLock`): refused
   before anything is computed;
 - the file cannot be written during the sweep (disk full, a write lock held
   by another program): each write is retried for ``write_timeout`` seconds,
@@ -56,7 +56,8 @@ from tqdm.auto import tqdm
 from .._validation import check_choice, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
 from .registry import Grid, get_experiment
-from .store import STATUS_FAILED, STATUS_OK, ResultStore, WriterLock, cell_key, describe_write_error
+from .store import STATUS_FAILED, STATUS_OK, ResultStore, cell_key
+from .writer_lock import WriterLock, describe_write_error
 
 BACKENDS = ("local", "dask")
 #: Seconds a sweep retries writing one row (disk full, file locked) before it stops.

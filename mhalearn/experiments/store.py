@@ -36,65 +36,29 @@ Files and faults:
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import socket
 import sqlite3
-import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-#: Value of ``meta.format`` in every results file.
-FORMAT_TAG = "mhalearn-results"
-#: Schema version written into new files; older versions are migrated forward when opened for writing.
-SCHEMA_VERSION = 2
+from .results_file import (
+    SCHEMA_VERSION,
+    _MIGRATIONS,
+    _check_writable,
+    _connect_readonly,
+    _create_atomically,
+    _inspect_existing,
+    _now,
+    _remove_stale_temporaries,
+)
+from .writer_lock import describe_write_error
+
 #: Row statuses: the cell returned metrics, or it raised.
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-_SCHEMA = """
-CREATE TABLE meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE results (
-    id          INTEGER PRIMARY KEY,
-    experiment  TEXT NOT NULL,
-    cell_key    TEXT NOT NULL UNIQUE,
-    params      TEXT NOT NULL,
-    metrics     TEXT NOT NULL,
-    status      TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
-    error       TEXT,
-    seconds     REAL NOT NULL,
-    host        TEXT NOT NULL,
-    finished_at TEXT NOT NULL,
-    code_id     TEXT,
-    provenance  TEXT
-);
-CREATE INDEX results_by_experiment ON results (experiment);
-"""
-#: Schema 2 over schema 1: provenance columns and the grids table.
-_GRIDS_TABLE = """
-CREATE TABLE grids (
-    id          INTEGER PRIMARY KEY,
-    experiment  TEXT NOT NULL,
-    name        TEXT NOT NULL,
-    source      TEXT NOT NULL,
-    grid        TEXT NOT NULL,
-    toml        TEXT NOT NULL,
-    code_id     TEXT,
-    recorded_at TEXT NOT NULL
-);
-"""
-_MIGRATIONS = {
-    1: ["ALTER TABLE results ADD COLUMN code_id TEXT", "ALTER TABLE results ADD COLUMN provenance TEXT",
-        _GRIDS_TABLE],
-}
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -136,148 +100,6 @@ def cell_key(experiment: str, cell: dict) -> str:
     _check_flat_scalars(cell, "cell")
     return json.dumps({"experiment": experiment, "params": cell}, sort_keys=True,
                       separators=(",", ":"), allow_nan=False)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------ opening files
-
-def _connect_readonly(path: Path) -> sqlite3.Connection:
-    """A read-only connection that writes nothing, not even -wal/-shm files, when it can.
-
-    Without a write-ahead log beside it the main file holds everything: read it
-    as immutable, which creates no -wal/-shm files and works in read-only
-    directories.  With a log, a read-only connection reads the log too.
-    """
-    wal_pending = Path(f"{path}-wal").exists()
-    options = "mode=ro" if wal_pending else "mode=ro&immutable=1"
-    return sqlite3.connect(f"{path.resolve().as_uri()}?{options}", uri=True)
-
-
-def _inspect_existing(path: Path) -> int | None:
-    """Schema version of the existing results file at ``path``, or None for a blank SQLite file.
-
-    A blank file (an SQLite database without any table) is what a process
-    killed while creating a file with an older version left; it holds no data
-    and is taken as new.  Anything else that is not a results file raises
-    ``ValueError``.  Reads only.
-    """
-    with open(path, "rb") as handle:
-        header = handle.read(100)
-    if header[:len(_SQLITE_MAGIC)] != _SQLITE_MAGIC:
-        raise ValueError(f"db: expected an mhalearn results file (SQLite), {str(path)!r} is not an SQLite database")
-    try:
-        connection = _connect_readonly(path)
-    except sqlite3.Error as error:
-        raise ValueError(f"db: could not open {str(path)!r} read-only to check it: {error}") from None
-    try:
-        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
-        if not tables:
-            return None
-        if "meta" not in tables:
-            raise ValueError(
-                f"db: expected an mhalearn results file, {str(path)!r} is an SQLite database "
-                f"without the mhalearn marker (tables: {sorted(tables)}); refusing to modify it"
-            )
-        meta = dict(connection.execute("SELECT key, value FROM meta"))
-    except sqlite3.Error as error:
-        raise ValueError(f"db: could not read {str(path)!r} as a results file: {error}") from None
-    finally:
-        connection.close()
-    if meta.get("format") != FORMAT_TAG:
-        raise ValueError(
-            f"db: expected an mhalearn results file, {str(path)!r} has format {meta.get('format')!r}; "
-            "refusing to modify it"
-        )
-    version = meta.get("schema_version")
-    if version not in {str(number) for number in range(1, SCHEMA_VERSION + 1)}:
-        raise ValueError(
-            f"db: expected results schema version {SCHEMA_VERSION} (or an older one, which is migrated), "
-            f"{str(path)!r} has version {version!r}"
-            + (" (written by a newer mhalearn: upgrade)" if str(version).isdigit() else "")
-        )
-    return int(version)
-
-
-def _check_writable(path: Path) -> None:
-    """Raise ``ValueError`` unless results can be written at ``path`` (file and directory)."""
-    directory = path.parent
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ValueError(f"db: the directory {str(directory)!r} of the results file is read-only; SQLite needs "
-                         "to write its journal beside the file: copy the file to a writable place or use another --db")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"db: the results file {str(path)!r} is read-only; nothing was computed. Make it writable "
-                         "(chmod u+w) or copy it; `mhalearn plot` and `sweep --status` read it as it is")
-
-
-def _create_atomically(path: Path, *, replace: bool) -> None:
-    """Build a new results file under a temporary name and move it into place complete.
-
-    ``replace`` is for a blank file (0 bytes or no tables) already at
-    ``path``; otherwise the file is linked in only if ``path`` is still free,
-    so a file that another process created meanwhile is kept.
-    """
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".creating")
-    os.close(descriptor)
-    try:
-        connection = sqlite3.connect(temporary)
-        try:
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("PRAGMA synchronous = FULL")
-            connection.executescript("BEGIN;" + _SCHEMA + _GRIDS_TABLE + "COMMIT;")
-            with connection:
-                connection.executemany("INSERT INTO meta (key, value) VALUES (?, ?)",
-                                       [("format", FORMAT_TAG), ("schema_version", str(SCHEMA_VERSION)),
-                                        ("created_at", _now())])
-        finally:
-            connection.close()  # checkpoints and removes the temporary -wal and -shm
-        for stale in (f"{path}-wal", f"{path}-shm", f"{path}-journal"):
-            # Logs of a blank or deleted file: SQLite would replay them into the new one.
-            if (replace or not path.exists()) and os.path.exists(stale):
-                os.unlink(stale)
-        if replace:
-            os.replace(temporary, path)
-        else:
-            try:
-                os.link(temporary, path)
-            except FileExistsError:
-                pass  # another process created it first: use theirs
-            except OSError as error:
-                if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise
-                os.replace(temporary, path)  # a file system without hard links
-        _fsync_directory(path.parent)
-    finally:
-        for leftover in (temporary, f"{temporary}-wal", f"{temporary}-shm"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)
-
-
-def _remove_stale_temporaries(directory: Path) -> None:
-    """Delete temporary files of creations in ``directory`` that were killed (older than a minute)."""
-    import time
-
-    for leftover in directory.glob(".*.creating*"):
-        try:
-            if time.time() - leftover.stat().st_mtime > 60:
-                leftover.unlink()
-        except OSError:
-            pass
 
 
 class ResultStore:
@@ -603,88 +425,6 @@ def _column_order(records: list[dict]) -> list[str]:
     names = list(columns) or ["experiment", *_BOOKKEEPING]
     return ([name for name in names if not name.startswith("provenance.")]
             + [name for name in names if name.startswith("provenance.")])
-
-
-def describe_write_error(error: Exception, timeout: float) -> str:
-    """A sentence for an SQLite write failure: locked, full, read-only or I/O."""
-    text = str(error).lower()
-    if "locked" in text or "busy" in text:
-        return f"another process has held the file's write lock for more than {timeout:g} s ({error})"
-    if "full" in text:
-        return f"the disk is full ({error})"
-    if "readonly" in text or "read-only" in text:
-        return f"the file or its directory is read-only ({error})"
-    return f"{type(error).__name__}: {error}"
-
-
-# ------------------------------------------------------------------ writers
-
-class WriterLock:
-    """Exclusive right to run a sweep into one results file, held by the coordinator.
-
-    An advisory ``flock`` on ``PATH.lock`` beside the results file: the
-    operating system releases it when the holder exits, even on ``kill -9``,
-    so a resumed sweep never waits for a dead coordinator.  A second
-    coordinator gets a ``ValueError`` naming the holder (pid, host, start
-    time) instead of recomputing every cell.  The small ``.lock`` file stays
-    beside the results file.  Where ``fcntl`` is missing (Windows) the lock
-    is a no-op.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The results file.
-    purpose : str
-        What the holder does (shown to a second coordinator).
-    """
-
-    def __init__(self, path: str | os.PathLike, purpose: str = "sweep"):
-        self.path = Path(f"{os.fspath(path)}.lock")
-        self.purpose = purpose
-        self._handle = None
-
-    def acquire(self) -> "WriterLock":
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - not on POSIX
-            return self
-        if not self.path.parent.is_dir():
-            raise ValueError(f"db: directory {str(self.path.parent)!r} of the results file does not exist")
-        try:
-            handle = open(self.path, "a+", encoding="utf-8")
-        except OSError as error:
-            raise ValueError(f"db: the directory {str(self.path.parent)!r} of the results file is read-only "
-                             f"({error.strerror}); a sweep writes its lock and journal beside the file: copy the "
-                             "file to a writable place or use another --db; nothing was computed") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            handle.seek(0)
-            holder = handle.read().strip() or "an unknown process"
-            handle.close()
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            raise ValueError(
-                f"db: another sweep is writing to {str(self.path)[:-5]!r} ({holder}); running a second "
-                "coordinator on the same file would compute the same cells twice. Wait for it to finish "
-                "(or stop it), or give this sweep another --db") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{self.purpose}, pid {os.getpid()} on {socket.gethostname()}, since {_now()}\n")
-        handle.flush()
-        self._handle = handle
-        return self
-
-    def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing the descriptor releases the flock
-            self._handle = None
-
-    def __enter__(self) -> "WriterLock":
-        return self.acquire()
-
-    def __exit__(self, *exc_info) -> None:
-        self.release()
 
 
 # ------------------------------------------------------------------- status
