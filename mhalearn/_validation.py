@@ -202,6 +202,16 @@ class Options:
         return "one of " + ", ".join(repr(v) for v in self.values)
 
 
+class Boolean:
+    """Constraint: True or False, as a Python or a NumPy boolean (not 0 or 1)."""
+
+    def holds(self, value) -> bool:
+        return isinstance(value, (bool, np.bool_))
+
+    def __str__(self) -> str:
+        return "True or False"
+
+
 class Seed:
     """Constraint: None, a non-negative integer seed or a numpy Generator."""
 

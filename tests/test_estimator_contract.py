@@ -240,3 +240,16 @@ _EXPECTED_FAILURES = {
                          expected_failed_checks=lambda estimator: _EXPECTED_FAILURES)
 def test_sklearn_check_estimator_on_the_estimators_of_bits(estimator, check):
     check(estimator)
+
+
+@pytest.mark.parametrize("estimator, data", CASES, ids=_IDS)
+def test_boolean_flags_take_numpy_booleans_but_not_integers(estimator, data):
+    from mhalearn._validation import Boolean
+
+    flags = [name for name, constraints in type(estimator)._parameter_constraints.items()
+             if any(isinstance(constraint, Boolean) for constraint in constraints)]
+    for name in flags:
+        value = estimator.get_params()[name]
+        clone(estimator).set_params(**{name: np.bool_(value)})._check_params()
+        with pytest.raises(ValueError, match=f"^{name}: expected True or False"):
+            clone(estimator).set_params(**{name: int(value)})._check_params()

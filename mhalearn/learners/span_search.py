@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import Integer, Options, Real, Seed
+from .._validation import Boolean, Integer, Options, Real, Seed
 from ._common import AttentionLearner, PhaseTimer
 from .moment_route import moment_span
 from .net import net_search
@@ -37,7 +37,7 @@ SEARCH_CONSTRAINTS = {
     "delta": [Real(0.0, 1.0, low_open=True, high_open=True)],
     "norm_bound": [Real(0.0, low_open=True)],
     "validation_fraction": [Real(0.0, 0.9, low_open=True)],
-    "allow_non_boolean": [Options(True, False)],
+    "allow_non_boolean": [Boolean()],
     "random_state": [Seed()],
 }
 

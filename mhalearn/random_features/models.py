@@ -41,6 +41,7 @@ from threadpoolctl import threadpool_limits
 
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
 from .._validation import (
+    Boolean,
     Integer,
     Options,
     Real,
@@ -367,8 +368,8 @@ class RandomFeatureAttention(_RandomFeatureRidge):
         "qk_mean": [Options(*QK_MEANS)],
         "activation": [Options(*ACTIVATIONS)],
         "alpha": _ALPHA_CONSTRAINTS,
-        "value_bias": [Options(True, False)],
-        "fit_intercept": [Options(True, False)],
+        "value_bias": [Boolean()],
+        "fit_intercept": [Boolean()],
         "random_state": [Seed()],
     }
 
@@ -459,8 +460,8 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     _parameter_constraints = {
         "features": [Integer(1)],
         "alpha": _ALPHA_CONSTRAINTS,
-        "bias": [Options(True, False)],
-        "fit_intercept": [Options(True, False)],
+        "bias": [Boolean()],
+        "fit_intercept": [Boolean()],
         "random_state": [Seed()],
     }
 
