@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import math
 import time
-import zlib
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
+from ..evaluation import seeded_rng
 from ..experiments.registry import Experiment, expand_grid, register_experiment
 from ..sparse_variables.growth import bootstrap_median
 from . import bounds
@@ -107,9 +107,9 @@ def make_problem(target: str, *, law: str, dim: int, keys: int, samples: int, se
 
     β depends on (target, d, seed); the data on (target, law, d, N, n, seed).
     """
-    tag = zlib.crc32(f"{target}/{law}".encode())
-    target_fn = make_random_feature_target(target, dim, rng=np.random.default_rng([tag, dim, seed]))
-    rng = np.random.default_rng([tag, dim, keys, samples, seed, 1])
+    tag = f"{target}/{law}"
+    target_fn = make_random_feature_target(target, dim, rng=seeded_rng(tag, dim, seed))
+    rng = seeded_rng(tag, dim, keys, samples, seed, 1)
     X, y = make_sequence_dataset(target_fn, samples, keys, law=law, rng=rng)
     X_test, y_test = make_sequence_dataset(target_fn, test_samples, keys, law=law, rng=rng)
     return target_fn, X, y, X_test, y_test
@@ -129,13 +129,12 @@ def run_random_features_cell(cell: dict) -> dict:
     """
     if cell.get("kind", "fit") == "floor":
         targets = [make_random_feature_target(name, cell["dim"],
-                                              rng=np.random.default_rng([zlib.crc32(name.encode()), cell["dim"],
-                                                                         cell["seed"]]))
+                                              rng=seeded_rng(name, cell["dim"], cell["seed"]))
                    for name in RANDOM_FEATURE_TARGETS]
         start = time.perf_counter()
         floors = bounds.width_floor(make_model(cell["model"], cell["heads"], cell["dim"], cell["seed"]), targets,
                                     keys=cell["keys"], samples=cell["samples"], law=cell["law"],
-                                    rng=np.random.default_rng([cell["seed"], 2]))
+                                    rng=seeded_rng(cell["seed"], 2))
         return {**{f"floor:{name}": value for name, value in floors.items()},
                 "fit_seconds": time.perf_counter() - start}
     _, X, y, X_test, y_test = make_problem(cell["target"], law=cell["law"], dim=cell["dim"],
@@ -201,7 +200,7 @@ def _theory(target: str, model: str, dim: int, keys: int, law: str) -> dict:
         _, errors, _ = bounds.tikhonov_path(energies, eigenvalues, norm, unreachable)
         return dict(floor=float(errors.min()), complexity=bounds.complexity_at(target, model, dim, keys, 0.1),
                     bound=lambda samples: bounds.bound_curve(target, model, dim, keys, samples))
-    seed = np.random.default_rng([zlib.crc32(target.encode()), dim, 0])
+    seed = seeded_rng(target, dim, 0)
     return dict(tier_zero=bounds.identity_tier_zero(make_random_feature_target(target, dim, rng=seed), keys=keys,
                                                     law=law, samples=40_000))
 

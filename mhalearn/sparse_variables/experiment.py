@@ -51,6 +51,7 @@ import numpy as np
 
 from .._validation import check_choice, check_positive_int
 from ..plotting import write_tables
+from ..evaluation import seeded_rng
 from ..experiments.registry import Experiment, expand_grid, register_experiment
 from . import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
 from .growth import bisect_samples
@@ -156,7 +157,7 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
 def make_task(function: str, *, sparsity: int, length: int, seed: int) -> SparseBooleanTask:
     """The task of (g, s, T, seed): S depends on these and on nothing else."""
     return SparseBooleanTask(length, sparsity, function,
-                             rng=np.random.default_rng([FUNCTIONS.index(function), sparsity, length, seed]))
+                             rng=seeded_rng(FUNCTIONS.index(function), sparsity, length, seed))
 
 
 def _stream_key(task: SparseBooleanTask, seed: int) -> list[int]:
@@ -175,7 +176,7 @@ def training_set(task: SparseBooleanTask, seed: int, samples: int, cache: dict |
     blocks = -(-samples // STREAM_BLOCK)
     for block in range(blocks):
         if block not in cache:
-            generator = np.random.default_rng(_stream_key(task, seed) + [0, block])
+            generator = seeded_rng(*_stream_key(task, seed), 0, block)
             cache[block] = task.sample(STREAM_BLOCK, rng=generator, dtype=np.int8)
     X = np.concatenate([cache[block][0] for block in range(blocks)])[:samples]
     y = np.concatenate([cache[block][1] for block in range(blocks)])[:samples]
@@ -184,7 +185,7 @@ def training_set(task: SparseBooleanTask, seed: int, samples: int, cache: dict |
 
 def held_out_set(task: SparseBooleanTask, seed: int, samples: int = TEST_SAMPLES):
     """Fresh test examples of the seed (independent of every training stream): X int8, y."""
-    return task.sample(samples, rng=np.random.default_rng(_stream_key(task, seed) + [1]), dtype=np.int8)
+    return task.sample(samples, rng=seeded_rng(*_stream_key(task, seed), 1), dtype=np.int8)
 
 
 def make_student(cell: dict):
