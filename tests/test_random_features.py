@@ -239,7 +239,7 @@ def test_bad_data_name_the_argument(rng):
         mlp.predict(np.zeros((5, 7, 3)))
     with pytest.raises(ValueError, match="features: expected an integer >= 1, received 0"):
         mhalearn.RandomFeatureMLP(0).fit(X, y)
-    with pytest.raises(ValueError, match="bias: expected one of True, False"):
+    with pytest.raises(ValueError, match="bias: expected True or False, received None"):
         mhalearn.RandomFeatureMLP(3, bias=None).fit(X, y)
 
 
