@@ -11,6 +11,8 @@ from sklearn.base import clone
 
 from mhalearn._numba import DISPATCH
 from mhalearn.experiments import get_experiment
+from mhalearn.experiments.registry import Grid
+from mhalearn.experiments.runner import grid_cells
 from mhalearn.sparse_variables import (AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch,
                                        boolean_function, experiment, kernels, summary)
 from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
@@ -577,8 +579,9 @@ def test_a_series_may_give_its_own_lengths_but_not_repeat_a_cell():
               {"function": "parity", "student": "mlp", "seeds": 1, "lengths": [256]}]
     cells = expand(dict(good, series=series))
     assert sorted((cell["length"], cell["seed"]) for cell in cells) == [(16, 0), (16, 1), (64, 0), (64, 1), (256, 0)]
-    with pytest.raises(ValueError, match="same cell twice"):
-        expand(dict(good, series=series + [{"function": "parity", "student": "mlp", "seeds": 1, "lengths": [64]}]))
+    repeated = dict(good, series=series + [{"function": "parity", "student": "mlp", "seeds": 1, "lengths": [64]}])
+    with pytest.raises(ValueError, match="repeats cells of 'sparse-variables'"):
+        grid_cells("sparse-variables", Grid("sparse-variables", "full", repeated, "<test>", ""))
     with pytest.raises(ValueError, match="lengths"):
         expand(dict(good, series=[dict(series[0], lengths=[])]))
     with pytest.raises(ValueError, match="lengths"):

@@ -119,8 +119,9 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
     """The (g, student, T, seed) cells of a grid table, with their AdamW settings, as flat dicts.
 
     Each ``series`` entry runs at every T of ``lengths`` (its own, when it
-    gives them) for ``seeds`` seeds counted from ``first_seed``; two entries
-    naming the same cell are refused.  The gradient students take the settings the
+    gives them) for ``seeds`` seeds counted from ``first_seed``.  Two entries
+    naming the same cell make a grid the runner refuses
+    (:func:`~mhalearn.experiments.runner.grid_cells`).  The gradient students take the settings the
     grid lists (``steps``, ``learning_rate``, ``weight_decay``: every
     combination) or else :data:`FROZEN_HYPERPARAMETERS`.
     """
@@ -143,10 +144,6 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
                 cells += [{**base, **setting} for setting in settings or [FROZEN_HYPERPARAMETERS[student]]]
             else:
                 cells.append(base)
-    keys = [json.dumps(cell, sort_keys=True) for cell in cells]
-    if len(set(keys)) != len(keys):
-        repeated = next(key for key in keys if keys.count(key) > 1)
-        raise ValueError(f"grid: 'sparse-variables' series name the same cell twice, e.g. {repeated}")
     return cells
 
 
