@@ -13,13 +13,13 @@ so this is a diagnostic, not a learner.
 
 import argparse
 
-from mhalearn.evaluation import seeded_rng
-from mhalearn.learners.agreement import agreement_precision, find_agreement_rows, slab_constraints
-from mhalearn.learners.body import read_affine_hull, span_basis
-from mhalearn.learners.body_route import BodySettings
-from mhalearn.learners.diagnostics import span_distance
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import agreement_precision, span_distance, teacher_feasible_fraction
+from mhalearn.learners.chen_li import BodySettings
+from mhalearn.learners.chen_li.phase2_sculpt import find_agreement_rows, slab_constraints
+from mhalearn.learners.chen_li.phase4_span import read_affine_hull, span_basis
+from mhalearn.learners.streams import TeacherSource
+from mhalearn.seeding import seeded_rng
 
 
 def main():
@@ -38,7 +38,7 @@ def main():
             slabs = slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
             line = (f"m = {heads}, seed {seed}, n = {args.samples}, true W_Σ: {rows.found} agreement rows "
                     f"(precision {agreement_precision(rows, teacher):.2f}), {slabs.equalities} equalities, "
-                    f"heads satisfy {slabs.teacher_feasible_fraction(teacher):.3f} of the constraints")
+                    f"heads satisfy {teacher_feasible_fraction(slabs, teacher):.3f} of the constraints")
             if slabs.equalities >= teacher.dim ** 2:
                 centre, long_directions, info = read_affine_hull(slabs, heads)
                 distance = span_distance(span_basis(centre, long_directions, heads), teacher)

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from mhalearn.experiments import get_experiment
-from mhalearn.random_features.experiment import MODEL_NAMES, run_random_features_cell
+from mhalearn.experiments.random_features import MODEL_NAMES, run_random_features_cell
 from mhalearn.random_features.targets import RANDOM_FEATURE_TARGETS
 
 SETTING = dict({key: get_experiment("random-features").grid().table[key] for key in ("law", "dim", "keys", "heads")},

@@ -30,14 +30,14 @@ import numpy as np
 
 from mhalearn.sparse_variables.growth import bootstrap_median
 from mhalearn.experiments import get_experiment
-from mhalearn.sparse_variables.experiment import run_sparse_variables_cell
+from mhalearn.experiments.sparse_variables import run_sparse_variables_cell
 
 ACCEPTANCE_RATIO = 3.5
 FUNCTIONS = ("and", "majority")
 
 _MEMORY_PROBE = """
 import json, resource, sys, time
-from mhalearn.sparse_variables import experiment
+from mhalearn.experiments import sparse_variables as experiment
 student_name = sys.argv[1]
 cell = dict(function="majority", student=student_name, sparsity=3, length=4096, seed=0,
             **experiment.FROZEN_HYPERPARAMETERS[student_name])

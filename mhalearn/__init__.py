@@ -2,8 +2,10 @@
 
 The public API is re-exported here; see docs/design.md for the maths and the parts.
 One package per study: :mod:`mhalearn.attention` (the layer, its kernels,
-data and teachers), :mod:`mhalearn.learners` (Chen & Li's sculpting learner,
-one module per phase, and the baselines), :mod:`mhalearn.random_features`
+data and teachers), :mod:`mhalearn.learners` (Chen & Li's learner in
+:mod:`mhalearn.learners.chen_li`, one module per phase, and the baselines
+beside it), :mod:`mhalearn.evaluation` (the teacher's view of a fit, from
+outside), :mod:`mhalearn.random_features`
 (Fu, Guo, Bai & Mei) and :mod:`mhalearn.sparse_variables` (Edelman, Goel,
 Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
 the sweep machinery in :mod:`mhalearn.experiments`.
@@ -30,15 +32,8 @@ from .attention import (
     relative_error,
     sample_teacher,
 )
-from .learners import (
-    LEARNERS,
-    GradientLearner,
-    MomentLearner,
-    SculptLearner,
-    format_phase_table,
-    get_learner,
-    make_learner,
-)
+from .evaluation import TeacherObserver
+from .learners import LEARNERS, GradientLearner, MomentLearner, SculptLearner, get_learner, make_learner
 from .random_features import (
     RANDOM_FEATURE_TARGETS,
     RandomFeatureAttention,
@@ -58,7 +53,7 @@ __all__ = [
     "GradientLearner",
     "MomentLearner",
     "SculptLearner",
-    "format_phase_table",
+    "TeacherObserver",
     "get_learner",
     "make_learner",
     *attention.__all__,  # the layer, its data and teachers

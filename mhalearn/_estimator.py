@@ -34,6 +34,18 @@ def check_fitted(estimator) -> None:
     check_is_fitted(estimator, FITTED_ATTRIBUTE)
 
 
+def store_parameters(estimator, parameters: dict) -> None:
+    """Store a constructor's arguments (its ``locals()``) as attributes of the same names, unchanged.
+
+    scikit-learn's rule: ``__init__`` stores its parameters and does nothing
+    else, so ``get_params``, ``clone`` and ``set_params`` see exactly what
+    the user passed; validation waits for ``fit``.
+    """
+    for name, value in parameters.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 class Estimator(BaseEstimator):
     """Base of every mhalearn estimator (see the module docstring).
 
@@ -63,4 +75,4 @@ class SequenceRegressorMixin(RegressorMixin):
         return tags
 
 
-__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted"]
+__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted", "store_parameters"]

@@ -291,10 +291,11 @@ def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: st
         with progress.step(f"planting a {setting['family']} teacher, drawing n = {setting['samples']}"):
             teacher, X, Y, X_test = evaluation.plant_instance(**shape, test_samples=setting["test_samples"])
         with progress.step(f"fitting {setting['learner']}"):
-            fit_seconds = evaluation.fit_timed(estimator, X, Y, teacher)
+            fit_seconds, observer = evaluation.fit_timed(estimator, X, Y, teacher)
         with progress.step("measuring"):
-            metrics = evaluation.measure(estimator, teacher, X, Y, X_test, fit_seconds)
+            metrics = evaluation.measure(estimator, teacher, X, Y, X_test, fit_seconds, observer)
     _say(args, estimator.report_.table())
+    _say(args, "against the teacher:\n" + observer.table())
     print(f"{setting['learner']} on {setting['family']} teacher (m = {setting['heads']}, d = {setting['dim']}, "
           f"k = {setting['length']}, n = {setting['samples']}, noise = {setting['noise']}): "
           + _format_metrics(metrics))

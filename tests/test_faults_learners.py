@@ -8,6 +8,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 import mhalearn
+from mhalearn import TeacherObserver
 from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner
 
 LEARNERS = [
@@ -56,10 +57,10 @@ def test_inputs_whose_logits_would_overflow_are_learned_in_their_units():
 @pytest.mark.parametrize("make", LEARNERS)
 def test_all_zero_labels_give_the_zero_layer(make):
     teacher, X, Y, _ = _instance()
-    learner = make().fit(X, np.zeros_like(Y), teacher=teacher)
+    learner = make().fit(X, np.zeros_like(Y), callback=TeacherObserver(teacher))
     assert isinstance(learner.model_, MultiHeadAttention)
     assert np.all(learner.model_.ws == 0) and learner.model_.heads == 2
-    assert "zero layer" in learner.report_["zero_labels"]
+    assert "zero layer" in learner.report_.zero_labels
     np.testing.assert_array_equal(learner.predict(X), np.zeros_like(X))
 
 
@@ -101,7 +102,7 @@ def test_a_fine_net_resolution_respects_the_candidate_budget():
     # Before, net_resolution=0.01 enumerated every tuple of the grid (3.5 GB).
     teacher, X, Y, _ = _instance(heads=2, samples=600)
     learner = MomentLearner(2, net_resolution=0.05, max_candidates=5000, random_state=0).fit(X, Y)
-    assert learner.report_["net"]["candidates"] <= 5000
+    assert learner.report_.net.candidates <= 5000
     with pytest.raises(ValueError, match="net_resolution"):
         MomentLearner(2, net_resolution=1e-4, random_state=0).fit(X, Y)
 
@@ -123,7 +124,9 @@ def test_shapes_the_maths_cannot_serve_are_refused_or_learned():
 def test_wrong_teacher_type_names_the_argument():
     teacher, X, Y, _ = _instance(heads=1, samples=300)
     with pytest.raises(TypeError, match="^teacher: expected a MultiHeadAttention"):
-        GradientLearner(1).fit(X, Y, teacher=teacher.thetas)
+        TeacherObserver(teacher.thetas)
+    with pytest.raises(TypeError, match="^callback: expected a callable"):
+        GradientLearner(1).fit(X, Y, callback=teacher)
 
 
 def test_unfitted_learners_raise_not_fitted_error():

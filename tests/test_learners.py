@@ -6,9 +6,10 @@ from sklearn.base import clone
 
 import mhalearn
 from mhalearn import GradientLearner, MomentLearner, SculptLearner
-from mhalearn.learners import body, moment_route, net
-from mhalearn.learners._common import solve_projections
-from mhalearn.learners.diagnostics import TeacherDiagnostics, span_distance
+from mhalearn.evaluation import TeacherObserver, span_distance
+from mhalearn.learners import moment_route
+from mhalearn.learners.chen_li import body, phase5_net as net
+from mhalearn.learners.least_squares import solve_projections
 
 
 def _data(heads, dim, length, samples, seed, **teacher_args):
@@ -21,71 +22,75 @@ def _data(heads, dim, length, samples, seed, **teacher_args):
 def test_gradient_learner_recovers_planted_teacher():
     teacher, X, Y, X_test = _data(1, 4, 5, 400, 11)
     learner = GradientLearner(1, random_state=0)
-    assert learner.fit(X, Y, teacher=teacher) is learner
+    observer = TeacherObserver(teacher)
+    assert learner.fit(X, Y, callback=observer) is learner
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-8
     assert learner.score(X_test, teacher.predict(X_test)) > 1 - 1e-8
-    assert learner.report_["runs"][0]["parameter_error"] < 1e-3
+    assert observer.figure("restart", "parameter_error") < 1e-3
 
 
 def test_gradient_learner_adam_lowers_error():
     teacher, X, Y, X_test = _data(1, 4, 5, 300, 3)
     learner = GradientLearner(1, method="adam", max_iter=30, learning_rate=0.02, random_state=0).fit(X, Y)
-    history = learner.report_["runs"][0]["val_history"]
+    history = learner.report_.runs[0].val_history
     assert min(history) < 0.5 * history[0]
 
 
 def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
     teacher, X, Y, X_test = _data(1, 6, 3, 3000, 21)
-    learner = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher)
+    observer = TeacherObserver(teacher)
+    learner = SculptLearner(1, random_state=0).fit(X, Y, callback=observer)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     report = learner.report_
-    for phase in ("crude_sum", "sculpt", "min_norm", "span", "net", "refine"):
-        assert report[phase]["seconds"] >= 0.0, phase
-    assert report["crude_sum"]["w_sum_error"] > 0.05  # crude is biased, as the design says
-    assert report["min_norm"]["refined_w_sum_error"] < 0.01
-    assert report["span"]["chosen"] == "body"
-    assert report["span"]["body"]["distance"] < 0.01
-    assert report["sculpt"]["teacher_feasible_fraction"] > 0.99
-    assert [r["round"] for r in report["sculpt"]["rounds"]] == ["crude Ŵ_Σ, quantile", "refined Ŵ_Σ, absolute"]
-    certificate = report["certificate"]
+    for phase, result in report.phases():
+        assert result is None or result.seconds >= 0.0, phase
+    assert report.moment is None and report.route == "body" and report.fallback is None
+    assert [body.rule for body in report.sculpt] == ["quantile", "absolute"]
+    assert observer.figure("crude_sum", "w_sum_error") > 0.05  # crude is biased, as the design says
+    assert observer.figure("refined_sum", "refined_w_sum_error") < 0.01
+    assert observer.span_distance("body") < 0.01
+    assert observer.figure("sculpt", "teacher_feasible_fraction") > 0.99
+    certificate = report.selection.certificate
     assert certificate["bound"] >= certificate["empirical_error"]
     assert mhalearn.relative_error(learner.least_squares_model_, teacher, X_test) < 1e-2
-    table = mhalearn.format_phase_table(report)
-    assert "alternating refit (ours)" in table and "certificate" in table
+    table = report.table()
+    assert "alternating refit (ours)" in table and "certificate" in table and "span from the body route" in table
+    assert [line.split()[0] for line in observer.table().splitlines()[1:-1]] == [
+        "crude_sum", "sculpt", "refined_sum", "sculpt", "span", "net", "selection"]
 
 
 def test_refine_none_returns_the_least_squares_candidate():
     teacher, X, Y, _ = _data(1, 6, 3, 2000, 21)
     learner = SculptLearner(1, refine="none", random_state=0).fit(X, Y)
     np.testing.assert_array_equal(learner.model_.ws, learner.least_squares_model_.ws)
-    assert "val_polished" not in learner.report_["refine"]
-    assert learner.report_["certificate"]["hypotheses"] == learner.keep
+    assert learner.report_.selection.val_polished is None
+    assert learner.report_.selection.certificate["hypotheses"] == learner.keep
 
 
 def test_moment_learner_recovers_two_heads():
     teacher, X, Y, X_test = _data(2, 4, 5, 1000, 5)
-    learner = MomentLearner(2, max_candidates=20000, random_state=1).fit(X, Y, teacher=teacher)
+    learner = MomentLearner(2, max_candidates=20000, random_state=1).fit(X, Y)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
-    assert set(learner.report_) == {"span", "net", "refine", "certificate", "total_seconds", "units"}
-    assert learner.report_["span"]["chosen"] == "moment"
+    ran = [name for name, result in learner.report_.phases() if result is not None]
+    assert ran == ["moment", "net", "selection"] and learner.report_.route == "moment"
 
 
 def test_body_refuses_when_d_is_not_above_k():
     teacher, X, Y, X_test = _data(1, 4, 5, 600, 8)
-    learner = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher)
-    assert "d = 4 <= k = 5" in learner.report_["span"]["body"]["refused"]
-    assert learner.report_["span"]["chosen"] == "moment"
-    assert "used the moment route" in learner.report_["span"]["fallback"]
+    learner = SculptLearner(1, random_state=0).fit(X, Y)
+    assert "d = 4 <= k = 5" in learner.report_.span.refused
+    assert learner.report_.route == "moment"
+    assert "used the moment route" in learner.report_.fallback
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
 
 
 def test_solver_failure_falls_back_to_moment_route(monkeypatch):
     teacher, X, Y, X_test = _data(1, 6, 3, 2000, 8)
     monkeypatch.setattr(body.ConvexBody, "min_norm_point", lambda self: (None, {"solver_status": "infeasible"}))
-    learner = SculptLearner(1, span_point="min_norm", random_state=0).fit(X, Y, teacher=teacher)
-    assert "infeasible" in learner.report_["min_norm"]["failure"]
-    assert "infeasible" in learner.report_["span"]["body"]["refused"]
-    assert learner.report_["span"]["chosen"] == "moment"
+    learner = SculptLearner(1, span_point="min_norm", random_state=0).fit(X, Y)
+    assert "infeasible" in learner.report_.refined_sum.failure
+    assert "infeasible" in learner.report_.span.refused
+    assert learner.report_.route == "moment"
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     with pytest.warns(RuntimeWarning, match="refused"):
         SculptLearner(1, span_point="min_norm", span_route="body", random_state=0).fit(X, Y)
@@ -122,7 +127,7 @@ def test_learners_validate_input():
 def test_moment_route_finds_span_in_linear_regime():
     teacher = mhalearn.sample_teacher(2, 4, theta_norm=0.3, rng=9)
     X, Y = mhalearn.make_dataset(teacher, 3000, 6, rng=10)
-    basis, _, _ = moment_route.moment_span(X, Y, 2)
+    basis = moment_route.moment_span(X, Y, 2).basis
     assert span_distance(basis, teacher) < 0.1
     random_basis = np.linalg.qr(np.random.default_rng(0).standard_normal((16, 2)))[0].T
     assert span_distance(random_basis, teacher) > 0.5
@@ -148,50 +153,43 @@ def test_net_points_fill_the_ball():
 
 # ------------------------------------------------------------ the typed report_
 
-def test_report_is_typed_and_reads_as_the_mapping_it_was():
+def test_report_is_the_tuple_of_typed_phase_results():
     teacher, X, Y, _ = _data(1, 6, 3, 2000, 21)
-    report = SculptLearner(1, random_state=0).fit(X, Y, teacher=teacher).report_
-    assert report.span.chosen == report["span"]["chosen"] == "body"
-    # The span's time is its chosen route's, not a copy that could drift from it.
-    assert report["span"]["seconds"] == report.span.body.seconds > 0.0
-    assert report["net"]["candidates"] == report.net.candidates
+    report = SculptLearner(1, random_state=0).fit(X, Y).report_
+    assert report.route == "body" and report.span.refused is None
+    assert report.net.seconds < report.total_seconds
+    with pytest.raises(AttributeError):  # frozen
+        report.span.refused = "no"
     plain = report.as_dict()
     text = json.dumps(plain)  # plain numbers, strings, lists and dicts only (a NaN figure included)
     assert json.dumps(json.loads(text)) == text
-    assert list(plain) == list(report) and plain["span"]["body"]["distance"] == report.span.body.distance
-    assert set(plain["min_norm"]) >= {"seconds", "solver_status", "w_sum_steps", "constraints"}
-    with pytest.raises(KeyError):
-        report["span"]["seconds"] = 1.0
-    with pytest.raises(KeyError):
-        report["crude_sum"]["no_such_figure"]
-    # Net time is measured once, by the phase's timer.
-    assert report.net.seconds < report.total_seconds
+    assert plain["route"] == "body" and plain["net"]["candidates"] == report.net.candidates
+    assert [body["rule"] for body in plain["sculpt"]] == ["quantile", "absolute"]
+    steps = plain["refined_sum"]["steps"]
+    assert steps[-1]["iterations"] == report.refined_sum.steps[-1].iterations
+    assert "basis" not in plain["span"] and "w_sum" not in plain["crude_sum"]  # data, not figures
 
 
 def test_every_attention_learner_prints_a_phase_table():
     teacher, X, Y, _ = _data(1, 4, 3, 300, 4)
-    moment = MomentLearner(1, max_candidates=2000, refine_iter=50, random_state=0).fit(X, Y, teacher=teacher)
+    moment = MomentLearner(1, max_candidates=2000, refine_iter=50, random_state=0).fit(X, Y)
     table = moment.report_.table()
-    assert "crude_sum         -  (skipped)" in table and "chosen=moment" in table and "certificate" in table
-    assert mhalearn.format_phase_table(moment.report_) == table
+    assert "crude_sum           -  (not run)" in table and "span from the moment route" in table
+    assert "certificate" in table
     gradient = GradientLearner(1, restarts=2, max_iter=30, random_state=0).fit(X, Y)
     lines = gradient.report_.table().splitlines()
-    assert lines[1].startswith("0 ") and lines[2].startswith("1 ") and "lbfgs: kept the restart" in lines[3]
-    assert gradient.report_["runs"][1]["restart"] == 1 and gradient.report_["method"] == "lbfgs"
+    assert lines[1].startswith("restart") and "restart=0" in lines[1] and "restart=1" in lines[2]
+    assert "lbfgs: kept restart" in lines[3]
+    assert gradient.report_.runs[1].restart == 1 and gradient.report_.method == "lbfgs"
     zero = GradientLearner(1, random_state=0).fit(X, np.zeros_like(Y))
-    assert zero.report_.table() == zero.report_["zero_labels"]
+    assert zero.report_.table() == zero.report_.zero_labels
 
 
-def test_teacher_is_short_for_the_diagnostics_hook():
-    teacher, X, Y, _ = _data(1, 6, 3, 1500, 21)
-    by_teacher = SculptLearner(1, refine_iter=100, random_state=0).fit(X, Y, teacher=teacher).report_
-    by_hook = SculptLearner(1, refine_iter=100, random_state=0).fit(
-        X, Y, diagnostics=TeacherDiagnostics(teacher)).report_
-    without = SculptLearner(1, refine_iter=100, random_state=0).fit(X, Y).report_
-    assert by_hook.crude_sum.w_sum_error == by_teacher.crude_sum.w_sum_error is not None
-    assert by_hook.span.chosen_distance == by_teacher.span.chosen_distance is not None
-    assert without.crude_sum.w_sum_error is None and "w_sum_error" not in without["crude_sum"]
-    with pytest.raises(ValueError, match="^teacher: expected either teacher or diagnostics"):
-        SculptLearner(1).fit(X, Y, teacher=teacher, diagnostics=TeacherDiagnostics(teacher))
-    with pytest.raises(TypeError, match="^diagnostics: expected a TeacherDiagnostics"):
-        SculptLearner(1).fit(X, Y, diagnostics=teacher)
+def test_observer_checks_the_teacher_and_callback_must_be_callable():
+    teacher, X, Y, _ = _data(1, 6, 3, 300, 21)
+    with pytest.raises(ValueError, match="^teacher: expected 2 heads of dim 6"):
+        SculptLearner(2).fit(X, Y, callback=TeacherObserver(teacher))
+    with pytest.raises(TypeError, match="^callback: expected a callable"):
+        SculptLearner(1).fit(X, Y, callback=teacher)
+    with pytest.raises(TypeError, match="^teacher: expected a MultiHeadAttention"):
+        TeacherObserver(teacher.thetas)

@@ -8,7 +8,7 @@ import scipy.special
 
 import mhalearn
 from mhalearn.random_features import bounds as rb
-from mhalearn.random_features.experiment import make_model
+from mhalearn.experiments.random_features import make_model
 
 
 def _cosines(rng, dim, size):

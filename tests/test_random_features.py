@@ -11,7 +11,8 @@ from sklearn.linear_model import Ridge
 
 import mhalearn
 from mhalearn.experiments import get_experiment
-from mhalearn.random_features import experiment, kernels
+from mhalearn.experiments import random_features as experiment
+from mhalearn.random_features import kernels
 from mhalearn.random_features import models as rf
 from mhalearn.random_features.targets import INVARIANT_TARGETS, RANDOM_FEATURE_TARGETS
 

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn.learners import agreement, body, projection_sum
-from mhalearn.learners.diagnostics import span_distance
+from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
+from mhalearn.learners.chen_li import body, phase1_crude_sum, phase2_sculpt as agreement
+from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum, phase4_span
 from mhalearn.learners.streams import ArraySource, TeacherSource
 
 
@@ -61,8 +62,8 @@ def test_slabs_hold_for_one_head_and_pin_it_down():
     rows = agreement.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6)
     assert rows.fraction == pytest.approx(1.0, abs=0.01)
     slabs = agreement.slab_constraints(rows, kappa=0.0, t_min=1e-6)
-    assert slabs.teacher_feasible_fraction(teacher) == 1.0
-    centre, long_directions, info = body.read_affine_hull(slabs, 1)
+    assert teacher_feasible_fraction(slabs, teacher) == 1.0
+    centre, long_directions, info = phase4_span.read_affine_hull(slabs, 1)
     assert long_directions.shape == (0, 36)
     np.testing.assert_allclose(centre, teacher.thetas.ravel(), atol=1e-6)
 
@@ -81,11 +82,11 @@ def test_affine_hull_of_two_heads_from_agreement_rows():
                                      patterns, np.zeros_like(patterns), np.zeros(len(rows)), np.zeros(len(rows)),
                                      X.shape[0] * 3)
     slabs = agreement.slab_constraints(chosen, w_min=0.05, kappa=0.0, t_min=0.1)
-    centre, long_directions, info = body.read_affine_hull(slabs, 2)
+    centre, long_directions, info = phase4_span.read_affine_hull(slabs, 2)
     difference = (teacher.thetas[0] - teacher.thetas[1]).ravel()
     cosine = abs(long_directions[0] @ difference) / np.linalg.norm(difference)
     assert cosine > 0.99
-    assert span_distance(body.span_basis(centre, long_directions, 2), teacher) < 0.1
+    assert span_distance(phase4_span.span_basis(centre, long_directions, 2), teacher) < 0.1
     assert info["spectral_gap"] > 5
 
 
@@ -118,7 +119,7 @@ def test_certified_rows_are_peaked_for_one_sharp_head():
     candidates = projection_sum.margin_rows(source, theta_bar, 0.05, 5000)
     certified = projection_sum.certify_rows(convex, candidates, projection_sum.certification_margin(0.05, 3))
     assert certified.sum() > 50
-    assert projection_sum.certification_precision(teacher, candidates, certified, 0.05) == 1.0
+    assert certification_precision(candidates, certified, 0.05, teacher) == 1.0
 
 
 def test_elastic_body_drops_inconsistent_constraints():
@@ -135,14 +136,14 @@ def test_elastic_body_drops_inconsistent_constraints():
 def test_crude_sum_exact_under_uniform_attention():
     layer = mhalearn.MultiHeadAttention(np.zeros((2, 4, 4)), np.random.default_rng(0).standard_normal((2, 4, 4)))
     X = mhalearn.boolean_inputs(200, 5, 4, rng=1)
-    estimate = projection_sum.crude_projection_sum(ArraySource(X, layer.predict(X), block_size=64))
+    estimate = phase1_crude_sum.crude_projection_sum(ArraySource(X, layer.predict(X), block_size=64)).w_sum
     np.testing.assert_allclose(estimate, layer.projection_sum, atol=1e-10)
 
 
 def test_alternating_refit_recovers_projection_sum():
     teacher = mhalearn.sample_teacher(1, 8, rng=13)
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=14))
-    crude = projection_sum.crude_projection_sum(source)
+    crude = phase1_crude_sum.crude_projection_sum(source).w_sum
     refined, history = projection_sum.alternating_projection_sum(source, crude, quantile=1.0, iterations=40,
                                                                  pool_fraction=1.0)
     error = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
@@ -164,7 +165,7 @@ def test_teacher_source_repeats_its_blocks():
 
 
 def test_certificate_covers_the_true_error_and_tightens_with_samples():
-    from mhalearn.learners.selection import selection_certificate
+    from mhalearn.learners.chen_li.phase6_select import selection_certificate
 
     teacher = mhalearn.sample_teacher(2, 5, rng=16)
     model = mhalearn.MultiHeadAttention(teacher.thetas * 1.05, teacher.ws)  # a near miss

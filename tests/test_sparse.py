@@ -12,9 +12,10 @@ from sklearn.base import clone
 from mhalearn._numba import DISPATCH
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.registry import Grid
+from mhalearn.experiments import sparse_variables as experiment
 from mhalearn.experiments.runner import grid_cells
 from mhalearn.sparse_variables import (AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch,
-                                       boolean_function, experiment, kernels, summary)
+                                       boolean_function, kernels, summary)
 from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
 
 

@@ -5,14 +5,17 @@ has the same attention pattern — and those become exponentially rarer as m
 grows: the price in m that Chen & Li prove unavoidable in the worst case,
 here measured.  For m = 1–4, d = 12, k = 4, ‖Θ_i‖_F = 2 and n on a log grid
 up to 10⁶ sequences (drawn block by block from the teacher, so memory stays
-bounded), each cell runs phases 1–4 of :class:`~mhalearn.SculptLearner` with
-its default hyper-parameters and records: agreement rows found for K*
+bounded), each cell runs phases 1–4 of Chen & Li's learner
+(:func:`~mhalearn.learners.chen_li.sculpt_span`) with
+:class:`~mhalearn.SculptLearner`'s default hyper-parameters, watched by a
+:class:`~mhalearn.evaluation.TeacherObserver`, and records: agreement rows found for K*
 (before the cap of ``max_rows`` kept for the slabs) and the precision of
 those kept against the teacher, the Ŵ_Σ error before and after
 refinement, the body's span distance (or why it refused), then phases 5–6
-on the body's span (net candidates, net time, and the relative test error of
+(:func:`~mhalearn.learners.chen_li.search_and_select` with ``refine="none"``)
+on the body's span: net candidates, net time, and the relative test error of
 the paper's output — the held-out best candidate with W by least squares,
-no polish) and the worker's peak memory.
+no polish — and the worker's peak memory.
 
 The figure shows span distance, agreement rows and the paper's test error
 against n per m, and the samples the body needs to reach span distance
@@ -28,13 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..evaluation import seeded_rng
-from ..learners.body_route import BodySettings, sculpt_span
-from ..learners.diagnostics import TeacherDiagnostics
-from ..learners.net import net_search
-from ..learners.report import SpanSearchReport
-from ..learners.selection import least_squares_candidates
+from ..evaluation import TeacherObserver
+from ..learners.chen_li import BodySettings, SearchSettings, sculpt_span, search_and_select
+from ..learners.report import Notifier
 from ..learners.streams import TeacherSource
+from ..seeding import seeded_rng
 from ..attention.model import relative_error
 from ..attention.data import boolean_inputs
 from ..attention.teachers import sample_teacher
@@ -80,46 +81,48 @@ def _peak_memory_mb() -> float:
 
 
 def run_sculpt_vs_m_cell(cell: dict) -> dict:
-    """Phases 1–4 on a stream of ``samples`` sequences, then the net and the least-squares choice.
+    """Phases 1–4 on a stream of ``samples`` sequences, then phases 5–6 with the least-squares choice.
 
     The teacher depends on (m, seed) only and the stream on the seed, so the
-    cells of one (m, seed) see nested datasets as n grows.
+    cells of one (m, seed) see nested datasets as n grows.  The data are
+    Boolean and the labels the teacher's, so the learner's units are the
+    teacher's own (no standardisation).
     """
     heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
     teacher = sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
     source = TeacherSource(teacher, samples, length, seed=seed)
     rng = seeded_rng(seed, heads, samples)
-    report = SpanSearchReport.for_sculpting()
+    observer = TeacherObserver(teacher)
+    notify = Notifier(observer)
+    body_settings, search_settings = BodySettings(), SearchSettings(refine="none")
     start = time.perf_counter()
-    span = sculpt_span(source, heads, BodySettings(), rng, report, TeacherDiagnostics(teacher))
-    body_seconds = time.perf_counter() - start
-    sculpt, body = report.sculpt, report.span.body
+    phases = sculpt_span(source, heads, body_settings, rng, notify)
+    body_seconds = time.perf_counter() - start - notify.seconds
+    span, final = phases.span, phases.sculpt[-1]
     metrics = {
-        "agreement_rows": sculpt.found_rows,
-        "agreement_rows_kept": sculpt.accepted_rows,
-        "agreement_fraction": sculpt.accepted_fraction,
-        "precision": sculpt.precision,
-        "feasible": sculpt.teacher_feasible_fraction,
-        "crude_w_sum_error": report.crude_sum.w_sum_error,
-        "refined_w_sum_error": report.min_norm.refined_w_sum_error,
-        "span_distance": body.distance,
-        "refused": body.refused,
-        "spectral_gap": body.spectral_gap,
-        "body_seconds": body_seconds - (body.diagnostic_seconds or 0.0),
+        "agreement_rows": final.found_rows,
+        "agreement_rows_kept": final.accepted_rows,
+        "agreement_fraction": final.accepted_fraction,
+        "precision": observer.figure("sculpt", "precision"),
+        "feasible": observer.figure("sculpt", "teacher_feasible_fraction"),
+        "crude_w_sum_error": observer.figure("crude_sum", "w_sum_error"),
+        "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
+        "span_distance": observer.span_distance("body"),
+        "refused": span.refused,
+        "spectral_gap": span.spectral_gap,
+        "body_seconds": body_seconds,
         "candidates": None, "net_seconds": None, "test_error": None,
     }
-    if span is not None:
-        basis, scale = span
+    if span.refused is None:
         X, Y = source.head(min(samples, SELECTION_SAMPLES))
         n_val = max(1, len(X) // 5)
-        radius = float(np.clip(1.5 * math.sqrt(heads) * scale, 1.0, BodySettings().norm_bound))
-        candidates, info = net_search(X[n_val:], Y[n_val:], basis, heads, radius=radius, resolution=None,
-                                      max_candidates=200_000, score_samples=256, keep=4, search="net", rng=rng)
-        _, model = least_squares_candidates(X[n_val:], Y[n_val:], X[:n_val], Y[:n_val],
-                                            [thetas for thetas, _ in candidates])[0]
+        net, selection = search_and_select(
+            X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], span.basis, search_settings.radius(span.head_norm, heads),
+            heads, search_settings, rng, label_bound=float(np.sqrt(np.max(np.sum(Y ** 2, axis=(1, 2))))),
+            token_norm=float(np.sqrt(dim)))
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
-        metrics.update(candidates=info["candidates"], net_seconds=info["seconds"],
-                       test_error=relative_error(model, teacher, X_test))
+        metrics.update(candidates=net.candidates, net_seconds=net.seconds,
+                       test_error=relative_error(selection.least_squares_model, teacher, X_test))
     metrics["peak_memory_mb"] = _peak_memory_mb()
     # Undefined figures (no agreement row, no long direction at m = 1) are stored as None.
     return {key: None if isinstance(value, float) and not math.isfinite(value) else value

@@ -3,22 +3,51 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
+from .._estimator import store_parameters
 from .._validation import Integer, Options, Real, Seed
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
 from ..optim import AdamW
-from . import register_learner
-from ._common import (
-    AttentionLearner,
-    lbfgs_refine,
-    random_parameters,
-    solve_projections,
-    validation_error,
-)
-from .report import GradientReport, Restart
+from .base import AttentionLearner
+from .least_squares import lbfgs_refine, random_parameters, solve_projections, validation_error
+from .registry import register_learner
+from .report import LearnerReport, PhaseResult, data_field, format_value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Restart(PhaseResult):
+    """One run of gradient descent from a random start: its validation error and iterations.
+
+    ``val_history`` holds the validation error at every check; data: the layer reached.
+    """
+
+    restart: int
+    val_error: float
+    iterations: int | None
+    val_history: list
+    model: MultiHeadAttention = data_field()
+
+    columns = ("restart", "val_error", "iterations")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientReport(LearnerReport):
+    """``report_`` of :class:`GradientLearner`: one :class:`Restart` per random start, and the one kept."""
+
+    method: str
+    runs: tuple
+    kept: int
+    val_error: float
+
+    def phases(self):
+        return [("restart", run) for run in self.runs]
+
+    def footer(self) -> list[str]:
+        return [f"{self.method}: kept restart {self.kept}, validation error {format_value(self.val_error)}"]
 
 
 @register_learner("gradient")
@@ -70,20 +99,12 @@ class GradientLearner(AttentionLearner):
                  max_iter: int = 3000, init_scale: float = 1.0, learning_rate: float = 0.01,
                  batch_size: int = 64, validation_fraction: float = 0.2, patience: int = 20,
                  random_state=None):
-        self.heads = heads
-        self.method = method
-        self.restarts = restarts
-        self.max_iter = max_iter
-        self.init_scale = init_scale
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.validation_fraction = validation_fraction
-        self.patience = patience
-        self.random_state = random_state
+        store_parameters(self, locals())
 
-    def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
+    _report_class = GradientReport
+
+    def _fit(self, X, Y, X_val, Y_val, rng, notify):
         runs = []
-        best_model, best_val = None, np.inf
         for restart in range(self.restarts):
             start = time.perf_counter()
             thetas = random_parameters(self.heads, X.shape[2], rng, self.init_scale)
@@ -95,16 +116,14 @@ class GradientLearner(AttentionLearner):
                 model, history = adam_descent(X, Y, thetas, ws, rng, epochs=self.max_iter,
                                               learning_rate=self.learning_rate, batch_size=self.batch_size,
                                               X_val=X_val, Y_val=Y_val, patience=self.patience)
-            val = validation_error(model, X_val, Y_val)
-            run = Restart(restart=restart, val_error=val, seconds=time.perf_counter() - start,
-                          iterations=history.get("iterations"), val_history=history["val_error"])
-            diagnostics.put(run, parameter_error=diagnostics.parameter_error(model))
+            run = Restart(seconds=time.perf_counter() - start, restart=restart,
+                          val_error=validation_error(model, X_val, Y_val), iterations=history.get("iterations"),
+                          val_history=history["val_error"], model=model)
+            notify("restart", run)
             runs.append(run)
-            if val < best_val:
-                best_model, best_val = model, val
-        report = GradientReport(method=self.method, runs=runs, val_error=best_val)
-        diagnostics.put(report, parameter_error=diagnostics.parameter_error(best_model))
-        return {"model": best_model}, report
+        kept = min(runs, key=lambda run: run.val_error)
+        return {"model": kept.model}, {"method": self.method, "runs": tuple(runs), "kept": kept.restart,
+                                       "val_error": kept.val_error}
 
 
 def adam_descent(X, Y, thetas, ws, rng, *, epochs: int, learning_rate: float, batch_size: int,

@@ -9,10 +9,10 @@ the sculpting phases can be ablated.
 
 from __future__ import annotations
 
-import numpy as np
-
-from . import register_learner
-from .report import Route, Span, SpanSearchReport
+from .._estimator import store_parameters
+from .chen_li.fit import search_and_select
+from .moment_route import moment_span
+from .registry import register_learner
 from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
 
 
@@ -44,25 +44,14 @@ class MomentLearner(SpanSearchLearner):
                  score_samples: int = 256, keep: int = 4, refine: str = "lbfgs", refine_iter: int = 2000,
                  delta: float = 0.05, norm_bound: float = 12.0, validation_fraction: float = 0.2,
                  allow_non_boolean: bool = False, random_state=None):
-        self.heads = heads
-        self.search = search
-        self.net_radius = net_radius
-        self.net_resolution = net_resolution
-        self.max_candidates = max_candidates
-        self.score_samples = score_samples
-        self.keep = keep
-        self.refine = refine
-        self.refine_iter = refine_iter
-        self.delta = delta
-        self.norm_bound = norm_bound
-        self.validation_fraction = validation_fraction
-        self.allow_non_boolean = allow_non_boolean
-        self.random_state = random_state
+        store_parameters(self, locals())
 
-    def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
-        report = SpanSearchReport(span=Span(moment=Route(), chosen="moment"))
-        basis, scale = self._moment_route(X, Y, rng, report.span.moment, diagnostics)
-        diagnostics.put(report.span, chosen_distance=report.span.moment.distance)
-        # The moment route estimates each head, so its norm is the net's scale.
-        radius = self.net_radius or float(np.clip(1.5 * scale, 1.0, self.norm_bound))
-        return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report
+    def _fit(self, X, Y, X_val, Y_val, rng, notify):
+        moment = moment_span(X, Y, self.heads, rng=rng)
+        notify("moment", moment)
+        search = self._search_settings()
+        # The moment route estimates each head, so one head's norm sets the net's radius.
+        net, selection = search_and_select(X, Y, X_val, Y_val, moment.basis, search.radius(moment.head_norm, 1),
+                                           self.heads, search, rng, notify=notify, **self._certificate_bounds())
+        fields = {"route": "moment", "moment": moment, "net": net, "selection": selection}
+        return self._layers_of(fields), fields

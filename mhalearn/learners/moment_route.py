@@ -9,16 +9,46 @@ linear in the cubic features x_ℓ ⊗ S with a coefficient tensor that reshapes
 to Σ_i vec(Θ_i) vec(W_i)ᵀ, of rank m.  This is the first-order expansion of
 softmax, a cousin of the linear-attention regression of Yau et al.; it is
 what :class:`~mhalearn.MomentLearner` uses, and what
-:class:`~mhalearn.SculptLearner` falls back to when the body refuses.
+:class:`~mhalearn.SculptLearner` falls back to when the body refuses
+(:func:`moment_span`).
 """
 
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import lstsq
 from scipy.optimize import minimize
 
 from ..optim import FlatParameters
+from .report import PhaseResult, data_field
+
+
+@dataclass(frozen=True, kw_only=True)
+class MomentSpan(PhaseResult):
+    """The moment route's result: span{Θ_i} from the logits' first order (ours, not Chen & Li's).
+
+    ``rows`` output rows were regressed on ``features`` features;
+    ``singular_values`` are the coefficient tensor's largest m + 3 and
+    ``spectral_gap`` σ_m/σ_{m+1}; ``linearised_fit`` the rank-m linearised
+    model's squared error after ``polish_iterations`` of L-BFGS; ``head_norm``
+    the largest estimated head norm (it sets the net's radius).  Data: the
+    orthonormal ``basis`` (m, d²) and the head estimates P_i (m, d, d).
+    """
+
+    rows: int
+    features: int
+    singular_values: list
+    spectral_gap: float
+    linearised_fit: float
+    polish_iterations: int
+    head_norm: float
+    basis: np.ndarray = data_field()
+    estimates: np.ndarray = data_field()
+
+    columns = ("spectral_gap", "rows", "linearised_fit")
 
 
 def _centred_token_covariance(X: np.ndarray) -> np.ndarray:
@@ -37,8 +67,8 @@ def _linearised_predict(X, mean, S, w0, P, Q):
 
 
 def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 20000,
-                polish_iter: int = 300, rng: np.random.Generator | None = None):
-    """Phase 4, moment route: the span of the Θ_i from the logits' first order.
+                polish_iter: int = 300, rng: np.random.Generator | None = None) -> MomentSpan:
+    """The moment route to the span of the Θ_i, from the logits' first order (ours).
 
     To first order around uniform attention, y_ℓ − x̄W_Σ = Σ_i x_ℓᵀ Θ_i S W_i
     with S = Σ_j x_j x_jᵀ/k − x̄x̄ᵀ: linear in the cubic features x_ℓ ⊗ S
@@ -46,9 +76,10 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     m).  Regress, reshape, SVD; since the features are symmetric in S's two
     indices the regression sees only a symmetrised tensor, so the rank-m
     linearised model is then fitted directly (L-BFGS from the SVD start).
-    Returns the orthonormal basis (m, d²), the head estimates P_i (m, d, d)
-    and diagnostics.
+    At most ``max_rows`` output rows (``max_rows // k`` sequences drawn with
+    ``rng``) are used.
     """
+    began = time.perf_counter()
     n, k, d = X.shape
     rng = np.random.default_rng(0) if rng is None else rng
     use = rng.permutation(n)[: max(1, max_rows // k)]
@@ -93,8 +124,8 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     _, P, _ = layout.unpack(result.x)
     vectors = P.reshape(heads, -1)
     _, _, vt_span = np.linalg.svd(vectors, full_matrices=False)
-    info = {"rows": int(n * k), "features": features, "singular_values": singular[: heads + 3].tolist(),
-            "spectral_gap": (float(singular[heads - 1] / singular[heads])
-                             if len(singular) > heads and singular[heads] > 0 else float("inf")),
-            "linearised_fit": float(result.fun), "polish_iterations": int(result.nit)}
-    return vt_span[:heads], P, info
+    gap = float(singular[heads - 1] / singular[heads]) if len(singular) > heads and singular[heads] > 0 else np.inf
+    return MomentSpan(seconds=time.perf_counter() - began, rows=int(n * k), features=features,
+                      singular_values=singular[: heads + 3].tolist(), spectral_gap=gap,
+                      linearised_fit=float(result.fun), polish_iterations=int(result.nit),
+                      head_norm=float(np.max(np.linalg.norm(vectors, axis=1))), basis=vt_span[:heads], estimates=P)

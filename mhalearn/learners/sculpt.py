@@ -4,47 +4,44 @@ Chen & Li, *Provably learning a multi-head attention layer*, learn
 F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i from uniform Boolean examples: sculpt a convex
 body that approximates the affine hull of the unknown Θ_i, read their span
 off it, search a net inside the span, solve the projections by least squares
-and certify the selection on held-out data.  The six phases, one module each:
+and certify the selection on held-out data.  The six phases are public
+functions in :mod:`mhalearn.learners.chen_li`, one module each:
 
-1. ``crude_sum`` — Ŵ_Σ from the input–label correlation
-   (:func:`~mhalearn.learners.projection_sum.crude_projection_sum`);
-2. ``sculpt`` — decode every row's pattern with Ŵ_Σ, accept the agreement
-   rows (every head has the same pattern) and turn each into slabs on the
-   log-ratios (:mod:`~mhalearn.learners.agreement`);
-3. ``min_norm`` — the body's minimum-norm point Θ̄, LP certification of the
-   rows Θ̄ gives a clear margin, the refit of Ŵ_Σ on them (the paper's), then
-   our alternating refit on the agreement rows
-   (:mod:`~mhalearn.learners.body`, :mod:`~mhalearn.learners.projection_sum`);
-4. ``span`` — re-sculpt with the refined Ŵ_Σ and an absolute tolerance to get
-   K*, read span{Θ_i} = span{centre of K*} + its m − 1 long directions, or
-   refuse and fall back to our moment route (:mod:`~mhalearn.learners.moment_route`);
-5. ``net`` — a net over m-tuples of heads in the span, W by least squares
-   (:mod:`~mhalearn.learners.net`);
-6. ``refine`` — W of the best candidates by least squares, the held-out
-   choice and its certificate (the paper's output), then our L-BFGS polish
-   (:mod:`~mhalearn.learners.selection`).
+1. :func:`~mhalearn.learners.chen_li.crude_projection_sum` — Ŵ_Σ from the
+   input–label correlation;
+2. :func:`~mhalearn.learners.chen_li.sculpt_body` — decode every row's
+   pattern with Ŵ_Σ, accept the agreement rows (every head has the same
+   pattern) and turn each into slabs on the log-ratios;
+3. :func:`~mhalearn.learners.chen_li.refine_projection_sum` — the body's
+   minimum-norm point Θ̄, LP certification of the rows Θ̄ gives a clear
+   margin and the refit of Ŵ_Σ on them (the paper's), then our alternating
+   refit;
+4. :func:`~mhalearn.learners.chen_li.read_span` — with the rows of K*
+   (phase 2 again, under the refined Ŵ_Σ), span{Θ_i} = span{centre of K*}
+   + its m − 1 long directions, or a refusal, after which our moment route
+   (:mod:`~mhalearn.learners.moment_route`) gives the span;
+5. :func:`~mhalearn.learners.chen_li.search_net` — a net over m-tuples of
+   heads in the span, W by least squares;
+6. :func:`~mhalearn.learners.chen_li.select_candidate` — the held-out
+   choice and its certificate (the paper's output), then our L-BFGS polish.
 
-``report_`` (:class:`~mhalearn.learners.report.SpanSearchReport`) holds each
-phase's time and figures, says which route produced the span
-(``report_["span"]["chosen"]``: ``"body"`` is the paper's, ``"moment"``
-ours) and which refit moved Ŵ_Σ; with ``fit(X, Y, teacher=...)`` (a
-:class:`~mhalearn.learners.diagnostics.TeacherDiagnostics` hook) it also
-holds each phase's error against the truth.
+``fit`` calls :func:`~mhalearn.learners.chen_li.sculpt_fit`, which chains
+them.  ``report_`` (:class:`~mhalearn.learners.chen_li.SpanSearchReport`)
+holds each phase's result with its time and figures, and says which route
+produced the span (``report_.route``: ``"body"`` is the paper's,
+``"moment"`` ours) and which refit moved Ŵ_Σ
+(``report_.refined_sum.moved_by``).  Errors against a planted teacher are an
+observer's business (``fit(X, Y, callback=TeacherObserver(teacher))``).
 """
 
 from __future__ import annotations
 
-import math
-import warnings
-
-import numpy as np
-
+from .._estimator import store_parameters
 from .._validation import Integer, Options, Real
-from . import register_learner
-from .body_route import BodySettings, sculpt_span
-from .report import Route, SpanSearchReport
+from .chen_li.fit import sculpt_fit
+from .chen_li.settings import BodySettings, settings_from
+from .registry import register_learner
 from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
-from .streams import ArraySource
 
 
 @register_learner("sculpt")
@@ -52,7 +49,7 @@ class SculptLearner(SpanSearchLearner):
     """Learn a multi-head attention layer by sculpting a convex body (Chen & Li).
 
     See the module docstring for the six phases; each reports its wall time
-    and figures in ``report_[phase]``, and ``report_["certificate"]`` holds
+    and figures in ``report_``, and ``report_.selection.certificate`` holds
     the held-out bound of phase 6.
 
     Parameters
@@ -143,10 +140,10 @@ class SculptLearner(SpanSearchLearner):
     n_features_in_ : int
         The token dimension d seen in ``fit``.
     report_ : SpanSearchReport
-        One typed entry per phase with its ``seconds`` and figures, the
-        ``certificate`` and ``total_seconds``; ``report_.table()`` prints it
-        (:mod:`mhalearn.learners.report`), ``report_["span"]["chosen"]``
-        reads it as a mapping.
+        The phase results in the order they ran, each with its ``seconds``
+        and figures, the ``route`` that gave the span and ``total_seconds``
+        (observers excluded); ``report_.table()`` prints it,
+        ``report_.as_dict()`` gives plain dicts.
 
     References
     ----------
@@ -182,65 +179,10 @@ class SculptLearner(SpanSearchLearner):
                  max_candidates: int = 200_000, score_samples: int = 256, keep: int = 4,
                  refine: str = "lbfgs", refine_iter: int = 2000, delta: float = 0.05,
                  validation_fraction: float = 0.2, allow_non_boolean: bool = False, random_state=None):
-        self.heads = heads
-        self.quantile = quantile
-        self.residual_tol = residual_tol
-        self.simplex_tol = simplex_tol
-        self.w_min = w_min
-        self.slab_width = slab_width
-        self.slab_floor = slab_floor
-        self.max_rows = max_rows
-        self.max_constraints = max_constraints
-        self.eta = eta
-        self.refit_iterations = refit_iterations
-        self.pool_fraction = pool_fraction
-        self.min_equalities = min_equalities
-        self.min_gap = min_gap
-        self.span_point = span_point
-        self.norm_bound = norm_bound
-        self.span_route = span_route
-        self.search = search
-        self.net_radius = net_radius
-        self.net_resolution = net_resolution
-        self.max_candidates = max_candidates
-        self.score_samples = score_samples
-        self.keep = keep
-        self.refine = refine
-        self.refine_iter = refine_iter
-        self.delta = delta
-        self.validation_fraction = validation_fraction
-        self.allow_non_boolean = allow_non_boolean
-        self.random_state = random_state
+        store_parameters(self, locals())
 
-    def _body_settings(self) -> BodySettings:
-        return BodySettings(**{name: getattr(self, name) for name in BodySettings.__dataclass_fields__})
-
-    def _fit(self, X, Y, X_val, Y_val, rng, diagnostics):
-        report = SpanSearchReport.for_sculpting()
-        span = report.span
-        body = None
-        if self.span_route != "moment":
-            body = sculpt_span(ArraySource(X, Y), self.heads, self._body_settings(), rng, report, diagnostics)
-        if body is None or diagnostics:
-            # The moment route is the fallback; with diagnostics it also runs for
-            # comparison, and its time is then diagnostic, not the learner's.
-            span.moment = Route()
-            moment_basis, moment_scale = self._moment_route(X, Y, rng, span.moment, diagnostics)
-        if body is not None:
-            span.chosen = "body"
-            basis, scale = body
-        else:
-            span.chosen = "moment"
-            basis, scale = moment_basis, moment_scale
-            if self.span_route != "moment":
-                span.fallback = f"the body refused ({span.body.get('refused', 'no span')}); used the moment route"
-                if self.span_route == "body":
-                    warnings.warn(f"SculptLearner(span_route='body'): {span.fallback}", RuntimeWarning,
-                                  stacklevel=3)
-        compared = span.moment.seconds if span.moment is not None and span.chosen == "body" else 0.0
-        report.diagnostic_seconds = compared + sum(route.diagnostic_seconds or 0.0
-                                                   for route in span.routes().values())
-        diagnostics.put(span, chosen_distance=span.routes()[span.chosen].distance)
-        radius = self.net_radius or float(np.clip(1.5 * math.sqrt(self.heads) * scale, 1.0, self.norm_bound))
-        return self._search_and_select(X, Y, X_val, Y_val, basis, radius, rng, report, diagnostics), report
-
+    def _fit(self, X, Y, X_val, Y_val, rng, notify):
+        fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),
+                            search=self._search_settings(), span_route=self.span_route, rng=rng,
+                            notify=notify, **self._certificate_bounds())
+        return self._layers_of(fields), fields

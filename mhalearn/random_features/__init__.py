@@ -12,7 +12,7 @@ layer learn? A study through the random features lens", NeurIPS 2023
   functions of the paper's setting;
 * :mod:`~mhalearn.random_features.bounds` — what the paper's bound predicts
   for each target and model;
-* :mod:`~mhalearn.random_features.experiment` — the ``random-features``
+* :mod:`~mhalearn.experiments.random_features` — the ``random-features``
   experiment (registered when :mod:`mhalearn.experiments` is imported).
 """
 

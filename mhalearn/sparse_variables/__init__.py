@@ -14,7 +14,7 @@ and variable creation in self-attention mechanisms", ICML 2022
   :class:`SparseParitySearch`, empirical risk minimisation over parities;
 * :mod:`~mhalearn.sparse_variables.growth` — samples-to-target by bisection
   and the growth-law fits;
-* :mod:`~mhalearn.sparse_variables.experiment` (the ``sparse-variables``
+* :mod:`~mhalearn.experiments.sparse_variables` (the ``sparse-variables``
   experiments, registered when :mod:`mhalearn.experiments` is imported) and
   :mod:`~mhalearn.sparse_variables.summary` (their tables and figures).
 """

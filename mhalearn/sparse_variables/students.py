@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from .._estimator import store_parameters
 from .._validation import Integer, Real, Seed, as_generator
 from ..optim import AdamW
 from . import kernels
@@ -247,13 +248,7 @@ class AttentionStudent(_BooleanStudent):
 
     def __init__(self, embedding_dim: int = 16, hidden: int = 32, *, steps: int = 4000, batch_size: int = 64,
                  learning_rate: float = 0.01, weight_decay: float = 0.1, random_state=None):
-        self.embedding_dim = embedding_dim
-        self.hidden = hidden
-        self.steps = steps
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.random_state = random_state
+        store_parameters(self, locals())
 
     _parameter_constraints = {**_BooleanStudent._parameter_constraints, "embedding_dim": [Integer(1)]}
 
@@ -335,12 +330,7 @@ class MLPStudent(_BooleanStudent):
 
     def __init__(self, hidden: int = 32, *, steps: int = 4000, batch_size: int = 64,
                  learning_rate: float = 0.03, weight_decay: float = 0.5, random_state=None):
-        self.hidden = hidden
-        self.steps = steps
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.weight_decay = weight_decay
-        self.random_state = random_state
+        store_parameters(self, locals())
 
     def _initial_parameters(self, length: int, rng: np.random.Generator) -> dict:
         return _mlp_parameters(length, self.hidden, rng)

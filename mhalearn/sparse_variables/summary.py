@@ -3,7 +3,7 @@
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.
 
-From the stored rows of :mod:`~mhalearn.sparse_variables.experiment`: the
+From the stored rows of :mod:`~mhalearn.experiments.sparse_variables`: the
 median over seeds of the per-seed samples-to-target with a bootstrap
 interval, the growth-law fits n = a + b·ln T and n = c·T^α per (g, student)
 (:mod:`~mhalearn.sparse_variables.growth`), the growth from the smallest to

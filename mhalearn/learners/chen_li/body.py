@@ -1,11 +1,11 @@
-"""Phases 3 and 4 of Chen & Li's learner: the convex body, its minimum-norm
-point, LP certification against it, and the span read off it.
+"""The convex body of Chen & Li's learner, used by phases 3 and 4: its minimum-norm
+point and LP certification against it.
 
 The body is
 
     K = {Θ : ⟨C_r, Θ⟩ − b_r ∈ [−t_r, t_r] (slabs),  ⟨H_s, Θ⟩ ≤ g_s (half-spaces),  ‖Θ‖_F ≤ ρ}
 
-built from agreement rows (:mod:`mhalearn.learners.agreement`).  Every Θ_i,
+built from agreement rows (phase 2, :mod:`~mhalearn.learners.chen_li.phase2_sculpt`).  Every Θ_i,
 and every affine combination of them, lies in it, so K is long along
 aff{Θ_i} (dimension m − 1) and thin across it.  What the phases take from it:
 
@@ -16,22 +16,18 @@ aff{Θ_i} (dimension m − 1) and thin across it.  What the phases take from it:
   (:func:`certify_margin`, a weak-duality bound on that LP that certifies
   many rows with one factorisation; :meth:`ConvexBody.support` solves the
   LP itself);
-- its long directions: the near-null right singular vectors of the slab
-  matrix scaled to unit half-widths, and its centre
-  (:func:`read_affine_hull`), which together span {Θ_i}
-  (:func:`span_basis`).
+- its long directions and centre, which together span {Θ_i} (phase 4,
+  :mod:`~mhalearn.learners.chen_li.phase4_span`).
 
 Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 """
 
 from __future__ import annotations
 
-import math
-
 import cvxpy as cp
 import numpy as np
 
-from .agreement import SlabSystem
+from .phase2_sculpt import SlabSystem
 
 # Constraints whose slack exceeds this (in units of the slab's half-width
 # scale) are counted as inconsistent with the rest.
@@ -173,36 +169,3 @@ def certify_margin(E: np.ndarray, b: np.ndarray, t: np.ndarray, directions: np.n
             chunk = slice(start, start + block)
             best[chunk] = np.maximum(best[chunk], value - radius * remainder)
     return best
-
-
-def read_affine_hull(slabs: SlabSystem, heads: int) -> tuple[np.ndarray, np.ndarray, dict]:
-    """The affine hull of the Θ_i as the slab system sees it.
-
-    Scaled to unit half-widths, the slabs read (E/t)θ ≈ b/t.  Its m − 1
-    right singular vectors with the smallest singular values are the body's
-    *long directions*: moving along them changes no log-ratio, as moving
-    from one Θ_i to another does not on an agreement row.  The *centre* is
-    the minimum-norm least-squares solution across the other directions:
-    the minimum-norm point of the body's central affine set, which lies on
-    aff{Θ_i} up to the decoding's error (the minimum-norm point of K itself
-    sits on K's boundary, pulled towards 0 by the slabs' half-widths).
-
-    Returns the centre (d²,), the long directions (m − 1, d²) and the
-    singular values relative to the largest (the last m + 2), with the gap
-    σ_m / σ_{m−1} between the first thin and the last long direction,
-    counted from the smallest (inf at m = 1).
-    """
-    scaled_E, scaled_b = slabs.weighted_equalities()
-    left, singular, right = np.linalg.svd(scaled_E, full_matrices=False)
-    thin = len(singular) - (heads - 1)
-    centre = right[:thin].T @ ((left[:, :thin].T @ scaled_b) / singular[:thin])
-    long_directions = right[thin:]
-    relative = singular / singular[0]
-    gap = float(relative[thin - 1] / relative[thin]) if heads > 1 and relative[thin] > 0 else math.inf
-    return centre, long_directions, {"singular_values": relative[-(heads + 2):].tolist(), "spectral_gap": gap}
-
-
-def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np.ndarray:
-    """Orthonormal basis (m, d²) of span{point} + span{long directions}."""
-    stack = np.vstack([point[None, :], long_directions])
-    return np.linalg.svd(stack, full_matrices=False)[2][:heads]

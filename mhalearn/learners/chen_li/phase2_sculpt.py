@@ -1,4 +1,4 @@
-"""Phase 2 of Chen & Li's learner: find the agreement rows and turn them into slabs.
+"""Phase 2 of Chen & Li's learner: sculpt the body — find the agreement rows and turn them into slabs.
 
 A query row ℓ of a sequence X is an *agreement row* when every head gives it
 the same attention pattern a (of any shape).  Then its label is
@@ -27,20 +27,26 @@ uncertainty σ_j: t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min) and one-sid
 constraints ⟨C, Θ⟩ ≤ log((w_min + κσ_j)/(â_{j₀} − κσ_{j₀})) for the negligible
 tokens.  Every Θ_i satisfies them, and so does every affine combination of the
 Θ_i: their intersection is long along aff{Θ_i} and thin across it
-(:mod:`mhalearn.learners.body`).
+(:mod:`mhalearn.learners.chen_li.body`).
+
+:func:`sculpt_body` is the phase: one pass that decodes every row with Ŵ_Σ,
+accepts the agreement rows and returns their slabs.
 
 Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit, prange
 
-from .._numba import DISPATCH, chunk_count, new_counter, next_chunk
-from .kernels import cholesky_in_place
+from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk
+from ..report import PhaseResult, data_field
+from .cholesky import cholesky_in_place
+from .settings import BodySettings
 
 # ---------------------------------------------------------------- decoding
 
@@ -341,17 +347,6 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
 
 
-def agreement_precision(rows: AgreementRows, teacher, tolerance: float = 0.1) -> float:
-    """Share of accepted rows on which every teacher head's pattern is within
-    ``tolerance`` of â in ℓ1 (NaN when no row was accepted)."""
-    if len(rows) == 0:
-        return float("nan")
-    attention = teacher.attention(rows.tokens)  # (c, m, k, k)
-    heads_rows = attention[np.arange(len(rows)), :, rows.query, :]  # (c, m, k)
-    distance = np.abs(heads_rows - rows.pattern[:, None, :]).sum(axis=-1)
-    return float(np.mean(np.all(distance <= tolerance, axis=1)))
-
-
 # ---------------------------------------------------------------- slabs
 
 @dataclass
@@ -374,14 +369,6 @@ class SlabSystem:
     @property
     def equalities(self) -> int:
         return len(self.b)
-
-    def teacher_feasible_fraction(self, teacher) -> float:
-        """Share of constraints (slabs and half-spaces) that every true Θ_i satisfies."""
-        thetas = teacher.thetas.reshape(teacher.heads, -1).T
-        slab_ok = np.all(np.abs(self.E @ thetas - self.b[:, None]) <= self.t[:, None], axis=1)
-        half_ok = np.all(self.H @ thetas <= self.g[:, None], axis=1)
-        total = len(slab_ok) + len(half_ok)
-        return float((slab_ok.sum() + half_ok.sum()) / total) if total else float("nan")
 
     def weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
         """(E/t, b/t): the equality system with each slab scaled to unit half-width."""
@@ -429,3 +416,69 @@ def slab_constraints(rows: AgreementRows, *, w_min: float = 0.02, kappa: float =
     floor = np.maximum(top_weight[half_row] - kappa * top_spread[half_row], w_min)
     g = np.log(ceiling / floor) + t_min
     return SlabSystem(E=E, b=b, t=t, H=H, g=g, slab_row=slab_row, halfspace_row=half_row)
+
+
+# ---------------------------------------------------------------- the phase
+
+def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
+              rng: np.random.Generator | None = None) -> AgreementRows:
+    """Candidate agreement rows: the best ``pool_fraction`` of every block under Ŵ_Σ.
+
+    The simplex test is ten times looser than for acceptance, since the
+    patterns of a candidate move as Ŵ_Σ is refined (phase 3).
+    """
+    return find_agreement_rows(source, w_sum, quantile=pool_fraction, simplex_tol=10 * simplex_tol,
+                               max_rows=max_pool, rng=rng)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SculptedBody(PhaseResult):
+    """Phase 2's result: the agreement rows accepted under one Ŵ_Σ and their slabs.
+
+    ``rule`` says how rows were accepted: ``"quantile"`` (the best share of
+    every block, while Ŵ_Σ is crude) or ``"absolute"`` (relative residual ≤
+    ``residual_tol``, once Ŵ_Σ is refined; the rows of K*).  ``found_rows``
+    passed the test before the cap of ``max_rows``; ``accepted_rows`` were
+    kept.  Data: the rows, the slabs and, for the quantile rule, the pool of
+    candidates our alternating refit starts from.
+    """
+
+    rule: str
+    accepted_rows: int
+    found_rows: int
+    accepted_fraction: float
+    equalities: int
+    halfspaces: int
+    rows: AgreementRows = data_field()
+    slabs: SlabSystem = data_field()
+    pool: AgreementRows | None = data_field()
+
+    columns = ("rule", "accepted_rows", "found_rows", "equalities", "halfspaces")
+
+
+def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, rng: np.random.Generator, *,
+                rule: str) -> SculptedBody:
+    """Phase 2: decode every row of ``source`` with Ŵ_Σ, accept the agreement rows, build their slabs.
+
+    ``rule="quantile"`` (crude Ŵ_Σ): one pass draws a pool of the best
+    ``pool_fraction`` of each block (kept for phase 3) and accepts its best
+    rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
+    Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, at most
+    ``max_rows`` kept at random — the rows of K*.
+    """
+    start = time.perf_counter()
+    pool = None
+    if rule == "quantile":
+        quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
+        pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
+                         max_pool=settings.max_pool_for(heads), rng=rng)
+        rows = pool.accept(quantile=quantile / pool_fraction, simplex_tol=settings.simplex_tol)
+    elif rule == "absolute":
+        rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
+                                   simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
+    else:
+        raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
+    slabs = slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
+    return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(rows),
+                        found_rows=int(rows.found), accepted_fraction=float(rows.fraction),
+                        equalities=slabs.equalities, halfspaces=len(slabs.g), rows=rows, slabs=slabs, pool=pool)

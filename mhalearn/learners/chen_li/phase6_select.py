@@ -1,4 +1,4 @@
-"""Phase 6 of Chen & Li's learner: W by least squares, a certified selection, and our polish.
+"""Phase 6 of Chen & Li's learner: select a candidate — W by least squares, a certified choice, our polish.
 
 Each candidate tuple of attention matrices from the net gets its projections
 W by least squares (F is linear in W); the candidate with the smallest error
@@ -6,7 +6,7 @@ on held-out data is the paper's output, and a generalisation bound on the
 held-out set certifies it: with probability ≥ 1 − δ its relative test error
 is ≤ ε̂ (:func:`selection_certificate`).  The L-BFGS polish of all
 parameters that may follow is ours, not the paper's; the report keeps the
-error before and after it.
+error before and after it.  :func:`select_candidate` is the phase.
 
 Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*;
 Maurer, A. & Pontil, M. (2009), *Empirical Bernstein bounds and sample
@@ -16,12 +16,16 @@ variance penalization*, Theorem 4.
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..attention import kernels
-from ..attention.model import MultiHeadAttention
-from ._common import lbfgs_refine, solve_projections, validation_error
+from ...attention import kernels
+from ...attention.model import MultiHeadAttention
+from ..least_squares import lbfgs_refine, solve_projections, validation_error
+from ..report import PhaseResult, certificate_line, data_field
+from .settings import SearchSettings
 
 #: Validation checks between which L-BFGS runs (see :func:`lbfgs_refine`).
 CHECK_EVERY = 20
@@ -106,3 +110,59 @@ def selection_certificate(model: MultiHeadAttention, X_val: np.ndarray, Y_val: n
             "hypotheses": int(hypotheses), "validation_samples": int(len(losses)),
             "label_bound": float(label_bound), "output_bound": float(output_bound),
             "assumption": "every label norm ‖Y‖_F is at most the largest one observed"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection(PhaseResult):
+    """Phase 6's result: the paper's output, its certificate and, with ``mode="lbfgs"``, our polish.
+
+    ``val_least_squares`` is the held-out relative error of the paper's
+    output (the best candidate with W by least squares) and
+    ``certificate_least_squares`` its certificate; ``val_polished``,
+    ``runs`` (one dict per polished candidate) and ``certificate`` describe
+    the returned model (the paper's output itself when ``mode="none"``).
+    Data: ``model`` and ``least_squares_model``.
+    """
+
+    mode: str
+    val_least_squares: float
+    certificate_least_squares: dict
+    val_polished: float | None
+    runs: list | None
+    certificate: dict
+    model: MultiHeadAttention = data_field()
+    least_squares_model: MultiHeadAttention = data_field()
+
+    columns = ("mode", "val_least_squares", "val_polished")
+
+    def detail_lines(self) -> list[str]:
+        return [f"{'':<12} {'':>8}    {certificate_line(self.certificate)}"]
+
+
+def select_candidate(X, Y, X_val, Y_val, candidates, settings: SearchSettings, *, label_bound: float,
+                     token_norm: float) -> Selection:
+    """Phase 6: W by least squares for every candidate Θ, the held-out choice, its certificate, the polish.
+
+    Parameters
+    ----------
+    X, Y : training sequences; X_val, Y_val : held-out sequences (never fitted on).
+    candidates : Θ of each candidate (phase 5's ``kept``).
+    settings : ``refine`` ("none": the paper's output; "lbfgs": ours),
+        ``refine_iter`` and ``delta``.
+    label_bound, token_norm : the largest label norm and token norm seen,
+        the assumptions of the certificate (:func:`selection_certificate`).
+    """
+    start = time.perf_counter()
+    scored = least_squares_candidates(X, Y, X_val, Y_val, candidates)
+    paper_val, paper_model = scored[0]
+    certify = {"delta": settings.delta, "label_bound": label_bound, "token_norm": token_norm}
+    paper_certificate = selection_certificate(paper_model, X_val, Y_val, hypotheses=len(scored), **certify)
+    model, certificate, val_polished, runs = paper_model, paper_certificate, None, None
+    if settings.refine == "lbfgs":
+        model, val_polished, runs = polish(X, Y, X_val, Y_val, scored, max_iter=settings.refine_iter)
+        # Every validation check of every polish run is a model compared on the held-out set.
+        hypotheses = len(scored) * (settings.refine_iter // CHECK_EVERY + 2)
+        certificate = selection_certificate(model, X_val, Y_val, hypotheses=hypotheses, **certify)
+    return Selection(seconds=time.perf_counter() - start, mode=settings.refine, val_least_squares=paper_val,
+                     certificate_least_squares=paper_certificate, val_polished=val_polished, runs=runs,
+                     certificate=certificate, model=model, least_squares_model=paper_model)

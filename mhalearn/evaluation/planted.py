@@ -1,4 +1,4 @@
-"""Plant → fit → measure: one learner on one planted instance, and the one seeding helper (docs/design.md §5).
+"""Plant → fit → measure: one learner on one planted instance (docs/design.md §5).
 
 Everything that compares learners on planted teachers goes through here —
 the learning experiments (:mod:`mhalearn.experiments.learning`,
@@ -7,52 +7,31 @@ demo``, and the benchmarks:
 
 - :func:`plant_instance` plants a teacher from a registered family and draws
   its training and test data, deterministically from the arguments;
-- :func:`fit_timed` fits a learner (the teacher goes to its diagnostics hook,
-  never to the estimate) and times it;
+- :func:`fit_timed` fits a learner with a
+  :class:`~mhalearn.evaluation.TeacherObserver` watching, and times the fit
+  without the observer's time;
 - :func:`measure` compares the fitted layer with the teacher and reads the
-  learner's ``report_``;
+  learner's ``report_`` and the observer's figures;
 - :func:`learn_planted` does all three.
-
-:func:`seeded_rng` turns a cell's parameters (integers and names) into a
-random generator, the same in every process and on every machine.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import time
-import zlib
 
 import numpy as np
 
-from . import learners as learner_registry
-from ._validation import check_positive_int, check_real
-from .attention.data import draw_inputs, make_dataset
-from .attention.model import head_collapse, parameter_error, relative_error
-from .attention.teachers import get_family, make_teacher
+from .._validation import check_positive_int, check_real
+from ..attention.data import draw_inputs, make_dataset
+from ..attention.model import head_collapse, parameter_error, relative_error
+from ..attention.teachers import get_family, make_teacher
+from ..learners.chen_li.fit import SpanSearchReport
+from ..learners.registry import get_learner
+from ..seeding import seeded_rng
+from .observer import TeacherObserver
 
 #: Fresh test inputs per planted instance.
 TEST_SAMPLES = 1000
-
-
-def seeded_rng(*keys) -> np.random.Generator:
-    """A generator seeded by ``keys``: non-negative integers, and strings (by their CRC-32).
-
-    ``seeded_rng(seed, "random", m)`` is ``numpy.random.default_rng([seed,
-    crc32(b"random"), m])``: independent streams for different keys, the same
-    stream for the same keys in every process (Python's ``hash`` of a string
-    changes between processes, CRC-32 does not).
-    """
-    entropy = []
-    for key in keys:
-        if isinstance(key, str):
-            entropy.append(zlib.crc32(key.encode()))
-        elif isinstance(key, numbers.Integral) and not isinstance(key, bool) and key >= 0:
-            entropy.append(int(key))
-        else:
-            raise ValueError(f"keys: expected non-negative integers or strings, received {key!r}")
-    return np.random.default_rng(entropy)
 
 
 def _streams(family: str, heads: int, dim: int, length: int, samples: int, seed: int):
@@ -105,8 +84,8 @@ def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: s
     return teacher, X, Y, draw_inputs(law, test_samples, length, dim, test_rng)
 
 
-def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray,
-            fit_seconds: float) -> dict:
+def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray, fit_seconds: float,
+            observer: TeacherObserver | None = None) -> dict:
     """Metrics of a fitted learner against its planted teacher.
 
     Returns
@@ -115,49 +94,45 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         ``test_error`` (relative, on ``X_test`` against the noiseless
         teacher), ``train_error`` (relative, against the noisy training
         labels), ``theta_error`` and ``w_error`` (head-matched relative
-        parameter errors), ``fit_seconds``; and from the learner's report,
-        None when it has no such phase: ``candidates`` scored by the net
-        search, ``agreement_rows`` accepted for the sculpted body K*,
-        ``span_route`` (``"body"``: Chen & Li's; ``"moment"``: ours) and
-        ``span_distance`` of the chosen span to the teacher's; ``head_cosine`` and
-        ``w_inflation`` from :func:`~mhalearn.attention.model.head_collapse`.
+        parameter errors), ``fit_seconds`` (the learner's, observers
+        excluded), ``observer_seconds``; from a span-search learner's report,
+        else None: ``candidates`` scored by the net search, ``agreement_rows``
+        accepted for the sculpted body K*, ``span_route`` (``"body"``: Chen &
+        Li's; ``"moment"``: ours) and, from the observer, ``span_distance`` of
+        the chosen span to the teacher's; ``head_cosine`` and ``w_inflation``
+        from :func:`~mhalearn.attention.model.head_collapse`.
     """
     parameters = parameter_error(estimator.model_, teacher)
-    report = getattr(estimator, "report_", None) or {}
-    candidates = _report_figure(report, "net", "candidates")
-    agreement_rows = _report_figure(report, "sculpt", "accepted_rows")
+    report = getattr(estimator, "report_", None)
+    span_search = report if isinstance(report, SpanSearchReport) else None
+    final_body = span_search.sculpt[-1] if span_search is not None and span_search.sculpt else None
     return {
         "test_error": relative_error(estimator.model_, teacher, X_test),
         "train_error": float(np.sum((estimator.model_.predict(X) - Y) ** 2) / np.sum(Y ** 2)),
         "theta_error": parameters["theta"],
         "w_error": parameters["w"],
         "fit_seconds": float(fit_seconds),
-        "candidates": None if candidates is None else int(candidates),
-        "agreement_rows": None if agreement_rows is None else int(agreement_rows),
-        "span_route": (report.get("span") or {}).get("chosen"),
-        "span_distance": _report_figure(report, "span", "chosen_distance"),
+        "observer_seconds": None if observer is None else float(observer.seconds),
+        "candidates": None if span_search is None else int(span_search.net.candidates),
+        "agreement_rows": None if final_body is None else int(final_body.accepted_rows),
+        "span_route": None if span_search is None else span_search.route,
+        "span_distance": None if span_search is None or observer is None else observer.span_distance(
+            span_search.route),
         **head_collapse(estimator.model_, teacher),
     }
 
 
-def _report_figure(report, phase: str, name: str) -> float | None:
-    """``report[phase][name]`` as a finite float, or None when absent."""
-    entry = report.get(phase)
-    value = entry.get(name) if entry is not None and hasattr(entry, "get") else None
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
+def fit_timed(estimator, X: np.ndarray, Y: np.ndarray, teacher=None) -> tuple[float, TeacherObserver | None]:
+    """Fit ``estimator``, watched by a :class:`TeacherObserver` of ``teacher`` when one is given.
 
-
-def fit_timed(estimator, X: np.ndarray, Y: np.ndarray, teacher=None) -> float:
-    """Fit ``estimator`` (the teacher goes to its diagnostics hook) and return the wall time in seconds."""
+    Returns the fit's wall time without the observer's (the learner's own)
+    and the observer (None without a teacher).
+    """
+    observer = None if teacher is None else TeacherObserver(teacher)
     start = time.perf_counter()
-    estimator.fit(X, Y, teacher=teacher)
-    return time.perf_counter() - start
+    estimator.fit(X, Y, callback=observer)
+    seconds = time.perf_counter() - start
+    return seconds - (0.0 if observer is None else observer.seconds), observer
 
 
 def learn_planted(learner: str, *, heads: int, dim: int, length: int, samples: int,
@@ -183,9 +158,9 @@ def learn_planted(learner: str, *, heads: int, dim: int, length: int, samples: i
     metrics : dict
         See :func:`measure`.
     """
-    estimator_class = learner_registry.get_learner(learner)
+    estimator_class = get_learner(learner)
     teacher, X, Y, X_test = plant_instance(heads=heads, dim=dim, length=length, samples=samples,
                                            family=family, noise=noise, seed=seed, test_samples=test_samples)
     estimator = estimator_class(heads, random_state=seed, **(hyperparams or {}))
-    fit_seconds = fit_timed(estimator, X, Y, teacher)
-    return estimator, teacher, measure(estimator, teacher, X, Y, X_test, fit_seconds)
+    fit_seconds, observer = fit_timed(estimator, X, Y, teacher)
+    return estimator, teacher, measure(estimator, teacher, X, Y, X_test, fit_seconds, observer)

@@ -47,12 +47,12 @@ from pathlib import Path
 import numpy as np
 
 from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
-from ..evaluation import seeded_rng
-from ..experiments.registry import Experiment, expand_grid, register_experiment
+from ..seeding import seeded_rng
+from .registry import Experiment, expand_grid, register_experiment
 from ..sparse_variables.growth import bootstrap_median
-from . import bounds
-from .models import RandomFeatureAttention, RandomFeatureMLP
-from .targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
+from ..random_features import bounds
+from ..random_features.models import RandomFeatureAttention, RandomFeatureMLP
+from ..random_features.targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
 
 #: Models compared, in plotting order.
 MODEL_NAMES = ("attention-zero", "attention-identity", "mlp")

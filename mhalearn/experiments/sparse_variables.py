@@ -51,11 +51,11 @@ import numpy as np
 
 from .._validation import check_choice, check_positive_int
 from ..plotting import write_tables
-from ..evaluation import seeded_rng
-from ..experiments.registry import Experiment, expand_grid, register_experiment
-from . import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
-from .growth import bisect_samples
-from .summary import plot_sparse_variables
+from ..seeding import seeded_rng
+from .registry import Experiment, expand_grid, register_experiment
+from ..sparse_variables import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
+from ..sparse_variables.growth import bisect_samples
+from ..sparse_variables.summary import plot_sparse_variables
 #: Target test accuracy of the samples-to-accuracy statistic.
 TARGET_ACCURACY = 0.95
 #: Fresh test examples per cell (the standard error of an accuracy near 95 % is ≈ 0.35 %).

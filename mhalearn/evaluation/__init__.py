@@ -1,0 +1,31 @@
+"""Evaluation: watching learners from outside (docs/design.md §5).
+
+- :class:`TeacherObserver` — the teacher's view of a fit, passed as its
+  ``callback``: each phase result measured against the planted layer
+  (:mod:`~mhalearn.evaluation.observer`);
+- :func:`compare_moment_route` — a comparison run beside a fit, with its own
+  generator and time (:mod:`~mhalearn.evaluation.comparisons`);
+- :func:`plant_instance`, :func:`fit_timed`, :func:`measure`,
+  :func:`learn_planted` — plant → fit → measure
+  (:mod:`~mhalearn.evaluation.planted`);
+- :func:`~mhalearn.seeding.seeded_rng`, re-exported: generators named by
+  their keys.
+
+Nothing here changes what a learner computes.
+"""
+
+from ..seeding import seeded_rng
+from .comparisons import compare_moment_route
+from .observer import (
+    TeacherObserver,
+    agreement_precision,
+    certification_precision,
+    span_distance,
+    teacher_feasible_fraction,
+    w_sum_error,
+)
+from .planted import TEST_SAMPLES, fit_timed, learn_planted, measure, plant_instance
+
+__all__ = ["TEST_SAMPLES", "TeacherObserver", "agreement_precision", "certification_precision",
+           "compare_moment_route", "fit_timed", "learn_planted", "measure", "plant_instance", "seeded_rng",
+           "span_distance", "teacher_feasible_fraction", "w_sum_error"]

@@ -1,0 +1,250 @@
+"""The teacher's view of a fit: an observer that measures each phase result against the planted layer.
+
+A learner's ``fit(X, Y, callback=observer)`` hands every phase result to
+``observer(phase, result)`` (:mod:`mhalearn.learners.report`);
+:class:`TeacherObserver` computes what only a teacher can tell — the error
+of Ŵ_Σ, the precision of the agreement rows, the share of the body's
+constraints the true heads satisfy, the precision of the paper's LP
+certificates, the span distance, the parameter error — and keeps them with
+its own time.  It never hands anything back to the learner: the fit is
+bitwise the same with or without it (tests/test_observers.py), and its time
+is not the learner's.
+
+The learner works in standardised units and tells them first, with its
+``"start"`` result; the observer expresses the teacher in them.  Span
+distances and relative errors of Ŵ_Σ do not depend on the units; parameter
+errors (which mix Θ and W) are measured in the data's units, as for the
+returned layer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy.linalg import subspace_angles
+
+from ..attention.model import MultiHeadAttention, parameter_error
+from ..learners.chen_li.body import ConvexBody
+from ..learners.chen_li.phase4_span import span_basis
+from ..learners.report import figures_text, phase_table
+
+#: ℓ1 distance within which a head's pattern counts as the decoded one (agreement-row precision).
+PATTERN_TOLERANCE = 0.1
+
+
+# ------------------------------------------------------------ figures against a teacher
+
+def span_distance(basis: np.ndarray, teacher: MultiHeadAttention) -> float:
+    """sin of the largest principal angle between span(basis) and span{vec Θ_i}.
+
+    ``basis`` has shape (r, d, d) or (r, d²); 0 means the spans agree, 1 that
+    some teacher direction is orthogonal to the estimate.
+    """
+    estimate = np.asarray(basis).reshape(len(basis), -1).T
+    truth = teacher.thetas.reshape(teacher.heads, -1).T
+    return float(np.sin(np.max(subspace_angles(estimate, truth))))
+
+
+def w_sum_error(w_sum: np.ndarray, teacher: MultiHeadAttention) -> float:
+    """‖Ŵ_Σ − W_Σ‖_F / ‖W_Σ‖_F."""
+    truth = teacher.projection_sum
+    return float(np.linalg.norm(w_sum - truth) / np.linalg.norm(truth))
+
+
+def agreement_precision(rows, teacher: MultiHeadAttention, tolerance: float = PATTERN_TOLERANCE) -> float:
+    """Share of accepted rows on which every teacher head's pattern is within ``tolerance`` of â in ℓ1
+    (NaN when no row was accepted)."""
+    if len(rows) == 0:
+        return float("nan")
+    attention = teacher.attention(rows.tokens)  # (c, m, k, k)
+    heads_rows = attention[np.arange(len(rows)), :, rows.query, :]  # (c, m, k)
+    distance = np.abs(heads_rows - rows.pattern[:, None, :]).sum(axis=-1)
+    return float(np.mean(np.all(distance <= tolerance, axis=1)))
+
+
+def teacher_feasible_fraction(slabs, teacher: MultiHeadAttention) -> float:
+    """Share of the body's constraints (slabs and half-spaces) that every true Θ_i satisfies."""
+    thetas = teacher.thetas.reshape(teacher.heads, -1).T
+    slab_ok = np.all(np.abs(slabs.E @ thetas - slabs.b[:, None]) <= slabs.t[:, None], axis=1)
+    half_ok = np.all(slabs.H @ thetas <= slabs.g[:, None], axis=1)
+    total = len(slab_ok) + len(half_ok)
+    return float((slab_ok.sum() + half_ok.sum()) / total) if total else float("nan")
+
+
+def certification_precision(margin, certified: np.ndarray, eta: float, teacher: MultiHeadAttention) -> float:
+    """Share of certified rows on which every teacher head puts ≥ 1 − η on j*'s copies (NaN if none)."""
+    if not np.any(certified):
+        return float("nan")
+    tokens = margin.tokens[certified]
+    query, top = margin.query[certified], margin.top[certified]
+    index = np.arange(len(tokens))
+    weights = teacher.attention(tokens)[index, :, query, :]  # (c, m, k)
+    copies = np.all(tokens == tokens[index, top][:, None, :], axis=-1)  # (c, k)
+    mass = np.sum(weights * copies[:, None, :], axis=-1)
+    return float(np.mean(np.all(mass >= 1.0 - eta, axis=1)))
+
+
+# ------------------------------------------------------------ the observer
+
+class TeacherObserver:
+    """Measures every phase result of a fit against a planted teacher (pass it as ``callback``).
+
+    Parameters
+    ----------
+    teacher : MultiHeadAttention
+        The planted layer, in the units of the data given to ``fit``.
+    compare_min_norm : bool
+        Also compute K*'s minimum-norm point (the paper's Θ̄*) when the body
+        gives a span and report the distance of the span it would give — a
+        comparison with its own generator (seeded by ``random_state``) and its
+        own time (``min_norm_seconds``), never the learner's.
+    norm_bound : float
+        The radius of K*'s norm ball in that comparison (the learners' default).
+    random_state : int
+        Seeds the comparison's subset of constraints.
+
+    Attributes
+    ----------
+    records : list of (phase, figures dict, seconds)
+        One per phase result seen, in order; cleared when a new fit starts.
+    seconds : float
+        Time spent observing this fit.
+
+    Examples
+    --------
+    >>> observer = TeacherObserver(teacher)                      # doctest: +SKIP
+    >>> SculptLearner(2).fit(X, Y, callback=observer)            # doctest: +SKIP
+    >>> print(observer.table())                                  # doctest: +SKIP
+    """
+
+    def __init__(self, teacher: MultiHeadAttention, *, compare_min_norm: bool = False, norm_bound: float = 12.0,
+                 random_state: int = 0):
+        if not isinstance(teacher, MultiHeadAttention):
+            raise TypeError(f"teacher: expected a MultiHeadAttention, received {type(teacher).__name__}")
+        self.teacher = teacher
+        self.compare_min_norm = bool(compare_min_norm)
+        self.norm_bound = float(norm_bound)
+        self.random_state = random_state
+        self.records: list[tuple[str, dict, float]] = []
+        self.seconds = 0.0
+        self._truth, self._units = teacher, (1.0, 1.0)
+
+    def __call__(self, phase: str, result) -> None:
+        start = time.perf_counter()
+        if phase == "start":
+            self._start(result)
+        observe = getattr(self, f"_{phase}", None)
+        figures = {} if observe is None or phase == "start" else observe(result)
+        elapsed = time.perf_counter() - start
+        self.records.append((phase, figures, elapsed))
+        self.seconds += elapsed
+
+    def _start(self, start) -> None:
+        """A new fit: check the teacher's shape and express it in the fit's units (Θ·s_X², W·s_X/s_Y)."""
+        if (start.heads, start.dim) != (self.teacher.heads, self.teacher.dim):
+            raise ValueError(f"teacher: expected {start.heads} heads of dim {start.dim} (the learner's and the "
+                             f"data's), received {self.teacher.heads} heads of dim {self.teacher.dim}")
+        self.records, self.seconds = [], 0.0
+        self._units = (start.x_scale, start.y_scale)
+        self._truth = MultiHeadAttention(self.teacher.thetas * start.x_scale ** 2,
+                                         self.teacher.ws * (start.x_scale / start.y_scale))
+
+    def _parameter_error(self, model: MultiHeadAttention) -> float:
+        """Head-matched parameter error of a layer in the fit's units, measured in the data's units
+        (as the returned layer would be: the error mixes Θ and W, so it depends on the units)."""
+        x_scale, y_scale = self._units
+        returned = MultiHeadAttention(model.thetas / x_scale ** 2, model.ws * (y_scale / x_scale))
+        return parameter_error(returned, self.teacher)["total"]
+
+    # One method per phase name (see mhalearn.learners.chen_li.fit and the learners).
+
+    def _crude_sum(self, result) -> dict:
+        return {"w_sum_error": w_sum_error(result.w_sum, self._truth)}
+
+    def _sculpt(self, result) -> dict:
+        return {"precision": agreement_precision(result.rows, self._truth),
+                "teacher_feasible_fraction": teacher_feasible_fraction(result.slabs, self._truth)}
+
+    def _refined_sum(self, result) -> dict:
+        figures = {"refined_w_sum_error": w_sum_error(result.w_sum, self._truth)}
+        if result.theta_bar is not None:
+            figures["theta_bar_distance"] = span_distance(result.theta_bar[None, :], self._truth)
+        for step in result.steps:
+            key = "certified" if hasattr(step, "certified_mask") else "alternating"
+            if step.w_sum is not None:
+                figures[f"{key}_w_sum_error"] = w_sum_error(step.w_sum, self._truth)
+            if key == "certified":
+                figures["certification_precision"] = certification_precision(step.margin, step.certified_mask,
+                                                                             step.eta, self._truth)
+        return figures
+
+    def _span(self, result) -> dict:
+        if result.basis is None:
+            return {}
+        figures = {"distance": span_distance(result.basis, self._truth),
+                   "centre_distance": span_distance(span_basis(result.centre, result.long_directions,
+                                                               len(result.basis)), self._truth)}
+        if self.compare_min_norm:
+            figures.update(self._min_norm_comparison(result))
+        return figures
+
+    def _min_norm_comparison(self, result) -> dict:
+        """The span K*'s minimum-norm point would give, with its own generator and time."""
+        start = time.perf_counter()
+        body = ConvexBody(result.slabs, self.norm_bound, rng=np.random.default_rng(self.random_state))
+        point, _ = body.min_norm_point()
+        figures = {"min_norm_seconds": time.perf_counter() - start}
+        if point is not None:
+            figures["min_norm_distance"] = span_distance(
+                span_basis(point, result.long_directions, len(result.basis)), self._truth)
+        return figures
+
+    def _moment(self, result) -> dict:
+        return {"distance": span_distance(result.basis, self._truth)}
+
+    def _selection(self, result) -> dict:
+        return {"parameter_error_least_squares": self._parameter_error(result.least_squares_model),
+                "parameter_error": self._parameter_error(result.model)}
+
+    def _restart(self, result) -> dict:
+        return {"parameter_error": self._parameter_error(result.model)}
+
+    # Reading the records.
+
+    def figure(self, phase: str, name: str):
+        """The last value of figure ``name`` recorded for ``phase`` (None when there is none)."""
+        for recorded, figures, _ in reversed(self.records):
+            if recorded == phase and name in figures:
+                return figures[name]
+        return None
+
+    def span_distance(self, route: str) -> float | None:
+        """The span distance of ``route``'s span: ``"body"`` (phase 4) or ``"moment"`` (ours)."""
+        return self.figure("span" if route == "body" else "moment", "distance")
+
+    def as_dict(self) -> list[dict]:
+        """One dict per record: ``phase``, ``seconds`` (the observer's) and the figures."""
+        return [{"phase": phase, "seconds": seconds, **figures} for phase, figures, seconds in self.records]
+
+    def table(self) -> str:
+        """The figures against the teacher, one line per phase result (seconds: the observer's own)."""
+        rows = [(phase, _Line(seconds, figures)) for phase, figures, seconds in self.records if phase != "start"]
+        return phase_table(rows, [f"observer total {self.seconds:.2f} s (not the learner's)"])
+
+
+class _Line:
+    """A record as a line of :func:`~mhalearn.learners.report.phase_table`."""
+
+    def __init__(self, seconds: float, figures: dict):
+        self.seconds, self._figures = seconds, figures
+
+    def summary(self) -> str:
+        return figures_text(self._figures, list(self._figures))
+
+    def detail_lines(self) -> list[str]:
+        return []
+
+
+__all__ = ["TeacherObserver", "agreement_precision", "certification_precision", "span_distance",
+           "teacher_feasible_fraction", "w_sum_error"]

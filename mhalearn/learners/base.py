@@ -1,0 +1,148 @@
+"""The estimator base class of every learner of a multi-head attention layer (docs/design.md §4)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from sklearn.metrics import r2_score
+from threadpoolctl import threadpool_limits
+
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
+from .._validation import (
+    as_generator,
+    check_boolean,
+    check_enough_samples,
+    check_pair,
+)
+from ..attention.model import MultiHeadAttention
+from .report import FitStart, Notifier, ZeroLabelsReport
+
+
+class AttentionLearner(SequenceRegressorMixin, Estimator):
+    """Base class: scikit-learn contract for learners of a multi-head attention layer.
+
+    A regressor of sequences: ``predict`` maps X (n, k, d) to F̂(X) (n, k, d),
+    ``score`` is R² pooled over every output entry and ``n_features_in_`` is
+    the token dimension d (set last in ``fit``: it marks the learner fitted).
+
+    Subclasses declare ``_parameter_constraints`` (checked once, at the start
+    of ``fit``), ``_report_class`` (the type of ``report_``) and implement
+    ``_fit(X_train, Y_train, X_val, Y_val, rng, notify)`` returning
+    ``(layers, fields)``: ``layers`` a dict of fitted
+    :class:`MultiHeadAttention` by name (``"model"`` at least), ``fields``
+    the report's phase results by name.  ``fit`` validates the data,
+    standardises the units, splits off a validation set and stores each
+    layer as ``<name>_`` (``model_``) and the report as ``report_``.
+
+    Units: F(cX) with Θ/c² and W/c equals F(X) with Θ and W, and F is linear
+    in W, so the learners work on X / s_X and Y / s_Y (s the root mean
+    square of the entries) and map the layer back: every tolerance, ridge and
+    stopping rule inside is then free of the data's units, and learning c·Y
+    gives c times the W.  Boolean inputs have s_X = 1.
+    """
+
+    #: Whether the learner needs Boolean inputs unless the user opts out.
+    requires_boolean = False
+    #: Names of the fitted layers ``_fit`` returns (stored as ``<name>_``).
+    _layers = ("model",)
+    #: The dataclass of ``report_`` (a :class:`~mhalearn.learners.report.LearnerReport`).
+    _report_class = None
+
+    def fit(self, X, Y, callback=None):
+        """Learn the layer from examples ``X`` → ``Y`` (both of shape (n, k, d)).
+
+        Parameters
+        ----------
+        X, Y : arrays of shape (n, k, d)
+        callback : callable, optional
+            ``callback(phase, result)`` is called with every phase result as
+            the fit goes (first ``("start", FitStart)`` with the data's
+            shape and units; see :mod:`mhalearn.learners.report`).  It only
+            observes: the fit is the same with or without it, and its time
+            is not in ``report_.total_seconds``.  The teacher's view of a
+            fit is :class:`mhalearn.evaluation.TeacherObserver`.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        notify = Notifier(callback)
+        X, Y = check_pair(X, Y)
+        if self.requires_boolean and not getattr(self, "allow_non_boolean", False):
+            check_boolean(X)
+        n, k, d = X.shape
+        heads = self.heads
+        self._check_shape(n, k, d)
+        n_val = max(1, int(round(self.validation_fraction * n)))
+        if n - n_val < 1:
+            raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {n}")
+        check_enough_samples((n - n_val) * k * d, 2 * heads * d * d)
+        start = time.perf_counter()
+        y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
+        if y_scale == 0.0:
+            for name in self._layers:
+                setattr(self, f"{name}_", MultiHeadAttention(np.zeros((heads, d, d)), np.zeros((heads, d, d))))
+            self.report_ = ZeroLabelsReport(total_seconds=time.perf_counter() - start, x_scale=x_scale,
+                                            y_scale=y_scale)
+            self.n_features_in_ = d
+            return self
+        notify("start", FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale,
+                                 y_scale=y_scale))
+        X_std, Y_std = X / x_scale, Y / y_scale
+        # Label and token bounds for the held-out certificate, in standardised units.
+        self.label_bound_ = float(np.sqrt(np.max(np.sum(Y_std ** 2, axis=(1, 2)))))
+        self.token_norm_ = float(np.sqrt(np.max(np.sum(X_std ** 2, axis=2))))
+        rng = as_generator(self.random_state)
+        order = rng.permutation(n)
+        val, train = order[:n_val], order[n_val:]
+        # The Numba kernels own the cores.  OpenBLAS threads spin after each
+        # small BLAS call and steal them (measured: loss_and_grad 14× slower
+        # on a loaded 2-core machine), and the learners' BLAS calls are small.
+        with threadpool_limits(limits=1, user_api="blas"):
+            layers, fields = self._fit(X_std[train], Y_std[train], X_std[val], Y_std[val], rng, notify)
+        for name, layer in layers.items():
+            setattr(self, f"{name}_", MultiHeadAttention(layer.thetas / x_scale ** 2,
+                                                         layer.ws * (y_scale / x_scale)))
+        self.report_ = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,
+                                          x_scale=x_scale, y_scale=y_scale, **fields)
+        self.n_features_in_ = d
+        return self
+
+    def _check_shape(self, samples: int, length: int, dim: int) -> None:
+        """Refuse shapes the learner's maths cannot serve (subclasses add theirs)."""
+
+    def predict(self, X) -> np.ndarray:
+        """Outputs of the learned layer, shape (n, k, d)."""
+        check_fitted(self)
+        return self.model_.predict(X)
+
+    def score(self, X, Y, sample_weight=None) -> float:
+        """R², the coefficient of determination, pooled over every output entry.
+
+        R² = 1 − Σ‖F̂(X) − Y‖² / Σ‖Y − Ȳ‖², the sums over every token of every
+        sequence and Ȳ the mean output token (scikit-learn's ``r2_score`` on
+        the (n·k, d) output tokens with ``multioutput="variance_weighted"``);
+        ``sample_weight`` (n,) weighs the sequences.  1 is a perfect fit, 0
+        the mean token's.  For the relative error Σ‖F̂(X) − Y‖²/Σ‖Y‖² of the
+        paper use :func:`mhalearn.relative_error`.
+        """
+        check_fitted(self)
+        X, Y = check_pair(X, Y, self.model_.dim)
+        n, k, d = Y.shape
+        tokens = Y.reshape(n * k, d)
+        if not np.any(tokens != tokens[0]):
+            raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
+                             "received constant labels")
+        weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
+        return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
+                              multioutput="variance_weighted"))
+
+
+def root_mean_square(array: np.ndarray) -> float:
+    """Root mean square of the entries, computed without underflow (0 for an all-zero array)."""
+    peak = float(np.max(np.abs(array)))
+    if peak == 0.0:
+        return 0.0
+    return peak * float(np.sqrt(np.mean((array / peak) ** 2)))

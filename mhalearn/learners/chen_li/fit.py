@@ -1,0 +1,166 @@
+"""Chen & Li's six phases chained: :func:`sculpt_fit`, and the report it returns.
+
+:func:`sculpt_span` runs phases 1–4 (examples in, span{Θ_i} or a refusal
+out) on a stream of examples, so an experiment can run them on 10⁶
+sequences in bounded memory; :func:`search_and_select` runs phases 5–6 on a
+span; :func:`sculpt_fit` chains both, falling back to our moment route
+(:mod:`mhalearn.learners.moment_route`) when the body refuses.
+:class:`~mhalearn.SculptLearner` calls :func:`sculpt_fit` and
+:class:`~mhalearn.MomentLearner` the moment route and
+:func:`search_and_select`.
+
+Each chain tells its observers ``notify(phase, result)`` after every phase
+(:class:`~mhalearn.learners.report.Notifier`); the phase functions
+themselves never see an observer.
+
+Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..moment_route import MomentSpan, moment_span
+from ..report import LearnerReport, Notifier, certificate_line
+from ..streams import ArraySource
+from .phase1_crude_sum import CrudeSum, crude_projection_sum
+from .phase2_sculpt import SculptedBody, sculpt_body
+from .phase3_refine_sum import RefinedSum, refine_projection_sum
+from .phase4_span import SpanReading, read_span
+from .phase5_net import NetSearch, search_net
+from .phase6_select import Selection, select_candidate
+from .settings import BodySettings, SearchSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpanSearchReport(LearnerReport):
+    """``report_`` of :class:`~mhalearn.SculptLearner` and :class:`~mhalearn.MomentLearner`.
+
+    The phase results in the order they ran — ``crude_sum`` (1), ``sculpt``
+    (2: the round under the crude Ŵ_Σ, then the rows of K* under the refined
+    one), ``refined_sum`` (3), ``span`` (4, read from the body), ``moment``
+    (our moment route, when it gave the span), ``net`` (5), ``selection``
+    (6) — with ``route``, the route whose span phases 5–6 used (``"body"``:
+    the paper's; ``"moment"``: ours), and ``fallback``, why the body's span
+    was not used.  A phase that did not run is None (the moment learner runs
+    only ``moment``, ``net`` and ``selection``).
+    """
+
+    route: str
+    fallback: str | None = None
+    crude_sum: CrudeSum | None = None
+    sculpt: tuple = ()
+    refined_sum: RefinedSum | None = None
+    span: SpanReading | None = None
+    moment: MomentSpan | None = None
+    net: NetSearch | None = None
+    selection: Selection | None = None
+
+    def phases(self):
+        return [("crude_sum", self.crude_sum), *(("sculpt", body) for body in self.sculpt or [None]),
+                ("refined_sum", self.refined_sum), ("span", self.span), ("moment", self.moment), ("net", self.net),
+                ("selection", self.selection)]
+
+    def footer(self) -> list[str]:
+        lines = [f"span from the {self.route} route" + ("" if self.fallback is None else f": {self.fallback}")]
+        if self.selection is not None:
+            lines.append(certificate_line(self.selection.certificate))
+        return lines
+
+
+@dataclass(frozen=True)
+class BodyPhases:
+    """What :func:`sculpt_span` ran: phases 1–4's results (None where a phase did not run)."""
+
+    crude_sum: CrudeSum | None
+    sculpt: tuple
+    refined_sum: RefinedSum | None
+    span: SpanReading
+
+
+def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Generator,
+                notify=Notifier(None)) -> BodyPhases:
+    """Phases 1–4 of Chen & Li's learner: from examples to span{Θ_i}, or a refusal.
+
+    Parameters
+    ----------
+    source : a stream of examples (:mod:`mhalearn.learners.streams`).
+    heads : m.
+    settings : the phases' hyper-parameters.
+    rng : random generator (subsamples of rows and constraints).
+    notify : told ``(phase, result)`` after each phase.
+
+    Returns
+    -------
+    BodyPhases; ``span.refused`` says why there is no span (``span.basis``
+    is the orthonormal basis (m, d²) otherwise).
+    """
+    if source.dim <= source.length:
+        # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
+        # every row is fitted with (almost) zero residual: agreement rows
+        # cannot be told apart (docs/design.md §4.1, step 2).
+        span = SpanReading(seconds=0.0, refused=f"d = {source.dim} <= k = {source.length}: the decoding "
+                                                f"residual cannot detect agreement rows (needs d > k)")
+        notify("span", span)
+        return BodyPhases(None, (), None, span)
+    crude = crude_projection_sum(source)
+    notify("crude_sum", crude)
+    first = sculpt_body(source, crude.w_sum, heads, settings, rng, rule="quantile")
+    notify("sculpt", first)
+    refined = refine_projection_sum(source, heads, first, crude.w_sum, settings, rng)
+    notify("refined_sum", refined)
+    final = sculpt_body(source, refined.w_sum, heads, settings, rng, rule="absolute")
+    notify("sculpt", final)
+    span = read_span(final.slabs, heads, settings, rng)
+    notify("span", span)
+    return BodyPhases(crude, (first, final), refined, span)
+
+
+def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, heads: int, settings: SearchSettings,
+                      rng: np.random.Generator, *, label_bound: float, token_norm: float,
+                      notify=Notifier(None)) -> tuple[NetSearch, Selection]:
+    """Phases 5–6 on one span: the net, W by least squares, the certified choice, the polish."""
+    net = search_net(X, Y, basis, heads, radius, settings, rng)
+    notify("net", net)
+    selection = select_candidate(X, Y, X_val, Y_val, list(net.kept), settings, label_bound=label_bound,
+                                 token_norm=token_norm)
+    notify("selection", selection)
+    return net, selection
+
+
+def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
+               search: SearchSettings = SearchSettings(), span_route: str = "auto", rng: np.random.Generator,
+               label_bound: float, token_norm: float, notify=Notifier(None)) -> dict:
+    """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when the body refuses.
+
+    ``span_route="auto"`` and ``"body"`` read the span from the body and
+    use the moment route only when it refuses (``"body"`` warns then);
+    ``"moment"`` skips phases 1–4.  Returns the report's fields (the phase
+    results, ``route`` and ``fallback``) as a dict.
+    """
+    fields = {}
+    if span_route != "moment":
+        phases = sculpt_span(ArraySource(X, Y), heads, body, rng, notify)
+        fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum,
+                      span=phases.span)
+    span = fields.get("span")
+    if span is not None and span.refused is None:
+        fields["route"] = "body"
+        basis, radius = span.basis, search.radius(span.head_norm, heads)
+    else:
+        moment = moment_span(X, Y, heads, rng=rng)
+        notify("moment", moment)
+        fields.update(route="moment", moment=moment)
+        basis, radius = moment.basis, search.radius(moment.head_norm, 1)
+        if span is not None:
+            fields["fallback"] = f"the body refused ({span.refused}); used the moment route"
+            if span_route == "body":
+                warnings.warn(f"SculptLearner(span_route='body'): {fields['fallback']}", RuntimeWarning,
+                              stacklevel=4)
+    fields["net"], fields["selection"] = search_and_select(
+        X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
+        notify=notify)
+    return fields

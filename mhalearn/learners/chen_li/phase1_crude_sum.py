@@ -1,0 +1,49 @@
+"""Phase 1 of Chen & Li's learner: a crude estimate of W_Σ = Σ_i W_i from the input–label correlation.
+
+Everything the sculpting phases decode depends on Ŵ_Σ: an agreement row is
+recognised by y_ℓ ≈ âᵀ X Ŵ_Σ (phase 2).  The crude estimate needs nothing:
+under uniform attention every output row equals x̄ W_Σ, x̄ the sequence's
+mean token, so regressing every output row on x̄ gives W_Σ exactly there;
+peaked attention biases it (expect 20–50 % error), which phase 3 repairs.
+
+Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..least_squares import solve_normal
+from ..report import PhaseResult, data_field
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrudeSum(PhaseResult):
+    """Phase 1's result: Ŵ_Σ (data) from ``sequences`` sequences."""
+
+    sequences: int
+    w_sum: np.ndarray = data_field()
+
+
+def crude_projection_sum(source) -> CrudeSum:
+    """Phase 1: Ŵ_Σ by least squares of every output row on its mean token x̄.
+
+    Accumulates the d×d normal equations Σ k·x̄x̄ᵀ and Σ x̄ (Σ_ℓ y_ℓ)ᵀ block by
+    block over the source (:mod:`mhalearn.learners.streams`), one pass.
+
+    Raises ValueError when the mean tokens do not span R^d.
+    """
+    start = time.perf_counter()
+    d = source.dim
+    gram, moment = np.zeros((d, d)), np.zeros((d, d))
+    for X, Y in source.blocks():
+        mean = X.mean(axis=1)
+        gram += X.shape[1] * mean.T @ mean
+        moment += mean.T @ Y.sum(axis=1)
+    w_sum = solve_normal(gram, moment)
+    if w_sum is None:
+        raise ValueError("X: the mean tokens do not span R^d, so W_Σ cannot be estimated")
+    return CrudeSum(seconds=time.perf_counter() - start, sequences=source.samples, w_sum=w_sum)

@@ -1,0 +1,323 @@
+"""Phase 3 of Chen & Li's learner: refine Ŵ_Σ — the paper's certified refit, then ours.
+
+Phase 2 decodes rows with Ŵ_Σ, so Ŵ_Σ must be accurate to a few per cent
+before the body carries the span (docs/design.md §4.1a).  Phase 3 improves
+the crude estimate of phase 1:
+
+- the paper's certified refit: rows to which the minimum-norm point Θ̄ of
+  the crude body gives one token j* a clear margin are certified by LP
+  against the body (every head in K puts ≥ 1 − η on j*:
+  :func:`certify_rows`), and Ŵ_Σ is refitted by least squares of y_ℓ on
+  x_{j*} (:func:`certified_projection_sum`).  Biased by the ≤ η weight off
+  j*, so it stalls at a few per cent;
+- *ours*, not in the paper: on a true agreement row y_ℓ = (âᵀX)W_Σ is
+  linear in W_Σ, so decoding and refitting on the accepted rows alternate
+  until Ŵ_Σ stops moving (:func:`alternating_projection_sum`).
+
+:func:`refine_projection_sum` is the phase; its result says which refit
+moved Ŵ_Σ.
+
+Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..least_squares import least_squares
+from ..report import PhaseResult, data_field, detail_line
+from .body import ConvexBody
+from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool
+from .settings import BodySettings
+
+
+# ------------------------------------------------------------ the paper's refit
+
+@dataclass
+class MarginRows:
+    """Rows to which an attention matrix gives one token j* a clear margin."""
+
+    tokens: np.ndarray  # (c, k, d)
+    query: np.ndarray  # (c,)
+    top: np.ndarray  # (c,) the token j*
+    label: np.ndarray  # (c, d)
+    scanned: int
+
+    def __len__(self) -> int:
+        return len(self.query)
+
+    def directions(self) -> tuple[np.ndarray, np.ndarray]:
+        """vec(x_ℓ (x_{j*} − x_j)ᵀ) for every token j distinct from x_{j*}, and its row."""
+        index = np.arange(len(self))
+        queries = self.tokens[index, self.query]
+        differences = self.tokens[index, self.top][:, None, :] - self.tokens  # (c, k, d)
+        row, token = np.nonzero(np.any(differences != 0, axis=-1))
+        d = self.tokens.shape[2]
+        return (queries[row][:, :, None] * differences[row, token][:, None, :]).reshape(-1, d * d), row
+
+
+def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginRows:
+    """Rows where softmax(x_ℓᵀ Θ Xᵀ) puts ≥ 1 − η on the copies of one token j*.
+
+    Keeps at most ``max_rows`` (the first found, blocks being i.i.d.).
+    """
+    d = source.dim
+    theta = theta.reshape(d, d)
+    kept = {"tokens": [], "query": [], "top": [], "label": []}
+    scanned, found = 0, 0
+    for X, Y in source.blocks():
+        logits = np.einsum("nkd,de,nje->nkj", X, theta, X)
+        weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        top = weights.argmax(axis=-1)
+        equal = np.all(X[:, :, None, :] == X[:, None, :, :], axis=-1)  # token j == token j'
+        copies = np.take_along_axis(equal, top[:, :, None], axis=1)  # (n, k, k): x_j == x_{top}
+        mass = np.sum(weights * copies, axis=-1)
+        samples, rows = np.nonzero(mass >= 1.0 - eta)
+        scanned += mass.size
+        take = min(len(samples), max_rows - found)
+        samples, rows = samples[:take], rows[:take]
+        kept["tokens"].append(X[samples])
+        kept["query"].append(rows)
+        kept["top"].append(top[samples, rows])
+        kept["label"].append(Y[samples, rows])
+        found += take
+        if found >= max_rows:
+            break
+    arrays = {name: np.concatenate(parts) for name, parts in kept.items()}
+    return MarginRows(tokens=arrays["tokens"], query=arrays["query"].astype(np.int64),
+                      top=arrays["top"].astype(np.int64), label=arrays["label"], scanned=scanned)
+
+
+def certification_margin(eta: float, length: int) -> float:
+    """γ such that logit gaps ≥ γ to every other token give weight ≥ 1 − η on j*.
+
+    With k − 1 competitors, Σ_j exp(−gap_j) ≤ (k − 1)e^{−γ} ≤ η/(1 − η).
+    """
+    return math.log((length - 1) * (1.0 - eta) / eta)
+
+
+def certify_rows(body, candidates: MarginRows, gamma: float) -> np.ndarray:
+    """Boolean mask of the candidate rows certified against the body.
+
+    A row is certified when, for every token j distinct from x_{j*}, the
+    weak-duality bound on min over Θ ∈ K of ⟨x_ℓ(x_{j*} − x_j)ᵀ, Θ⟩ is ≥ γ.
+    """
+    directions, row = candidates.directions()
+    certified = np.ones(len(candidates), dtype=bool)
+    if len(row):
+        bounds = body.certify(directions)
+        np.logical_and.at(certified, row, bounds >= gamma)
+    return certified
+
+
+def certified_projection_sum(candidates: MarginRows, certified: np.ndarray) -> np.ndarray | None:
+    """The paper's refit: least squares y_ℓ ≈ x_{j*} W_Σ on the certified rows (None if too few)."""
+    tokens = candidates.tokens[certified, candidates.top[certified]]
+    return least_squares(tokens, candidates.label[certified], 2 * tokens.shape[1])
+
+
+# ------------------------------------------------------------ our alternating refit
+
+def agreement_refit(rows: AgreementRows) -> np.ndarray | None:
+    """Least squares y_ℓ ≈ (âᵀX)W_Σ over the agreement rows (None if rank-deficient)."""
+    mixed = rows.mixed_tokens()
+    return least_squares(mixed, rows.label, 2 * mixed.shape[1])
+
+
+def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, iterations: int,
+                               pool_fraction: float = 0.1, refresh: float = 0.15, tolerance: float = 1e-3,
+                               simplex_tol: float = 0.02, max_pool: int | None = None,
+                               pool: AgreementRows | None = None, rng: np.random.Generator | None = None,
+                               callback=None):
+    """Ours, not Chen & Li: alternate decoding and refitting Ŵ_Σ on the agreement rows.
+
+    A *pool* of candidate rows — the best ``pool_fraction`` of every block by
+    relative residual under the current Ŵ_Σ (:func:`draw_pool`; ``pool`` if
+    given, drawn under the starting Ŵ_Σ) — is kept; each iteration
+    re-decodes it with the current Ŵ_Σ, accepts its best rows (the share
+    ``quantile / pool_fraction`` of the pool, i.e. the best ``quantile`` of
+    all rows, within ``simplex_tol`` of the simplex) and refits Ŵ_Σ by least
+    squares of y_ℓ on âᵀX over them.  The pool is drawn again from the
+    source once Ŵ_Σ has moved by more than ``refresh`` (relative) since it
+    was drawn.  Stops when Ŵ_Σ moves by less than ``tolerance`` or the pool's
+    agreement fit — the median relative residual of the accepted rows, a
+    teacher-free gauge of Ŵ_Σ — gets worse.  ``callback(iteration, w_sum,
+    accepted)`` sees every iteration.
+
+    Returns the final Ŵ_Σ and one dict per iteration (agreement fit, rows
+    accepted, relative change, whether the pool was redrawn).
+    """
+    share = min(1.0, quantile / pool_fraction)
+    history, drawn_at = [], w_sum
+    previous_fit = math.inf
+    for iteration in range(iterations):
+        redraw = pool is None or np.linalg.norm(w_sum - drawn_at) > refresh * np.linalg.norm(drawn_at)
+        if redraw:
+            pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=simplex_tol,
+                             max_pool=max_pool, rng=rng)
+            drawn_at, previous_fit = w_sum, math.inf
+        elif iteration > 0:
+            pool = pool.redecode(w_sum)
+        accepted = pool.accept(quantile=share, simplex_tol=simplex_tol)
+        fit = float(np.median(accepted.residual)) if len(accepted) else math.inf
+        if callback is not None:
+            callback(iteration, w_sum, accepted)
+        if fit > previous_fit:
+            history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw, "stopped": "worse"})
+            break
+        previous_fit = fit
+        refit = agreement_refit(accepted)
+        if refit is None:
+            history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw,
+                            "stopped": "too few rows"})
+            break
+        change = float(np.linalg.norm(refit - w_sum) / np.linalg.norm(w_sum))
+        history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw, "change": change})
+        w_sum = refit
+        if change < tolerance:
+            history[-1]["stopped"] = "converged"
+            break
+    else:
+        if history:
+            history[-1]["stopped"] = "out of iterations"
+    return w_sum, history
+
+
+# ------------------------------------------------------------ the phase
+
+@dataclass(frozen=True, kw_only=True)
+class CertifiedRefit(PhaseResult):
+    """The paper's step: ``candidates`` margin rows of Θ̄, ``certified`` of them by LP, Ŵ_Σ refitted or not.
+
+    Data: the margin rows, the certified mask and η (what an observer needs
+    to check the certificates against a teacher), and the refitted Ŵ_Σ.
+    """
+
+    candidates: int
+    certified: int
+    refitted: bool
+    margin: MarginRows = data_field()
+    certified_mask: np.ndarray = data_field()
+    eta: float = data_field()
+    w_sum: np.ndarray | None = data_field()
+
+    name = "certified rows (Chen & Li)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlternatingRefit(PhaseResult):
+    """Our step: ``iterations`` of decoding and refitting from the ``start`` estimate.
+
+    ``agreement_fit`` is the median relative residual of the last accepted
+    rows (a teacher-free gauge of Ŵ_Σ); ``stopped`` why the loop ended.
+    """
+
+    start: str
+    iterations: int
+    agreement_fit: float
+    stopped: str
+    w_sum: np.ndarray = data_field()
+
+    name = "alternating refit (ours)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefinedSum(PhaseResult):
+    """Phase 3's result: Ŵ_Σ after the paper's certified refit and our alternating refit.
+
+    ``solver_status``, ``inconsistent`` (constraints the elastic minimum-norm
+    solve had to drop) and ``theta_bar_norm`` describe the crude body's
+    minimum-norm point Θ̄; ``failure`` says why there was no certified refit;
+    ``moved_by`` which refit the final Ŵ_Σ comes from; ``steps`` the steps
+    that ran.  Data: Ŵ_Σ and Θ̄.
+    """
+
+    solver_status: str | None
+    inconsistent: int | None
+    theta_bar_norm: float | None
+    failure: str | None
+    moved_by: str
+    steps: tuple
+    w_sum: np.ndarray = data_field()
+    theta_bar: np.ndarray | None = data_field()
+
+    columns = ("moved_by", "solver_status", "inconsistent", "failure")
+
+    def detail_lines(self) -> list[str]:
+        return [detail_line(step.name, step.summary()) for step in self.steps]
+
+
+def _certified_refit(source, body: ConvexBody, theta_bar: np.ndarray, settings: BodySettings) -> CertifiedRefit:
+    """The paper's refit: margin rows of Θ̄, certified by LP against the body, least squares on x_{j*}."""
+    start = time.perf_counter()
+    candidates = margin_rows(source, theta_bar, settings.eta, settings.max_rows)
+    certified = certify_rows(body, candidates, certification_margin(settings.eta, source.length))
+    w_sum = certified_projection_sum(candidates, certified)
+    return CertifiedRefit(seconds=time.perf_counter() - start, candidates=len(candidates),
+                          certified=int(certified.sum()), refitted=w_sum is not None, margin=candidates,
+                          certified_mask=certified, eta=settings.eta, w_sum=w_sum)
+
+
+def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.ndarray, settings: BodySettings,
+                          rng: np.random.Generator) -> RefinedSum:
+    """Phase 3: Θ̄ of the crude body, the paper's certified refit, then our alternating refit.
+
+    Parameters
+    ----------
+    source : the examples (:mod:`mhalearn.learners.streams`).
+    heads : m.
+    crude : phase 2's result under the crude Ŵ_Σ (its slabs make the crude
+        body; its pool starts our refit when the paper's did not refit).
+    w_sum : the crude Ŵ_Σ of phase 1.
+    settings : phases 1–4's hyper-parameters (``eta``, ``max_rows``,
+        ``max_constraints``, ``norm_bound``, ``refit_iterations``, ...).
+    rng : random generator (the subsets of constraints and of rows).
+    """
+    start = time.perf_counter()
+    slabs, steps = crude.slabs, []
+    theta_bar, failure, solve = None, None, {}
+    dim2 = source.dim ** 2
+    if slabs.equalities < dim2:
+        failure = f"too few equalities for a body ({slabs.equalities} < d² = {dim2}): no certified refit"
+    else:
+        body = ConvexBody(slabs, settings.norm_bound, max_constraints=settings.max_constraints, rng=rng)
+        theta_bar, solve = body.min_norm_point()
+        if theta_bar is None:
+            failure = f"minimum-norm problem {solve['solver_status']}: no certified refit"
+        else:
+            steps.append(_certified_refit(source, body, theta_bar, settings))
+    certified_sum = steps[0].w_sum if steps else None
+    refined = w_sum if certified_sum is None else certified_sum
+    if settings.refit_iterations > 0:
+        step_start = time.perf_counter()
+        refined, history = alternating_projection_sum(
+            source, refined, quantile=settings.quantile_for(heads), iterations=settings.refit_iterations,
+            pool_fraction=settings.pool_fraction_for(heads), simplex_tol=settings.simplex_tol,
+            max_pool=settings.max_pool_for(heads), pool=None if certified_sum is not None else crude.pool,
+            rng=rng)
+        steps.append(AlternatingRefit(
+            seconds=time.perf_counter() - step_start, start="crude" if certified_sum is None else "certified",
+            iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
+            stopped=history[-1]["stopped"] if history else "no iteration",
+            w_sum=refined))
+    return RefinedSum(seconds=time.perf_counter() - start, solver_status=solve.get("solver_status"),
+                      inconsistent=solve.get("inconsistent"),
+                      theta_bar_norm=None if theta_bar is None else float(np.linalg.norm(theta_bar)),
+                      failure=failure, moved_by=_mover(steps, w_sum, refined), steps=tuple(steps), w_sum=refined,
+                      theta_bar=theta_bar)
+
+
+def _mover(steps, crude: np.ndarray, refined: np.ndarray) -> str:
+    """Which refit the final Ŵ_Σ comes from: the paper's certified one, ours, both or neither."""
+    if refined is crude:
+        return "none"
+    certified = any(isinstance(step, CertifiedRefit) and step.refitted for step in steps)
+    alternating = any(isinstance(step, AlternatingRefit) for step in steps)
+    if certified and alternating:
+        return "certified rows (Chen & Li), then alternating refit (ours)"
+    return "certified rows (Chen & Li)" if certified else "alternating refit (ours)"

@@ -1,0 +1,90 @@
+"""The hyper-parameters of Chen & Li's six phases, as two frozen settings objects.
+
+:class:`BodySettings` holds those of phases 1–4 (the body) and
+:class:`SearchSettings` those of phases 5–6 (the net and the selection);
+:class:`~mhalearn.SculptLearner` documents each one and builds both from its
+parameters, :class:`~mhalearn.MomentLearner` the second.  The defaults are the
+learner's (chosen on development teachers seeded 500–505, d = 12, k = 4,
+n = 10⁵; see docs/chen_li.md for where they were tested).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BodySettings:
+    """Hyper-parameters of phases 1–4 (see :class:`~mhalearn.SculptLearner` for each)."""
+
+    quantile: float | None = None
+    residual_tol: float = 0.02
+    simplex_tol: float = 0.02
+    w_min: float = 0.02
+    slab_width: float = 20.0
+    slab_floor: float = 0.02
+    max_rows: int = 20_000
+    max_constraints: int = 1500
+    eta: float = 0.05
+    refit_iterations: int = 40
+    pool_fraction: float = 0.1
+    min_equalities: int | None = None
+    min_gap: float = 2.0
+    span_point: str = "centre"
+    norm_bound: float = 12.0
+
+    def quantile_for(self, heads: int) -> float:
+        """The quantile, by default 1 at m = 1 (every row agrees) and 0.01 otherwise."""
+        if self.quantile is not None:
+            return self.quantile
+        return 1.0 if heads == 1 else 0.01
+
+    def pool_fraction_for(self, heads: int) -> float:
+        """The share of rows kept as candidates for our alternating refit (never below the quantile)."""
+        return max(self.pool_fraction, self.quantile_for(heads))
+
+    def max_pool_for(self, heads: int) -> int:
+        """Pool rows such that each alternating iteration accepts about ``max_rows`` of them."""
+        return int(self.max_rows * self.pool_fraction_for(heads) / self.quantile_for(heads))
+
+    def equalities_needed(self, dim: int) -> int:
+        """Slabs K* must hold to be read: ``min_equalities`` (default 2d²), never fewer than d²,
+        since fewer than d² equations cannot fix a hull in R^(d²)."""
+        return max(self.min_equalities or 2 * dim * dim, dim * dim)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Hyper-parameters of phases 5–6 (see :class:`~mhalearn.SculptLearner` for each)."""
+
+    search: str = "net"
+    net_radius: float | None = None
+    net_resolution: float | None = None
+    max_candidates: int = 200_000
+    score_samples: int = 256
+    keep: int = 4
+    refine: str = "lbfgs"
+    refine_iter: int = 2000
+    delta: float = 0.05
+    norm_bound: float = 12.0
+
+    def radius(self, head_norm: float, heads_in_norm: int) -> float:
+        """The net's radius: ``net_radius``, or 1.5·√(heads_in_norm)·head_norm within [1, norm_bound].
+
+        ``head_norm`` is the norm of the point the span was read from: at the
+        body's centre, the centroid of m orthogonal heads of equal norm, whose
+        heads have √m times its norm (``heads_in_norm = m``); for the moment
+        route, one head's estimated norm (``heads_in_norm = 1``).  The 1.5
+        leaves room for unequal heads.
+        """
+        if self.net_radius is not None:
+            return self.net_radius
+        return float(np.clip(1.5 * math.sqrt(heads_in_norm) * head_norm, 1.0, self.norm_bound))
+
+
+def settings_from(settings_class, estimator) -> object:
+    """``settings_class`` filled from the estimator's parameters of the same names."""
+    return settings_class(**{name: getattr(estimator, name) for name in settings_class.__dataclass_fields__})
