@@ -14,7 +14,8 @@ accuracy reaches 95 % (here up to n = 512, to a factor √2); the figure shows
 the median samples-to-95 % with the fits n = a + b·ln T and n = c·T^α.
 
 The full experiment (T up to 4096, 10 seeds, AND, majority and parity) is
-``mhalearn sweep sparse-variables --db FILE``; its figure is in the README.
+``mhalearn sweep sparse-variables --db FILE``; its figure and tables are on
+the page :doc:`/sparse_variables`.
 """
 
 import tempfile

@@ -22,7 +22,7 @@ MISSING = [name for name in TOOLS if importlib.util.find_spec(name) is None]
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"the docs extra is not installed (missing {MISSING}): "
                                                        "pip install -e '.[docs]'")
 PAGES = ["index", "install", "quickstart", "experiments", "grids", "cluster", "interop", "maths", "design", "api",
-         "auto_examples/index", "auto_examples/plot_chen_li", "auto_examples/plot_fu_random_features",
+         "chen_li", "baselines", "random_features", "sparse_variables", "benchmarks", "auto_examples/index", "auto_examples/plot_chen_li", "auto_examples/plot_fu_random_features",
          "auto_examples/plot_edelman_sparse_variables", "auto_examples/recover_teacher"]
 
 
