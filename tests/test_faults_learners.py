@@ -178,3 +178,24 @@ def _bits(samples=40):
 def test_seed_paper_estimators_check_their_hyperparameters_at_fit(estimator, data, name):
     with pytest.raises(ValueError, match=f"^{name}: expected"):
         estimator.fit(*data())
+
+
+# ------------------------------------------------------------ issue 22: silent answers and extreme units
+
+@pytest.mark.parametrize("make", LEARNERS)
+def test_one_token_sequences_are_refused_by_every_learner(make):
+    # With k = 1 every attention pattern is 1: Θ never reaches the labels and cannot be learned.
+    teacher, X, Y, _ = _instance()
+    with pytest.raises(ValueError, match="^X: expected sequences of length k >= 2"):
+        make().fit(X[:, :1], Y[:, :1])
+
+
+@pytest.mark.parametrize("scale, name", [(1e160, "X"), (1e-160, "X"), (1e-305, "Y")])
+def test_extreme_units_are_refused_up_front_naming_the_array(scale, name, monkeypatch):
+    teacher = mhalearn.sample_teacher(1, 4, rng=8)
+    X = mhalearn.gaussian_inputs(300, 4, 4, rng=9)
+    Y = teacher.predict(X)
+    X, Y = (X * scale, Y) if name == "X" else (X, Y * scale)
+    monkeypatch.setattr(SculptLearner, "_fit", lambda *args: pytest.fail("_fit ran on unrepresentable units"))
+    with pytest.raises(ValueError, match=f"^{name}: expected .*root mean square"):
+        SculptLearner(1, allow_non_boolean=True, random_state=0).fit(X, Y)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -81,6 +82,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         check_enough_samples((n - n_val) * k * d, 2 * heads * d * d)
         start = time.perf_counter()
         y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
+        check_representable_units(x_scale, y_scale)
         if y_scale == 0.0:
             for name in self._layers:
                 setattr(self, f"{name}_", MultiHeadAttention(np.zeros((heads, d, d)), np.zeros((heads, d, d))))
@@ -111,7 +113,15 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         return self
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
-        """Refuse shapes the learner's maths cannot serve (subclasses add theirs)."""
+        """Refuse shapes the learner's maths cannot serve (subclasses add theirs).
+
+        Every attention learner needs k ≥ 2: with one token every attention
+        pattern is 1, so Θ never touches the labels and cannot be learned (a
+        fit would return an arbitrary Θ that predicts longer sequences wrongly).
+        """
+        if length < 2:
+            raise ValueError(f"X: expected sequences of length k >= 2 (with one token every attention "
+                             f"pattern is 1 and Θ is not identifiable), received k = {length}")
 
     def predict(self, X) -> np.ndarray:
         """Outputs of the learned layer, shape (n, k, d)."""
@@ -138,6 +148,31 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
         return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
                               multioutput="variance_weighted"))
+
+
+#: The root mean square of X the learners accept: Θ is returned as Θ / rms(X)², which must stay finite
+#: (Θ in the fit's units is O(1–10)) and rms(X)² must not overflow.
+X_SCALE_RANGE = (1e-150, 1e154)
+#: The largest factor rms(Y) / rms(X) (or its inverse) by which the returned W may differ from the fit's.
+W_FACTOR_LIMIT = 1e300
+
+
+def check_representable_units(x_scale: float, y_scale: float) -> None:
+    """Refuse data whose units the returned layer could not carry in float64, before any work.
+
+    The learners fit X / s_X and Y / s_Y and return Θ / s_X² and
+    W · s_Y / s_X (see :class:`AttentionLearner`): s_X outside
+    :data:`X_SCALE_RANGE`, or s_Y / s_X beyond 10^±300, would make those
+    overflow or vanish.  The message names X or Y and its root mean square.
+    """
+    low, high = X_SCALE_RANGE
+    if not low <= x_scale <= high:
+        raise ValueError(f"X: expected entries with a root mean square in [{low:g}, {high:g}] (the returned Θ "
+                         f"scales as 1/rms(X)², which float64 cannot carry beyond), received {x_scale:.3g}; "
+                         f"rescale X")
+    if y_scale > 0.0 and abs(math.log10(y_scale) - math.log10(x_scale)) > math.log10(W_FACTOR_LIMIT):
+        raise ValueError(f"Y: expected a root mean square within {W_FACTOR_LIMIT:g}× of X's (the returned W "
+                         f"scales as rms(Y)/rms(X)), received {y_scale:.3g} against {x_scale:.3g}; rescale Y")
 
 
 def root_mean_square(array: np.ndarray) -> float:

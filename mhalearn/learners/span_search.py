@@ -43,9 +43,7 @@ class SpanSearchLearner(AttentionLearner):
     _report_class = SpanSearchReport
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
-        if length < 2:
-            raise ValueError(f"X: expected sequences of length k >= 2 (with one token every attention "
-                             f"pattern is 1 and Θ is not identifiable), received k = {length}")
+        super()._check_shape(samples, length, dim)
         if dim * dim < self.heads:
             raise ValueError(f"X: expected token dimension d with d² >= heads = {self.heads} (the span of "
                              f"{self.heads} distinct heads lives in R^(d²)), received d = {dim}")

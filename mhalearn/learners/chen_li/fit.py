@@ -154,7 +154,9 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
         moment = moment_span(X, Y, heads, rng=rng)
         notify("moment", moment)
         fields.update(route="moment", moment=moment)
-        basis, radius = moment.basis, search.radius(moment.head_norm, 1)
+        # SculptLearner's radius rule is the body's (√m times the norm the span was read from) on
+        # either route; MomentLearner scales one head's norm (docs/design.md §4.1b).
+        basis, radius = moment.basis, search.radius(moment.head_norm, heads)
         if span is not None:
             fields["fallback"] = f"the body refused ({span.refused}); used the moment route"
             if span_route == "body":

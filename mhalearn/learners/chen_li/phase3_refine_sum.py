@@ -146,7 +146,7 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
     source once Ŵ_Σ has moved by more than ``refresh`` (relative) since it
     was drawn.  Stops when Ŵ_Σ moves by less than ``tolerance`` or the pool's
     agreement fit — the median relative residual of the accepted rows, a
-    teacher-free gauge of Ŵ_Σ — gets worse.  ``callback(iteration, w_sum,
+    gauge of Ŵ_Σ from the data alone — gets worse.  ``callback(iteration, w_sum,
     accepted)`` sees every iteration.
 
     Returns the final Ŵ_Σ and one dict per iteration (agreement fit, rows
@@ -195,7 +195,7 @@ class CertifiedRefit(PhaseResult):
     """The paper's step: ``candidates`` margin rows of Θ̄, ``certified`` of them by LP, Ŵ_Σ refitted or not.
 
     Data: the margin rows, the certified mask and η (what an observer needs
-    to check the certificates against a teacher), and the refitted Ŵ_Σ.
+    to check the certificates from outside), and the refitted Ŵ_Σ.
     """
 
     candidates: int
@@ -214,7 +214,7 @@ class AlternatingRefit(PhaseResult):
     """Our step: ``iterations`` of decoding and refitting from the ``start`` estimate.
 
     ``agreement_fit`` is the median relative residual of the last accepted
-    rows (a teacher-free gauge of Ŵ_Σ); ``stopped`` why the loop ended.
+    rows (a gauge of Ŵ_Σ from the data alone); ``stopped`` why the loop ended.
     """
 
     start: str

@@ -96,7 +96,7 @@ def selection_certificate(model: MultiHeadAttention, X_val: np.ndarray, Y_val: n
     model's output (:func:`_output_bound`); B_Y = ``label_bound`` must bound
     every label norm — an assumption (the learner passes the largest norm
     it observed).  On noiseless data the ratio is the relative test error
-    against the teacher; with label noise it bounds E‖F̂ − Y‖²/E‖Y‖².
+    against the noiseless labels; with label noise it bounds E‖F̂ − Y‖²/E‖Y‖².
     """
     predictions = kernels.forward(X_val, model.thetas, model.ws)
     losses = np.sum((predictions - Y_val) ** 2, axis=(1, 2))

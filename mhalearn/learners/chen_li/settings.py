@@ -4,7 +4,7 @@
 :class:`SearchSettings` those of phases 5–6 (the net and the selection);
 :class:`~mhalearn.SculptLearner` documents each one and builds both from its
 parameters, :class:`~mhalearn.MomentLearner` the second.  The defaults are the
-learner's (chosen on development teachers seeded 500–505, d = 12, k = 4,
+learner's (chosen on development instances seeded 500–505, d = 12, k = 4,
 n = 10⁵; see docs/chen_li.md for where they were tested).
 """
 

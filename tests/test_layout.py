@@ -1,0 +1,55 @@
+"""The package's layout: Chen & Li's phases findable by name, no teacher inside them, no import cycle."""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import mhalearn
+from mhalearn.learners import chen_li
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASES = [("phase1_crude_sum", "crude_projection_sum"), ("phase2_sculpt", "sculpt_body"),
+          ("phase3_refine_sum", "refine_projection_sum"), ("phase4_span", "read_span"),
+          ("phase5_net", "search_net"), ("phase6_select", "select_candidate")]
+
+
+def _import_cycles_tool():
+    spec = importlib.util.spec_from_file_location("import_cycles", ROOT / "tools" / "import_cycles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_phase_is_one_public_function_in_a_module_named_by_its_number():
+    for module_name, function_name in PHASES:
+        function = getattr(chen_li, function_name)
+        assert function.__module__ == f"mhalearn.learners.chen_li.{module_name}"
+
+
+def test_no_phase_module_knows_of_a_teacher():
+    folder = ROOT / "mhalearn" / "learners" / "chen_li"
+    for path in [*folder.glob("*.py"), ROOT / "mhalearn" / "learners" / "moment_route.py"]:
+        assert not re.search("teacher", path.read_text(), flags=re.IGNORECASE), path.name
+
+
+def test_the_package_import_graph_has_no_cycle():
+    tool = _import_cycles_tool()
+    assert tool.import_cycles(ROOT / "mhalearn") == []
+
+
+def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import x\n")
+    (package / "a.py").write_text("from .b import y\nx = 1\n")
+    (package / "b.py").write_text("def f():\n    from . import a\ny = 2\n")
+    (package / "c.py").write_text("import planted.b\n")
+    assert _import_cycles_tool().import_cycles(package) == [["planted.a", "planted.b"]]
+
+
+def test_the_attention_kernels_keep_their_public_name():
+    import mhalearn.kernels
+    from mhalearn.attention import kernels
+
+    assert mhalearn.kernels.forward is kernels.forward and mhalearn.kernels.loss_and_grad is kernels.loss_and_grad
+    assert mhalearn.TeacherObserver.__module__ == "mhalearn.evaluation.observer"
