@@ -199,3 +199,67 @@ def test_extreme_units_are_refused_up_front_naming_the_array(scale, name, monkey
     monkeypatch.setattr(SculptLearner, "_fit", lambda *args: pytest.fail("_fit ran on unrepresentable units"))
     with pytest.raises(ValueError, match=f"^{name}: expected .*root mean square"):
         SculptLearner(1, allow_non_boolean=True, random_state=0).fit(X, Y)
+
+
+# ------------------------------------------------------------ issue 22: memory the budget bounds
+
+_UNDER_LIMIT = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3_000_000_000, 3_000_000_000))
+import numpy as np
+import mhalearn
+teacher = mhalearn.sample_teacher({heads}, {dim}, rng=0)
+X, Y = mhalearn.make_dataset(teacher, {samples}, {length}, rng=1)
+started = time.perf_counter()
+try:
+    learner = mhalearn.{learner}.fit(X, Y)
+except Exception as error:
+    print(type(error).__name__ + ": " + str(error))
+else:
+    net = learner.report_.net
+    print(f"fitted: {{net.candidates}} candidates, {{net.net_points}} points, limited by {{net.limited_by}}")
+print(f"seconds {{time.perf_counter() - started:.1f}}")
+"""
+
+
+def _fit_under_a_3_gb_address_space(learner: str, heads: int, dim: int, length: int, samples: int) -> str:
+    import subprocess
+    import sys
+
+    code = _UNDER_LIMIT.format(learner=learner, heads=heads, dim=dim, length=length, samples=samples)
+    environment = {key: value for key, value in __import__("os").environ.items() if key != "MHALEARN_MEMORY_BUDGET"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                            env={**environment, "NUMBA_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.mark.parametrize("learner, heads, dim, name", [
+    ("MomentLearner(2, net_resolution=0.005, random_state=0)", 2, 4, "net_resolution"),
+    ("MomentLearner(3, net_resolution=0.003, random_state=0)", 3, 6, "net_resolution"),
+])
+def test_a_net_that_cannot_fit_is_refused_naming_its_parameter(learner, heads, dim, name):
+    out = _fit_under_a_3_gb_address_space(learner, heads, dim, 5, 600)
+    # Refused by the memory budget, or already by the grid's own bound; either way naming the parameter.
+    refusals = (f"MemoryBudgetError: {name}: a net of ", f"ValueError: {name}: a spacing of ")
+    assert out.startswith(refusals) and float(out.split("seconds ")[1]) < 30, out
+
+
+def test_a_huge_candidate_budget_is_held_to_the_memory_budget():
+    out = _fit_under_a_3_gb_address_space(
+        "MomentLearner(2, max_candidates=10**9, refine='none', random_state=0)", 2, 4, 5, 600)
+    assert out.startswith("fitted: ") and "limited by memory budget" in out, out
+
+
+def test_the_moment_route_refuses_a_gram_matrix_beyond_the_budget_naming_d():
+    out = _fit_under_a_3_gb_address_space("MomentLearner(1, random_state=0)", 1, 32, 4, 300)
+    assert out.startswith("MemoryBudgetError: X: the moment route at token dimension d = 32"), out
+    assert float(out.split("seconds ")[1]) < 30
+
+
+def test_keep_and_net_radius_are_bounded_before_any_work():
+    teacher, X, Y, _ = _instance(heads=1, samples=300)
+    with pytest.raises(ValueError, match=r"^keep: expected an integer in \[1, 1000\]"):
+        MomentLearner(1, keep=10**6).fit(X, Y)
+    with pytest.raises(ValueError, match="^net_radius: expected at most norm_bound = 12"):
+        MomentLearner(1, net_radius=1e300).fit(X, Y)

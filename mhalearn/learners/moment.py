@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .._estimator import store_parameters
 from .chen_li.fit import search_and_select
-from .moment_route import moment_span
+from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
 from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
 
@@ -45,6 +45,10 @@ class MomentLearner(SpanSearchLearner):
                  delta: float = 0.05, norm_bound: float = 12.0, validation_fraction: float = 0.2,
                  allow_non_boolean: bool = False, random_state=None):
         store_parameters(self, locals())
+
+    def _check_shape(self, samples: int, length: int, dim: int) -> None:
+        super()._check_shape(samples, length, dim)
+        check_moment_memory(length, dim)
 
     def _fit(self, X, Y, X_val, Y_val, rng, notify):
         moment = moment_span(X, Y, self.heads, rng=rng)

@@ -22,6 +22,7 @@ import numpy as np
 from scipy.linalg import lstsq
 from scipy.optimize import minimize
 
+from .._memory import check_memory
 from ..optim import FlatParameters
 from .report import PhaseResult, data_field
 
@@ -49,6 +50,28 @@ class MomentSpan(PhaseResult):
     estimates: np.ndarray = data_field()
 
     columns = ("spectral_gap", "rows", "linearised_fit")
+
+
+#: Sequences per block of the moment route's normal equations.
+_BLOCK = 512
+
+
+def moment_memory(length: int, dim: int) -> int:
+    """Bytes the moment route holds at once at token dimension d: its features grow like d³.
+
+    The (d + d³)² Gram matrix, the least-squares solve's copy of it and one
+    block of cubic features (512·k rows).
+    """
+    features = dim + dim ** 3
+    return 8 * (2 * features * features + _BLOCK * length * features)
+
+
+def check_moment_memory(length: int, dim: int) -> None:
+    """Refuse, before anything is built, a moment route whose memory exceeds the budget, naming d."""
+    features = dim + dim ** 3
+    check_memory(moment_memory(length, dim), "X",
+                 f"the moment route at token dimension d = {dim} (its d + d³ = {features:,} features make a "
+                 f"{features:,}² Gram matrix)")
 
 
 def _centred_token_covariance(X: np.ndarray) -> np.ndarray:
@@ -81,6 +104,7 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     """
     began = time.perf_counter()
     n, k, d = X.shape
+    check_moment_memory(k, d)
     rng = np.random.default_rng(0) if rng is None else rng
     use = rng.permutation(n)[: max(1, max_rows // k)]
     X, Y = X[use], Y[use]
@@ -91,8 +115,8 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     features = d + d ** 3
     gram = np.zeros((features, features))
     moment = np.zeros((features, d))
-    for start in range(0, n, 512):
-        block = slice(start, start + 512)
+    for start in range(0, n, _BLOCK):
+        block = slice(start, start + _BLOCK)
         cubic = np.einsum("nka,nbc->nkabc", X[block], S[block]).reshape(-1, d ** 3)
         design = np.hstack([np.repeat(mean[block], k, axis=0), cubic])
         gram += design.T @ design

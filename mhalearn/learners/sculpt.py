@@ -40,6 +40,7 @@ from .._estimator import store_parameters
 from .._validation import Integer, Options, Real
 from .chen_li.fit import sculpt_fit
 from .chen_li.settings import BodySettings, settings_from
+from .moment_route import check_moment_memory
 from .registry import register_learner
 from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
 
@@ -116,7 +117,8 @@ class SculptLearner(SpanSearchLearner):
     score_samples : int
         Sequences used to score candidates.
     keep : int
-        Candidates passed on to phase 6.
+        Candidates passed on to phase 6, at most 1000 (phase 6 solves least
+        squares on every training sequence for each, then polishes it).
     refine : {"lbfgs", "none"}
         ``"none"`` returns the paper's output (W by least squares of the
         held-out best candidate); ``"lbfgs"`` (ours) polishes all parameters.
@@ -180,6 +182,11 @@ class SculptLearner(SpanSearchLearner):
                  refine: str = "lbfgs", refine_iter: int = 2000, delta: float = 0.05,
                  validation_fraction: float = 0.2, allow_non_boolean: bool = False, random_state=None):
         store_parameters(self, locals())
+
+    def _check_shape(self, samples: int, length: int, dim: int) -> None:
+        super()._check_shape(samples, length, dim)
+        if self.span_route == "moment":  # otherwise the moment route runs only if the body refuses
+            check_moment_memory(length, dim)
 
     def _fit(self, X, Y, X_val, Y_val, rng, notify):
         fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),

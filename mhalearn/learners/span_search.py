@@ -24,7 +24,8 @@ SEARCH_CONSTRAINTS = {
     "net_resolution": [None, Real(0.0, low_open=True)],
     "max_candidates": [Integer(1)],
     "score_samples": [Integer(1)],
-    "keep": [Integer(1)],
+    # Phase 6 solves least squares on every training sequence for each kept candidate, then polishes it.
+    "keep": [Integer(1, 1000)],
     "refine": [Options("lbfgs", "none")],
     "refine_iter": [Integer(1)],
     "delta": [Real(0.0, 1.0, low_open=True, high_open=True)],
@@ -47,6 +48,13 @@ class SpanSearchLearner(AttentionLearner):
         if dim * dim < self.heads:
             raise ValueError(f"X: expected token dimension d with d² >= heads = {self.heads} (the span of "
                              f"{self.heads} distinct heads lives in R^(d²)), received d = {dim}")
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.net_radius is not None and self.net_radius > self.norm_bound:
+            raise ValueError(f"net_radius: expected at most norm_bound = {self.norm_bound:g} (every head has "
+                             f"‖Θ_i‖_F ≤ norm_bound, so the net need not reach further), received "
+                             f"{self.net_radius:g}")
 
     def _search_settings(self) -> SearchSettings:
         return settings_from(SearchSettings, self)

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 from scipy.optimize import minimize
 
+from ..._memory import check_memory, get_memory_budget
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk
 from ...attention import kernels
 from ..least_squares import solve_projections
@@ -125,19 +126,41 @@ def net_points(dimension: int, radius: float, resolution: float) -> np.ndarray:
     return grid[np.linalg.norm(grid, axis=1) <= radius + 1e-12]
 
 
-def choose_resolution(dimension: int, heads: int, radius: float, max_candidates: int) -> float:
-    """Finest resolution (in steps of radius/2^(j/2)) whose m-tuples fit the budget."""
+def net_memory(points: int, candidates: int, heads: int, score_rows: int, dim: int) -> int:
+    """Bytes phase 5 holds at once for ``candidates`` m-tuples of ``points`` net points.
+
+    The tuples (and the random draws they are taken from), one score each,
+    and for the points the tuples use (at most m per tuple): their features
+    on ``score_rows`` output rows (twice: the kernel's output and its
+    reshaped copy), their Gram blocks (P·d)² and their cross-products.
+    """
+    used = min(points, heads * candidates)
+    return 8 * (3 * candidates * heads + candidates + 2 * score_rows * used * dim + (used * dim) ** 2
+                + 2 * used * dim * dim)
+
+
+def choose_resolution(dimension: int, heads: int, radius: float, max_candidates: int,
+                      fits=lambda points: True) -> tuple[float, str]:
+    """Finest resolution (in steps of radius/2^(j/2)) whose m-tuples fit the budgets.
+
+    Returns the resolution and what stopped the refinement: ``"max_candidates"``
+    (the next step would score more tuples), ``"memory budget"`` (``fits(points)``
+    said the next step's net would not fit in memory), ``"grid"`` (the grid
+    would exceed :data:`MAX_GRID_POINTS`) or ``"finest"`` (radius/64 reached).
+    """
     resolution = radius
     best = radius
     while True:
         if grid_size(dimension, radius, resolution) > MAX_GRID_POINTS:
-            return best
+            return best, "grid"
         count = len(net_points(dimension, radius, resolution))
         if math.comb(count, heads) > max_candidates:
-            return best
+            return best, "max_candidates"
+        if not fits(count):
+            return best, "memory budget"
         best = resolution
         if resolution < radius / 64:
-            return best
+            return best, "finest"
         resolution /= math.sqrt(2.0)
 
 
@@ -199,20 +222,24 @@ class NetSearch(PhaseResult):
 
     ``candidates`` m-tuples were scored on ``score_samples`` sequences (the
     cost exponential in m); ``best_scores`` are the kept candidates'
-    relative residuals.  Data: the kept candidates' Θ, shape (m, d, d) each,
+    relative residuals.  ``limited_by`` says what set the spacing:
+    ``"max_candidates"``, ``"memory budget"`` (:mod:`mhalearn._memory`),
+    ``"grid"``, ``"finest"``, the user's ``"net_resolution"``, or
+    ``"multistart"`` (radius/8).  Data: the kept candidates' Θ, shape (m, d, d) each,
     best first.
     """
 
     search: str
     radius: float
     resolution: float
+    limited_by: str
     net_points: int
     candidates: int
     score_samples: int
     best_scores: list
     kept: tuple = data_field(())
 
-    columns = ("candidates", "net_points", "resolution", "radius", "best_scores")
+    columns = ("candidates", "net_points", "resolution", "limited_by", "radius", "best_scores")
 
 
 def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: SearchSettings,
@@ -227,18 +254,38 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     descent inside the span from the best ``keep``.  A resolution whose
     tuples exceed ``max_candidates`` is scored on ``max_candidates`` random
     tuples: the budget always holds.  Candidates are scored on
-    ``score_samples`` sequences drawn with ``rng``.
+    ``score_samples`` sequences drawn with ``rng``.  The net's memory
+    (:func:`net_memory`) is checked against the memory budget before it is
+    built: an automatic spacing stops refining where the next step would not
+    fit, and a net that cannot fit is refused naming ``net_resolution`` or
+    ``max_candidates``.
     """
     start = time.perf_counter()
     dim2 = basis.shape[0]
     d = int(round(math.sqrt(basis.shape[1])))
     B = basis.reshape(dim2, d, d)
-    resolution = settings.net_resolution
-    if resolution is None:
-        resolution = (choose_resolution(dim2, heads, radius, settings.max_candidates) if settings.search == "net"
-                      else radius / 8)
+    score_rows = min(settings.score_samples, X.shape[0]) * X.shape[1]
+    budget = get_memory_budget()
+
+    def memory(points: int) -> int:
+        return net_memory(points, min(math.comb(points, heads), settings.max_candidates), heads, score_rows, d)
+
+    resolution, limited_by = settings.net_resolution, "net_resolution"
+    if resolution is None and settings.search == "net":
+        resolution, limited_by = choose_resolution(dim2, heads, radius, settings.max_candidates,
+                                                   fits=lambda points: budget is None or memory(points) <= budget)
+    elif resolution is None:
+        resolution, limited_by = radius / 8, "multistart"
     coefficients = net_points(dim2, radius, resolution)
     coefficients = coefficients[np.linalg.norm(coefficients, axis=1) > 0]  # Θ = 0 is uniform attention
+    if len(coefficients) < heads:
+        raise ValueError(f"net_resolution: expected a net of at least m = {heads} non-zero points, received "
+                         f"{len(coefficients)} at spacing {resolution:.3g} in a ball of radius {radius:.3g}; "
+                         f"use a finer net_resolution or a larger net_radius")
+    name = "max_candidates" if settings.net_resolution is None else "net_resolution"
+    check_memory(memory(len(coefficients)), name,
+                 f"a net of {len(coefficients):,} points (spacing {resolution:.3g}) scored on "
+                 f"{min(math.comb(len(coefficients), heads), settings.max_candidates):,} {heads}-tuples")
     points = np.einsum("pr,rab->pab", coefficients, B)
     candidates = candidate_tuples(len(points), heads, limit=settings.max_candidates, rng=rng)
     use = rng.permutation(X.shape[0])[:settings.score_samples]
@@ -254,5 +301,6 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
         else:
             kept.append(points[chosen])
     return NetSearch(seconds=time.perf_counter() - start, search=settings.search, radius=float(radius),
-                     resolution=float(resolution), net_points=int(len(points)), candidates=int(len(candidates)),
+                     resolution=float(resolution), limited_by=limited_by, net_points=int(len(points)),
+                     candidates=int(len(candidates)),
                      score_samples=int(len(use)), best_scores=[float(scores[i]) for i in order], kept=tuple(kept))
