@@ -50,7 +50,9 @@ def plain(value):
 
 
 def format_value(value) -> str:
-    """A figure for a table: three significant digits for floats."""
+    """A figure for a table: three significant digits for floats, also inside lists."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_value(item) for item in value) + "]"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ...attention import kernels
 from ...attention.model import MultiHeadAttention
 from ..least_squares import lbfgs_refine, solve_projections, validation_error
-from ..report import PhaseResult, certificate_line, data_field
+from ..report import PhaseResult, data_field
 from .settings import SearchSettings
 
 #: Validation checks between which L-BFGS runs (see :func:`lbfgs_refine`).
@@ -134,9 +134,6 @@ class Selection(PhaseResult):
     least_squares_model: MultiHeadAttention = data_field()
 
     columns = ("mode", "val_least_squares", "val_polished")
-
-    def detail_lines(self) -> list[str]:
-        return [f"{'':<12} {'':>8}    {certificate_line(self.certificate)}"]
 
 
 def select_candidate(X, Y, X_val, Y_val, candidates, settings: SearchSettings, *, label_bound: float,
