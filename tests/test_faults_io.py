@@ -158,6 +158,88 @@ def test_a_failed_creation_leaves_no_results_file_behind(tmp_path, monkeypatch):
     assert sorted(name for name in os.listdir(tmp_path) if ".creating" in name) == []
 
 
+def _damaged_results(path: Path, damage: str) -> bytes:
+    """A results file of 200 rows damaged as ``damage`` says; returns its bytes.
+
+    ``"pages"``: every page after the schema's root pages overwritten with
+    noise (the rows are gone, the marker still reads); ``"no-results-table"``:
+    a valid marker over a file whose ``results`` table was dropped.
+    """
+    with ResultStore(path) as store:
+        for index in range(200):
+            store.record(TOY, {"a": index, "b": "x"}, {"value": float(index), "note": "y" * 200})
+    connection = sqlite3.connect(path)
+    try:
+        if damage == "no-results-table":
+            connection.execute("DROP TABLE results")
+            connection.commit()
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        last_root = connection.execute("SELECT MAX(rootpage) FROM sqlite_master").fetchone()[0]
+    finally:
+        connection.close()
+    if damage == "pages":
+        data = bytearray(path.read_bytes())
+        start = last_root * page_size
+        assert len(data) > start + page_size  # there are row pages to damage
+        data[start:] = np.random.default_rng(0).integers(0, 256, len(data) - start, dtype=np.uint8).tobytes()
+        path.write_bytes(bytes(data))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["pages", "no-results-table"])
+@pytest.mark.parametrize("command", ["sweep", "status", "plot", "export"])
+def test_a_damaged_results_file_is_reported_in_one_line_and_left_untouched(tmp_path, toy, capsys, damage, command):
+    path = tmp_path / "results.db"
+    before = _damaged_results(path, damage)
+    arguments = {"sweep": ["sweep", TOY, "--workers", "1", "--quiet"], "status": ["sweep", "--status"],
+                 "plot": ["plot", TOY, "--out", str(tmp_path / "figures")],
+                 "export": ["export", TOY, "--out", str(tmp_path / "rows.csv")]}[command]
+    code = main(arguments + ["--db", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith(f"mhalearn: error: db: {str(path)!r} is damaged") and err.count("\n") == 1, err
+    assert ("no table 'results'" if damage == "no-results-table" else "malformed") in err
+    assert out == ""
+    assert path.read_bytes() == before
+    assert not (tmp_path / "rows.csv").exists() and not (tmp_path / "figures").exists()
+
+
+@pytest.mark.parametrize("command", ["plot"])
+def test_a_row_that_is_not_json_is_reported_as_damage_naming_the_file(tmp_path, toy, capsys, command):
+    path = tmp_path / "results.db"
+    _partial_results(path, 3)
+    connection = sqlite3.connect(path)
+    connection.execute("UPDATE results SET metrics = '{\"value\": 0.' WHERE id = 2")  # bytes overwritten in a row
+    connection.commit()
+    connection.close()
+    before = path.read_bytes()
+    out_flag = {"plot": str(tmp_path / "figures"), "export": str(tmp_path / "rows.csv")}[command]
+    code = main([command, TOY, "--db", str(path), "--out", out_flag])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"mhalearn: error: db: {str(path)!r} is damaged: a stored row is not valid "
+                                        "JSON") and err.count("\n") == 1, err
+    assert path.read_bytes() == before and not Path(out_flag).exists()
+
+
+def test_a_results_file_damaged_during_a_sweep_stops_it_at_once_with_one_line(tmp_path, toy, monkeypatch):
+    path = tmp_path / "results.db"
+    original = ResultStore.record
+    written = []
+
+    def record_until_damaged(self, *args, **kwargs):
+        if len(written) == 2:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+        written.append(original(self, *args, **kwargs))
+
+    monkeypatch.setattr(ResultStore, "record", record_until_damaged)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"could not store results in {str(path)!r}: the file is damaged "
+                                           r"\(database disk image is malformed\)"):
+        run_sweep(TOY, path, workers=1, progress=False, write_timeout=30.0)
+    assert time.monotonic() - start < 20  # not retried for the write timeout: a damaged file does not heal
+    assert len(stored_keys(path)) == 2
+
+
 def _drop_file_privileges() -> None:
     """In the child before exec: give up root's right to ignore file permissions (CAP_DAC_*, CAP_FOWNER)."""
     if os.geteuid() != 0:
@@ -423,3 +505,4 @@ def test_dask_sweep_whose_last_worker_dies_stops_with_no_workers_and_resumes(tmp
     finally:
         for process in reversed(processes):
             _stop(process)
+

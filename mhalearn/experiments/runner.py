@@ -28,7 +28,7 @@ Faults, each stopping with a clear ``ValueError`` (before any work) or
   before anything is computed;
 - the file cannot be written during the sweep (disk full, a write lock held
   by another program): each write is retried for ``write_timeout`` seconds,
-  then the sweep stops;
+  then the sweep stops; a file found damaged stops it at once;
 - a local worker process dies (e.g. out of memory);
 - the Dask scheduler is unreachable (checked in seconds, before submitting),
   or has had no worker for ``worker_timeout`` seconds (e.g. the last worker
@@ -336,6 +336,8 @@ def _store_outcome(store: ResultStore, experiment_name: str, outcome: CellOutcom
                 raise _StoreUnavailable(describe_write_error(error, write_timeout)) from None
             time.sleep(delay)
             delay = min(2 * delay, 2.0)
+        except sqlite3.DatabaseError as error:  # a damaged file: retrying cannot help
+            raise _StoreUnavailable(describe_write_error(error, write_timeout)) from None
 
 
 class _StoreUnavailable(Exception):

@@ -32,6 +32,10 @@ Files and faults:
   older schema forward (in one transaction, keeping every row).
 - ``readonly=True`` (plots, status, exports) opens the file read-only: it
   works on read-only files and directories and never migrates or writes.
+- A damaged results file (a table of its schema missing, pages SQLite's
+  ``quick_check`` rejects, a row that is not valid JSON) raises
+  ``ValueError`` naming the file and what is wrong, on opening or when the
+  row is read, and nothing is written to it.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import math
 import os
 import socket
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -53,6 +58,7 @@ from .results_file import (
     _inspect_existing,
     _now,
     _remove_stale_temporaries,
+    read_error,
 )
 from .writer_lock import describe_write_error
 
@@ -202,6 +208,14 @@ class ResultStore:
     def _has_provenance(self) -> bool:
         return self.schema_version >= 2
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Report an SQLite or JSON error met while reading rows as a ``ValueError`` naming the file."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, json.JSONDecodeError) as error:
+            raise read_error(self.path, error) from None
+
     # -------------------------------------------------------------------- write
     def record(self, experiment: str, cell: dict, metrics: dict, *, status: str = STATUS_OK,
                error: str | None = None, seconds: float = 0.0, host: str | None = None,
@@ -289,7 +303,8 @@ class ResultStore:
         query = "SELECT cell_key FROM results WHERE experiment = ?"
         if not include_failed:
             query += " AND status = 'ok'"
-        return {key for (key,) in self.connection.execute(query, (experiment,))}
+        with self._reading():
+            return {key for (key,) in self.connection.execute(query, (experiment,))}
 
     def count(self, experiment: str | None = None, status: str | None = None) -> int:
         """Number of stored rows, optionally of one experiment and one status."""
@@ -298,12 +313,14 @@ class ResultStore:
             query, args = query + " AND experiment = ?", args + [experiment]
         if status is not None:
             query, args = query + " AND status = ?", args + [status]
-        return int(self.connection.execute(query, args).fetchone()[0])
+        with self._reading():
+            return int(self.connection.execute(query, args).fetchone()[0])
 
     def experiments(self) -> list[str]:
         """Names of the experiments with stored rows."""
-        return [name for (name,) in self.connection.execute(
-            "SELECT DISTINCT experiment FROM results ORDER BY experiment")]
+        with self._reading():
+            return [name for (name,) in self.connection.execute(
+                "SELECT DISTINCT experiment FROM results ORDER BY experiment")]
 
     def iter_records(self, experiment: str | None = None) -> Iterator[dict]:
         """Every stored row (of ``experiment``, or all) with its bookkeeping, in insertion order.
@@ -319,12 +336,13 @@ class ResultStore:
         args: tuple = ()
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
-        for (name, key, params, metrics, status, error, seconds, host, finished_at, code,
-             provenance) in self.connection.execute(query + " ORDER BY id", args):
-            yield {"experiment": name, "cell_key": key, "params": json.loads(params), "metrics": json.loads(metrics),
-                   "status": status, "error": error, "seconds": seconds, "host": host,
-                   "finished_at": finished_at, "code_id": code,
-                   "provenance": None if provenance is None else json.loads(provenance)}
+        with self._reading():
+            for (name, key, params, metrics, status, error, seconds, host, finished_at, code,
+                 provenance) in self.connection.execute(query + " ORDER BY id", args):
+                yield {"experiment": name, "cell_key": key, "params": json.loads(params),
+                       "metrics": json.loads(metrics), "status": status, "error": error, "seconds": seconds,
+                       "host": host, "finished_at": finished_at, "code_id": code,
+                       "provenance": None if provenance is None else json.loads(provenance)}
 
     def rows(self, experiment: str) -> list[dict]:
         """Successful rows of ``experiment``, each the cell merged with its metrics.
@@ -353,9 +371,11 @@ class ResultStore:
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
         query += f" GROUP BY experiment, {code} ORDER BY experiment, MIN(id)"
-        return [{"experiment": name, "code_id": code_id, "provenance": None if prov is None else json.loads(prov),
-                 "ok": int(ok), "failed": int(failed), "first": first, "last": last}
-                for name, code_id, prov, ok, failed, first, last in self.connection.execute(query, args)]
+        with self._reading():
+            return [{"experiment": name, "code_id": code_id,
+                     "provenance": None if prov is None else json.loads(prov),
+                     "ok": int(ok), "failed": int(failed), "first": first, "last": last}
+                    for name, code_id, prov, ok, failed, first, last in self.connection.execute(query, args)]
 
     def grids(self, experiment: str | None = None) -> list[dict]:
         """The grids recorded by sweeps (oldest first): ``experiment``, ``name``, ``source``, ``grid``, ``toml``…"""
@@ -365,10 +385,11 @@ class ResultStore:
         args: tuple = ()
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
-        return [{"experiment": name, "name": grid_name, "source": source, "grid": json.loads(grid), "toml": toml,
-                 "code_id": code_id, "recorded_at": recorded_at}
-                for name, grid_name, source, grid, toml, code_id, recorded_at
-                in self.connection.execute(query + " ORDER BY id", args)]
+        with self._reading():
+            return [{"experiment": name, "name": grid_name, "source": source, "grid": json.loads(grid),
+                     "toml": toml, "code_id": code_id, "recorded_at": recorded_at}
+                    for name, grid_name, source, grid, toml, code_id, recorded_at
+                    in self.connection.execute(query + " ORDER BY id", args)]
 
     def to_dataframe(self, experiment: str | None = None):
         """The stored rows as a :class:`pandas.DataFrame` (needs ``pip install 'mhalearn[tables]'``).
