@@ -7,6 +7,7 @@ not as a shape error deep inside a Numba kernel.
 
 from __future__ import annotations
 
+import importlib
 import numbers
 import os
 from pathlib import Path
@@ -329,3 +330,29 @@ def check_output_directory(path, name: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{name}: {str(existing)!r} is not writable, so {str(path)!r} cannot be written")
     return path
+
+
+# ------------------------------------------------------ optional dependencies
+
+class MissingDependencyError(ImportError):
+    """An optional dependency of the feature asked for is not installed; the message says how to install it."""
+
+
+def check_optional_dependencies(purpose: str, extra: str, *modules: str) -> None:
+    """Raise :class:`MissingDependencyError` unless every one of ``modules`` imports.
+
+    The message is one line naming ``purpose``, what it needs and the pip
+    extra that installs it, e.g. ``export --format parquet needs pandas and
+    pyarrow: python3 -m pip install -e '.[tables]'`` (the package is
+    installed from its source checkout).
+    """
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        which = "" if len(missing) == len(modules) else f" ({' and '.join(missing)} not installed)"
+        raise MissingDependencyError(f"{purpose} needs {' and '.join(modules)}{which}: "
+                                     f"python3 -m pip install -e '.[{extra}]'")

@@ -13,8 +13,10 @@ Subcommands::
 ``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
 as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
 results).  Bad input (unknown experiment, learner or family names, a file
-that is not a results file, an output path that cannot be written) is
-reported in one line with exit status 2, before any work starts; a sweep
+that is not a results file or a damaged one, an output path that cannot be
+written, a missing optional dependency such as pandas and pyarrow for
+``export --format parquet``) is reported in one line with exit status 2,
+before any work starts; a sweep
 that had to stop (results file unwritable, workers gone) exits with 1 and
 keeps every stored row.
 """
@@ -34,7 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ._validation import check_choice, check_output_directory, check_output_file
+from ._validation import (
+    MissingDependencyError,
+    check_choice,
+    check_optional_dependencies,
+    check_output_directory,
+    check_output_file,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
@@ -240,8 +248,8 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     export = commands.add_parser("export", parents=[common], help="the stored rows of an experiment as a table",
                                  description="Write the rows of an experiment stored in a results file as a CSV "
                                              "or Parquet table: grid keys and metrics as columns (nested metrics "
-                                             "with dotted names), then status, timing and provenance.  Needs "
-                                             "pip install 'mhalearn[tables]'.")
+                                             "with dotted names), then status, timing and provenance.  Parquet "
+                                             "needs the tables extra: python3 -m pip install -e '.[tables]'.")
     export.add_argument("experiment", metavar="NAME", help="experiment name (as stored)")
     export.add_argument("--db", type=Path, required=True, help="SQLite results file written by `mhalearn sweep`")
     export.add_argument("--format", choices=("csv", "parquet"), default=None,
@@ -363,18 +371,19 @@ def command_sweep(args) -> int:
 def command_export(args) -> int:
     """``mhalearn export``: the stored rows of an experiment as a CSV or Parquet table."""
     from .experiments.store import ResultStore
-    from .tables import write_table
+    from .tables import TABLE_FORMATS, write_table
 
-    table_format = args.format or args.out.suffix.lstrip(".").lower()
-    check_choice(table_format, "format", ("csv", "parquet"))
+    table_format = check_choice(args.format or args.out.suffix.lstrip(".").lower(), "format", TABLE_FORMATS)
     check_output_file(args.out, "out")
+    if table_format == "parquet":
+        check_optional_dependencies("export --format parquet", "tables", "pandas", "pyarrow")
     with ResultStore(args.db, readonly=True) as store:
         if args.experiment not in store.experiments():
             raise ValueError(f"experiment: expected one of the experiments stored in {str(args.db)!r} "
                              f"{store.experiments()}, received {args.experiment!r}")
-        frame = store.to_dataframe(args.experiment)
-    write_table(frame, args.out, table_format)
-    print(f"{args.experiment}: {len(frame)} rows × {len(frame.columns)} columns written to {args.out}")
+        columns, rows = store.table(args.experiment)
+    write_table(columns, rows, args.out, table_format)
+    print(f"{args.experiment}: {len(rows)} rows × {len(columns)} columns written to {args.out}")
     return 0
 
 
@@ -478,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return COMMANDS[args.command](args)
-    except ValueError as error:
+    except (ValueError, MissingDependencyError) as error:
         print(f"mhalearn: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RuntimeError as error:

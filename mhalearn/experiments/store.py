@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .._validation import check_optional_dependencies
 from .results_file import (
     SCHEMA_VERSION,
     _MIGRATIONS,
@@ -391,8 +392,8 @@ class ResultStore:
                     for name, grid_name, source, grid, toml, code_id, recorded_at
                     in self.connection.execute(query + " ORDER BY id", args)]
 
-    def to_dataframe(self, experiment: str | None = None):
-        """The stored rows as a :class:`pandas.DataFrame` (needs ``pip install 'mhalearn[tables]'``).
+    def table(self, experiment: str | None = None) -> tuple[list[str], list[dict]]:
+        """The stored rows as a table: ``(columns, rows)``, each row a dict of column → value.
 
         One row per stored cell (of ``experiment``, or of every experiment),
         in insertion order.  Columns: ``experiment``, the grid keys, the
@@ -400,19 +401,24 @@ class ResultStore:
         then ``status``, ``error``, ``seconds`` (the cell's wall time),
         ``host``, ``finished_at``, ``code_id`` and the provenance as
         ``provenance.mhalearn``, ``provenance.git_commit``… A metric whose
-        name is also a grid key is named ``metrics.NAME``.  Columns have
-        pandas' nullable dtypes (``Int64``, ``Float64``, ``boolean``,
-        ``string``), so missing values (e.g. a metric one learner does not
-        report) do not change a column's type.
+        name is also a grid key is named ``metrics.NAME``.  A row lacks the
+        columns it has no value for (e.g. a metric one learner does not
+        report).  Needs nothing beyond the standard library.
         """
-        try:
-            import pandas
-        except ImportError as error:
-            raise ImportError("to_dataframe needs pandas: pip install 'mhalearn[tables]'") from error
-        records = [flatten_record(record) for record in self.iter_records(experiment)]
-        # Nullable dtypes (Int64, Float64, boolean, string): a column with missing values keeps its
-        # type, and the table reads back from Parquet unchanged.
-        return pandas.DataFrame.from_records(records, columns=_column_order(records)).convert_dtypes()
+        rows = [flatten_record(record) for record in self.iter_records(experiment)]
+        return _column_order(rows), rows
+
+    def to_dataframe(self, experiment: str | None = None):
+        """The stored rows (:meth:`table`) as a :class:`pandas.DataFrame`; needs the ``tables`` extra (pandas).
+
+        Columns have pandas' nullable dtypes (``Int64``, ``Float64``,
+        ``boolean``, ``string``), so missing values (e.g. a metric one
+        learner does not report) do not change a column's type.
+        """
+        from ..tables import dataframe
+
+        check_optional_dependencies("ResultStore.to_dataframe", "tables", "pandas")  # before reading every row
+        return dataframe(*self.table(experiment))
 
 
 _BOOKKEEPING = ("status", "error", "seconds", "host", "finished_at", "code_id")
