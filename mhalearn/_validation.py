@@ -141,12 +141,32 @@ def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
 
 
 def as_generator(rng) -> np.random.Generator:
-    """Accept ``None``, a seed or a ``Generator`` and return a ``Generator``."""
+    """Accept ``None``, a seed >= 0 (or a ``SeedSequence``) or a ``Generator`` and return a ``Generator``."""
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
+    if rng is None or isinstance(rng, np.random.SeedSequence) or (
+            isinstance(rng, numbers.Integral) and not isinstance(rng, (bool, np.bool_)) and rng >= 0):
         return np.random.default_rng(rng)
-    raise ValueError(f"rng: expected None, an integer seed or a numpy.random.Generator, received {rng!r}")
+    raise ValueError(f"rng: expected None, an integer seed >= 0 or a numpy.random.Generator, received {rng!r}")
+
+
+def check_sample_weight(sample_weight, samples: int) -> np.ndarray | None:
+    """Return ``sample_weight`` as a float array of shape ``(samples,)``, or None when it is None.
+
+    Weights must be finite and >= 0 with a positive sum (a weighted mean
+    divides by it); anything else raises ``ValueError`` naming
+    ``sample_weight``.  Shared by the estimators' ``score``.
+    """
+    if sample_weight is None:
+        return None
+    weights = as_float_array(sample_weight, "sample_weight", 1)
+    if weights.shape != (samples,):
+        raise ValueError(f"sample_weight: expected shape ({samples},), one weight per sample, "
+                         f"received shape {weights.shape}")
+    if np.any(weights < 0) or not weights.sum() > 0:
+        raise ValueError(f"sample_weight: expected weights >= 0 with a positive sum, received weights from "
+                         f"{weights.min():g} to {weights.max():g} summing to {weights.sum():g}")
+    return weights
 
 
 # ------------------------------------------------------------ hyper-parameters

@@ -131,14 +131,17 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         the mean token's.  For the relative error Σ‖F̂(X) − Y‖²/Σ‖Y‖² of the
         paper use :func:`mhalearn.relative_error`.
         """
+        from .._validation import check_sample_weight
+
         check_fitted(self)
         X, Y = check_pair(X, Y, self.model_.dim)
         n, k, d = Y.shape
+        sample_weight = check_sample_weight(sample_weight, n)
         tokens = Y.reshape(n * k, d)
         if not np.any(tokens != tokens[0]):
             raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
                              "received constant labels")
-        weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
+        weights = None if sample_weight is None else np.repeat(sample_weight, k)
         return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
                               multioutput="variance_weighted"))
 
