@@ -258,6 +258,17 @@ class RealSequence:
         return f"a non-empty sequence of {self.entry}s"
 
 
+def check_allowed(value, name: str, allowed: list):
+    """Return ``value``, raising ``ValueError`` naming ``name`` unless one of the ``allowed`` constraints
+    (:class:`Integer`, :class:`Real`… ; ``None`` in the list allows None) holds for it."""
+    if value is None and None in allowed:
+        return value
+    if any(rule is not None and rule.holds(value) for rule in allowed):
+        return value
+    expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
+    raise ValueError(f"{name}: expected {expected}, received {value!r}")
+
+
 def check_hyperparameters(estimator) -> None:
     """Check every hyper-parameter of ``estimator`` against its class's
     ``_parameter_constraints`` (name → list of allowed constraints; ``None`` in
@@ -265,13 +276,7 @@ def check_hyperparameters(estimator) -> None:
     was expected and what was received.  Called once, at the start of ``fit``."""
     constraints = type(estimator)._parameter_constraints
     for name, value in estimator.get_params(deep=False).items():
-        allowed = constraints[name]
-        if value is None and None in allowed:
-            continue
-        if any(rule is not None and rule.holds(value) for rule in allowed):
-            continue
-        expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
-        raise ValueError(f"{name}: expected {expected}, received {value!r}")
+        check_allowed(value, name, constraints[name])
 
 
 #: Largest absolute logit the attention kernels accept: the row-max shift of the softmax

@@ -12,11 +12,11 @@ Subcommands::
 
 ``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
 as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
-results).  Bad input (unknown experiment, learner or family names, a file
-that is not a results file or a damaged one, an output path that cannot be
-written, a missing optional dependency such as pandas and pyarrow for
-``export --format parquet``) is reported in one line with exit status 2,
-before any work starts; a sweep
+results).  Bad input (unknown experiment, learner or family names, sizes,
+seeds or hyper-parameters out of range, a file that is not a results file
+or a damaged one, an output path that cannot be written, a missing optional
+dependency such as pandas and pyarrow for ``export --format parquet``) is
+the only output: one line with exit status 2, before any work starts; a sweep
 that had to stop (results file unwritable, workers gone) exits with 1 and
 keeps every stored row.
 """
@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ._validation import (
+    Integer,
     MissingDependencyError,
+    Real,
+    check_allowed,
     check_choice,
     check_optional_dependencies,
     check_output_directory,
@@ -52,6 +55,9 @@ EXIT_INTERRUPTED = 130
 #: carries the span (d > k, enough sequences for agreement rows; bench/sculpt.py).
 DEMO_SETTING = dict(learner="sculpt", heads=2, dim=12, length=4, samples=30_000, family="random", noise=0.0,
                     seed=0, test_samples=2000)
+#: What each number of a ``demo`` or ``learn`` setting may be, checked before any work or output.
+SETTING_CONSTRAINTS = {"heads": Integer(1), "dim": Integer(1), "length": Integer(1), "samples": Integer(1),
+                       "test_samples": Integer(1), "noise": Real(0.0), "seed": Integer(0)}
 
 
 # ------------------------------------------------------------------ progress
@@ -288,12 +294,31 @@ def _format_metrics(metrics: dict) -> str:
     return ", ".join(parts)
 
 
-def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: str):
-    """Shared by ``demo`` and ``learn``: plant, fit and measure under a step progress bar, then report."""
-    from . import evaluation
+def checked_learner(setting: dict, hyperparams: dict):
+    """The unfitted learner of a ``demo`` or ``learn`` setting, once every argument is checked.
+
+    Checks the numbers of the setting (:data:`SETTING_CONSTRAINTS`), the
+    teacher family, the learner's hyper-parameters and the shapes the
+    learner can serve, so that bad input is reported before a teacher is
+    planted or anything is printed.
+    """
+    from .attention.teachers import get_family
     from .learners import get_learner
 
+    for name, constraint in SETTING_CONSTRAINTS.items():
+        check_allowed(setting[name], name, [constraint])
+    get_family(setting["family"])
     estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
+    estimator._check_params()
+    estimator._check_shape(setting["samples"], setting["length"], setting["dim"])
+    return estimator
+
+
+def _learn_and_report(args, setting: dict, estimator, *, description: str):
+    """Shared by ``demo`` and ``learn``: plant, fit ``estimator`` (from :func:`checked_learner`) and measure
+    under a step progress bar, then report; returns the planted teacher and the metrics."""
+    from . import evaluation
+
     shape = {key: setting[key] for key in ("heads", "dim", "length", "samples", "family", "noise", "seed")}
     with StepProgress(["plant", "fit", "measure"], enabled=not args.quiet, desc=description) as progress:
         with progress.step(f"planting a {setting['family']} teacher, drawing n = {setting['samples']}"):
@@ -306,7 +331,7 @@ def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: st
     print(f"{setting['learner']} on {setting['family']} teacher (m = {setting['heads']}, d = {setting['dim']}, "
           f"k = {setting['length']}, n = {setting['samples']}, noise = {setting['noise']}): "
           + _format_metrics(metrics))
-    return estimator, teacher, metrics
+    return teacher, metrics
 
 
 def command_demo(args) -> int:
@@ -319,9 +344,10 @@ def command_demo(args) -> int:
                          f"{sorted(LEARNERS) or 'none'})")
     setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
     check_output_directory(args.out, "out")
+    estimator = checked_learner(setting, {})
     _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
-    estimator, teacher, metrics = _learn_and_report(args, setting, {}, description="demo")
+    teacher, metrics = _learn_and_report(args, setting, estimator, description="demo")
     figure = save_figure(demo_figure(estimator.model_, teacher, metrics, length=setting["length"],
                                      seed=setting["seed"]),
                          Path(args.out) / "mhalearn-demo.png")
@@ -339,7 +365,8 @@ def command_learn(args) -> int:
             raise ValueError(f"teacher-out: expected a file other than --out, received {str(args.teacher_out)!r}")
     setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
                    family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
-    estimator, teacher, _ = _learn_and_report(args, setting, hyperparams, description="learn")
+    estimator = checked_learner(setting, hyperparams)
+    teacher, _ = _learn_and_report(args, setting, estimator, description="learn")
     estimator.model_.save(args.out)
     print(f"model saved to {args.out}")
     if args.teacher_out is not None:

@@ -180,3 +180,33 @@ def test_quick_sweep_killed_with_sigkill_resumes_to_the_uninterrupted_rows(tmp_p
         assert store.count("error-vs-samples") == len(reference) == len(resumed)  # no duplicates, none lost
     assert resumed == reference  # same cells, same metrics (timing aside), partial rows kept
     assert all(resumed[key] == value for key, value in partial.items())
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["learn", "-m", "0"], "heads: expected an integer >= 1, received 0"),
+    (["learn", "-d", "0"], "dim: expected an integer >= 1, received 0"),
+    (["learn", "-k", "0"], "length: expected an integer >= 1, received 0"),
+    (["learn", "-n", "0"], "samples: expected an integer >= 1, received 0"),
+    (["learn", "--test-samples", "0"], "test_samples: expected an integer >= 1, received 0"),
+    (["learn", "--noise", "-1"], "noise: expected a real number in [0, inf), received -1.0"),
+    (["learn", "--noise", "nan"], "noise: expected a real number in [0, inf), received nan"),
+    (["learn", "--seed", "-1"], "seed: expected an integer >= 0, received -1"),
+    (["learn", "--learner", "gradient", "--max-iter", "0"], "max_iter: expected an integer >= 1, received 0"),
+    (["learn", "-k", "1"], "X: expected sequences of length k >= 2 (with one token every attention pattern is 1 "
+                           "and Θ is not identifiable), received k = 1"),
+    (["demo", "--samples", "0"], "samples: expected an integer >= 1, received 0"),
+    (["demo", "--seed", "-1"], "seed: expected an integer >= 0, received -1"),
+])
+def test_bad_arguments_are_the_only_output_and_come_before_any_work(capsys, tmp_path, monkeypatch, arguments,
+                                                                     message):
+    planted = []
+
+    def plant_instance(**setting):
+        planted.append(setting)
+        raise AssertionError("planted a teacher before checking the arguments")
+
+    monkeypatch.setattr("mhalearn.evaluation.plant_instance", plant_instance)
+    out_flag = ["--out", str(tmp_path / ("model.npz" if arguments[0] == "learn" else "figures"))]
+    code, out, err = run(capsys, *arguments, *out_flag)
+    assert (code, out, err) == (2, "", f"mhalearn: error: {message}\n")
+    assert planted == [] and list(tmp_path.iterdir()) == []
