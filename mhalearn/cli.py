@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import math
 import re
 import subprocess
 import sys
@@ -63,26 +64,27 @@ SETTING_CONSTRAINTS = {"heads": Integer(1), "dim": Integer(1), "length": Integer
 # ------------------------------------------------------------------ progress
 
 class StepProgress:
-    """A progress bar over named steps whose elapsed time keeps ticking during a long step.
+    """Progress over named steps: a bar whose elapsed time keeps ticking during a long step on a
+    terminal, a line per step on any other stream (a log, CI, SLURM).
 
     Parameters
     ----------
     steps : sequence of str
         Names of the steps, in order.
     enabled : bool
-        Draw the bar (False for ``--quiet``).
+        Show progress (False for ``--quiet``).
     """
 
     def __init__(self, steps: Sequence[str], *, enabled: bool = True, desc: str = "mhalearn"):
-        from tqdm.auto import tqdm
+        from ._progress import ProgressLines, progress_bar
 
         self._desc = desc
-        self._bar = tqdm(total=len(steps), desc=desc, unit="step", disable=not enabled, dynamic_ncols=True,
-                         bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
-                                    "[{elapsed} elapsed, ETA {remaining}]")
+        self._bar = progress_bar(len(steps), desc=desc, unit="step", enabled=enabled, interval=math.inf,
+                                 bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
+                                            "[{elapsed} elapsed, ETA {remaining}]")
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, daemon=True)
-        if enabled:
+        if enabled and not isinstance(self._bar, ProgressLines):
             self._ticker.start()
 
     def _tick(self) -> None:

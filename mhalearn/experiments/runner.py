@@ -51,8 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
 
-from tqdm.auto import tqdm
-
+from .._progress import progress_bar
 from .._validation import check_choice, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
 from .registry import Grid, get_experiment
@@ -373,7 +372,9 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     scheduler : str, optional
         Address of the Dask scheduler (``backend="dask"`` only).
     progress : bool
-        Show a progress bar with elapsed time and ETA.
+        Show progress with elapsed time and ETA on stderr: a bar on a
+        terminal, a line at most every 30 s and at the end on any other
+        stream (a log, CI, SLURM).
     retry_failed : bool
         Recompute cells stored as failures (their rows are replaced).
     allow_mixed : bool
@@ -461,8 +462,8 @@ def _worker_count(requested: int | None, pending: int) -> int:
 def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bool, allow_mixed: bool,
              write_timeout: float, progress: bool) -> None:
     """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable."""
-    bar = tqdm(total=summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
+                       enabled=progress)
     try:
         for outcome in outcomes:
             worker_code = code_id(outcome.provenance)
