@@ -7,6 +7,7 @@ not as a shape error deep inside a Numba kernel.
 
 from __future__ import annotations
 
+import importlib
 import numbers
 import os
 from pathlib import Path
@@ -140,12 +141,32 @@ def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
 
 
 def as_generator(rng) -> np.random.Generator:
-    """Accept ``None``, a seed or a ``Generator`` and return a ``Generator``."""
+    """Accept ``None``, a seed >= 0 (or a ``SeedSequence``) or a ``Generator`` and return a ``Generator``."""
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
+    if rng is None or isinstance(rng, np.random.SeedSequence) or (
+            isinstance(rng, numbers.Integral) and not isinstance(rng, (bool, np.bool_)) and rng >= 0):
         return np.random.default_rng(rng)
-    raise ValueError(f"rng: expected None, an integer seed or a numpy.random.Generator, received {rng!r}")
+    raise ValueError(f"rng: expected None, an integer seed >= 0 or a numpy.random.Generator, received {rng!r}")
+
+
+def check_sample_weight(sample_weight, samples: int) -> np.ndarray | None:
+    """Return ``sample_weight`` as a float array of shape ``(samples,)``, or None when it is None.
+
+    Weights must be finite and >= 0 with a positive sum (a weighted mean
+    divides by it); anything else raises ``ValueError`` naming
+    ``sample_weight``.  Shared by the estimators' ``score``.
+    """
+    if sample_weight is None:
+        return None
+    weights = as_float_array(sample_weight, "sample_weight", 1)
+    if weights.shape != (samples,):
+        raise ValueError(f"sample_weight: expected shape ({samples},), one weight per sample, "
+                         f"received shape {weights.shape}")
+    if np.any(weights < 0) or not weights.sum() > 0:
+        raise ValueError(f"sample_weight: expected weights >= 0 with a positive sum, received weights from "
+                         f"{weights.min():g} to {weights.max():g} summing to {weights.sum():g}")
+    return weights
 
 
 # ------------------------------------------------------------ hyper-parameters
@@ -237,6 +258,17 @@ class RealSequence:
         return f"a non-empty sequence of {self.entry}s"
 
 
+def check_allowed(value, name: str, allowed: list):
+    """Return ``value``, raising ``ValueError`` naming ``name`` unless one of the ``allowed`` constraints
+    (:class:`Integer`, :class:`Real`… ; ``None`` in the list allows None) holds for it."""
+    if value is None and None in allowed:
+        return value
+    if any(rule is not None and rule.holds(value) for rule in allowed):
+        return value
+    expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
+    raise ValueError(f"{name}: expected {expected}, received {value!r}")
+
+
 def check_hyperparameters(estimator) -> None:
     """Check every hyper-parameter of ``estimator`` against its class's
     ``_parameter_constraints`` (name → list of allowed constraints; ``None`` in
@@ -244,13 +276,7 @@ def check_hyperparameters(estimator) -> None:
     was expected and what was received.  Called once, at the start of ``fit``."""
     constraints = type(estimator)._parameter_constraints
     for name, value in estimator.get_params(deep=False).items():
-        allowed = constraints[name]
-        if value is None and None in allowed:
-            continue
-        if any(rule is not None and rule.holds(value) for rule in allowed):
-            continue
-        expected = " or ".join("None" if rule is None else str(rule) for rule in allowed)
-        raise ValueError(f"{name}: expected {expected}, received {value!r}")
+        check_allowed(value, name, constraints[name])
 
 
 #: Largest absolute logit the attention kernels accept: the row-max shift of the softmax
@@ -329,3 +355,29 @@ def check_output_directory(path, name: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{name}: {str(existing)!r} is not writable, so {str(path)!r} cannot be written")
     return path
+
+
+# ------------------------------------------------------ optional dependencies
+
+class MissingDependencyError(ImportError):
+    """An optional dependency of the feature asked for is not installed; the message says how to install it."""
+
+
+def check_optional_dependencies(purpose: str, extra: str, *modules: str) -> None:
+    """Raise :class:`MissingDependencyError` unless every one of ``modules`` imports.
+
+    The message is one line naming ``purpose``, what it needs and the pip
+    extra that installs it, e.g. ``export --format parquet needs pandas and
+    pyarrow: python3 -m pip install -e '.[tables]'`` (the package is
+    installed from its source checkout).
+    """
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        which = "" if len(missing) == len(modules) else f" ({' and '.join(missing)} not installed)"
+        raise MissingDependencyError(f"{purpose} needs {' and '.join(modules)}{which}: "
+                                     f"python3 -m pip install -e '.[{extra}]'")

@@ -12,9 +12,11 @@ Subcommands::
 
 ``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
 as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
-results).  Bad input (unknown experiment, learner or family names, a file
-that is not a results file, an output path that cannot be written) is
-reported in one line with exit status 2, before any work starts; a sweep
+results).  Bad input (unknown experiment, learner or family names, sizes,
+seeds or hyper-parameters out of range, a file that is not a results file
+or a damaged one, an output path that cannot be written, a missing optional
+dependency such as pandas and pyarrow for ``export --format parquet``) is
+the only output: one line with exit status 2, before any work starts; a sweep
 that had to stop (results file unwritable, workers gone) exits with 1 and
 keeps every stored row.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import math
 import re
 import subprocess
 import sys
@@ -34,7 +37,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ._validation import check_choice, check_output_directory, check_output_file
+from ._validation import (
+    Integer,
+    MissingDependencyError,
+    Real,
+    check_allowed,
+    check_choice,
+    check_optional_dependencies,
+    check_output_directory,
+    check_output_file,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
@@ -44,31 +56,35 @@ EXIT_INTERRUPTED = 130
 #: carries the span (d > k, enough sequences for agreement rows; bench/sculpt.py).
 DEMO_SETTING = dict(learner="sculpt", heads=2, dim=12, length=4, samples=30_000, family="random", noise=0.0,
                     seed=0, test_samples=2000)
+#: What each number of a ``demo`` or ``learn`` setting may be, checked before any work or output.
+SETTING_CONSTRAINTS = {"heads": Integer(1), "dim": Integer(1), "length": Integer(1), "samples": Integer(1),
+                       "test_samples": Integer(1), "noise": Real(0.0), "seed": Integer(0)}
 
 
 # ------------------------------------------------------------------ progress
 
 class StepProgress:
-    """A progress bar over named steps whose elapsed time keeps ticking during a long step.
+    """Progress over named steps: a bar whose elapsed time keeps ticking during a long step on a
+    terminal, a line per step on any other stream (a log, CI, SLURM).
 
     Parameters
     ----------
     steps : sequence of str
         Names of the steps, in order.
     enabled : bool
-        Draw the bar (False for ``--quiet``).
+        Show progress (False for ``--quiet``).
     """
 
     def __init__(self, steps: Sequence[str], *, enabled: bool = True, desc: str = "mhalearn"):
-        from tqdm.auto import tqdm
+        from ._progress import ProgressLines, progress_bar
 
         self._desc = desc
-        self._bar = tqdm(total=len(steps), desc=desc, unit="step", disable=not enabled, dynamic_ncols=True,
-                         bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
-                                    "[{elapsed} elapsed, ETA {remaining}]")
+        self._bar = progress_bar(len(steps), desc=desc, unit="step", enabled=enabled, interval=math.inf,
+                                 bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
+                                            "[{elapsed} elapsed, ETA {remaining}]")
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, daemon=True)
-        if enabled:
+        if enabled and not isinstance(self._bar, ProgressLines):
             self._ticker.start()
 
     def _tick(self) -> None:
@@ -240,8 +256,8 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     export = commands.add_parser("export", parents=[common], help="the stored rows of an experiment as a table",
                                  description="Write the rows of an experiment stored in a results file as a CSV "
                                              "or Parquet table: grid keys and metrics as columns (nested metrics "
-                                             "with dotted names), then status, timing and provenance.  Needs "
-                                             "pip install 'mhalearn[tables]'.")
+                                             "with dotted names), then status, timing and provenance.  Parquet "
+                                             "needs the tables extra: python3 -m pip install -e '.[tables]'.")
     export.add_argument("experiment", metavar="NAME", help="experiment name (as stored)")
     export.add_argument("--db", type=Path, required=True, help="SQLite results file written by `mhalearn sweep`")
     export.add_argument("--format", choices=("csv", "parquet"), default=None,
@@ -280,12 +296,31 @@ def _format_metrics(metrics: dict) -> str:
     return ", ".join(parts)
 
 
-def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: str):
-    """Shared by ``demo`` and ``learn``: plant, fit and measure under a step progress bar, then report."""
-    from . import evaluation
+def checked_learner(setting: dict, hyperparams: dict):
+    """The unfitted learner of a ``demo`` or ``learn`` setting, once every argument is checked.
+
+    Checks the numbers of the setting (:data:`SETTING_CONSTRAINTS`), the
+    teacher family, the learner's hyper-parameters and the shapes the
+    learner can serve, so that bad input is reported before a teacher is
+    planted or anything is printed.
+    """
+    from .attention.teachers import get_family
     from .learners import get_learner
 
+    for name, constraint in SETTING_CONSTRAINTS.items():
+        check_allowed(setting[name], name, [constraint])
+    get_family(setting["family"])
     estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
+    estimator._check_params()
+    estimator._check_shape(setting["samples"], setting["length"], setting["dim"])
+    return estimator
+
+
+def _learn_and_report(args, setting: dict, estimator, *, description: str):
+    """Shared by ``demo`` and ``learn``: plant, fit ``estimator`` (from :func:`checked_learner`) and measure
+    under a step progress bar, then report; returns the planted teacher and the metrics."""
+    from . import evaluation
+
     shape = {key: setting[key] for key in ("heads", "dim", "length", "samples", "family", "noise", "seed")}
     with StepProgress(["plant", "fit", "measure"], enabled=not args.quiet, desc=description) as progress:
         with progress.step(f"planting a {setting['family']} teacher, drawing n = {setting['samples']}"):
@@ -299,7 +334,7 @@ def _learn_and_report(args, setting: dict, hyperparams: dict, *, description: st
     print(f"{setting['learner']} on {setting['family']} teacher (m = {setting['heads']}, d = {setting['dim']}, "
           f"k = {setting['length']}, n = {setting['samples']}, noise = {setting['noise']}): "
           + _format_metrics(metrics))
-    return estimator, teacher, metrics
+    return teacher, metrics
 
 
 def command_demo(args) -> int:
@@ -312,9 +347,10 @@ def command_demo(args) -> int:
                          f"{sorted(LEARNERS) or 'none'})")
     setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
     check_output_directory(args.out, "out")
+    estimator = checked_learner(setting, {})
     _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
-    estimator, teacher, metrics = _learn_and_report(args, setting, {}, description="demo")
+    teacher, metrics = _learn_and_report(args, setting, estimator, description="demo")
     figure = save_figure(demo_figure(estimator.model_, teacher, metrics, length=setting["length"],
                                      seed=setting["seed"]),
                          Path(args.out) / "mhalearn-demo.png")
@@ -332,7 +368,8 @@ def command_learn(args) -> int:
             raise ValueError(f"teacher-out: expected a file other than --out, received {str(args.teacher_out)!r}")
     setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
                    family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
-    estimator, teacher, _ = _learn_and_report(args, setting, hyperparams, description="learn")
+    estimator = checked_learner(setting, hyperparams)
+    teacher, _ = _learn_and_report(args, setting, estimator, description="learn")
     estimator.model_.save(args.out)
     print(f"model saved to {args.out}")
     if args.teacher_out is not None:
@@ -364,18 +401,19 @@ def command_sweep(args) -> int:
 def command_export(args) -> int:
     """``mhalearn export``: the stored rows of an experiment as a CSV or Parquet table."""
     from .experiments.store import ResultStore
-    from .tables import write_table
+    from .tables import TABLE_FORMATS, write_table
 
-    table_format = args.format or args.out.suffix.lstrip(".").lower()
-    check_choice(table_format, "format", ("csv", "parquet"))
+    table_format = check_choice(args.format or args.out.suffix.lstrip(".").lower(), "format", TABLE_FORMATS)
     check_output_file(args.out, "out")
+    if table_format == "parquet":
+        check_optional_dependencies("export --format parquet", "tables", "pandas", "pyarrow")
     with ResultStore(args.db, readonly=True) as store:
         if args.experiment not in store.experiments():
             raise ValueError(f"experiment: expected one of the experiments stored in {str(args.db)!r} "
                              f"{store.experiments()}, received {args.experiment!r}")
-        frame = store.to_dataframe(args.experiment)
-    write_table(frame, args.out, table_format)
-    print(f"{args.experiment}: {len(frame)} rows × {len(frame.columns)} columns written to {args.out}")
+        columns, rows = store.table(args.experiment)
+    write_table(columns, rows, args.out, table_format)
+    print(f"{args.experiment}: {len(rows)} rows × {len(columns)} columns written to {args.out}")
     return 0
 
 
@@ -479,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return COMMANDS[args.command](args)
-    except ValueError as error:
+    except (ValueError, MissingDependencyError) as error:
         print(f"mhalearn: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RuntimeError as error:

@@ -1,51 +1,94 @@
-"""Stored results as tables: CSV and Parquet files of :meth:`ResultStore.to_dataframe` (optional extra ``tables``).
+"""Stored results as tables: CSV and Parquet files of a results file's rows.
 
-``pip install 'mhalearn[tables]'`` brings pandas and pyarrow (Parquet).
+CSV needs nothing beyond the standard library; Parquet (and
+:meth:`~mhalearn.experiments.store.ResultStore.to_dataframe`) needs the
+``tables`` extra, pandas and pyarrow: ``python3 -m pip install -e '.[tables]'``.
 Files are written under a temporary name and renamed into place, so an
 interrupted export never leaves half a table.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator, Sequence
+
+from ._validation import check_choice, check_optional_dependencies
 
 TABLE_FORMATS = ("csv", "parquet")
 
 
-def write_table(frame, path, table_format: str) -> Path:
-    """Write a DataFrame to ``path`` as ``"csv"`` (no index) or ``"parquet"`` (pyarrow), atomically.
+def dataframe(columns: Sequence[str], rows: Sequence[dict]):
+    """The ``rows`` (dicts of column → value) as a :class:`pandas.DataFrame` with nullable dtypes.
 
-    Returns the path written.
+    Columns have pandas' nullable dtypes (``Int64``, ``Float64``,
+    ``boolean``, ``string``), so a column with missing values keeps its type
+    and the table reads back from Parquet unchanged.  Needs pandas (the
+    ``tables`` extra).
     """
-    if table_format not in TABLE_FORMATS:
-        raise ValueError(f"format: expected one of {list(TABLE_FORMATS)}, received {table_format!r}")
-    if table_format == "parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError as error:
-            raise ImportError("Parquet export needs pyarrow: pip install 'mhalearn[tables]'") from error
-    path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    check_optional_dependencies("tables.dataframe", "tables", "pandas")
+    import pandas
+
+    return pandas.DataFrame.from_records(list(rows), columns=list(columns)).convert_dtypes()
+
+
+@contextmanager
+def _replaced_atomically(path: Path) -> Iterator[str]:
+    """A temporary file beside ``path``, renamed over ``path`` when the block succeeds, deleted otherwise."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(descriptor)
     try:
-        if table_format == "csv":
-            frame.to_csv(temporary, index=False)
-        else:
-            frame.to_parquet(temporary, index=False, engine="pyarrow")
+        yield temporary
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def write_table(columns: Sequence[str], rows: Sequence[dict], path, table_format: str) -> Path:
+    """Write ``rows`` (dicts of column → value) to ``path`` as a table, atomically.
+
+    Parameters
+    ----------
+    columns : sequence of str
+        Column names, in order; a row without a column leaves its cell empty.
+    rows : sequence of dict
+        The table's rows, e.g. from
+        :meth:`~mhalearn.experiments.store.ResultStore.table`.
+    path : str or os.PathLike
+        The file written (replaced if it exists).
+    table_format : {"csv", "parquet"}
+        CSV (standard library; ``None`` is an empty cell) or Parquet (needs
+        pandas and pyarrow, the ``tables`` extra).
+
+    Returns
+    -------
+    Path
+        The path written.
+    """
+    check_choice(table_format, "format", TABLE_FORMATS)
+    path = Path(path)
+    if table_format == "parquet":
+        check_optional_dependencies("Parquet tables", "tables", "pandas", "pyarrow")
+    with _replaced_atomically(path) as temporary:
+        if table_format == "csv":
+            with open(temporary, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=list(columns))
+                writer.writeheader()
+                writer.writerows(rows)
+        else:
+            dataframe(columns, rows).to_parquet(temporary, index=False, engine="pyarrow")
     return path
 
 
 def read_table(path, table_format: str | None = None):
-    """Read a table written by :func:`write_table` back into a DataFrame."""
+    """Read a table written by :func:`write_table` back into a :class:`pandas.DataFrame` (needs pandas)."""
+    table_format = check_choice(table_format or Path(path).suffix.lstrip(".").lower(), "format", TABLE_FORMATS)
+    check_optional_dependencies(f"read_table of {table_format}", "tables",
+                                *(("pandas",) if table_format == "csv" else ("pandas", "pyarrow")))
     import pandas
 
-    table_format = table_format or Path(path).suffix.lstrip(".").lower()
-    if table_format not in TABLE_FORMATS:
-        raise ValueError(f"format: expected one of {list(TABLE_FORMATS)}, received {table_format!r}")
     return pandas.read_csv(path) if table_format == "csv" else pandas.read_parquet(path, engine="pyarrow")

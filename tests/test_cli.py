@@ -1,5 +1,7 @@
 """The ``mhalearn`` command: subcommands, clean errors for bad input, exit codes."""
 
+import io
+import math
 import subprocess
 import sys
 
@@ -7,12 +9,13 @@ import pytest
 
 from mhalearn import MultiHeadAttention
 from mhalearn import cli
+from mhalearn._progress import ProgressLines
 from mhalearn.cli import build_parser, learner_hyperparameters, main
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
 
-from toy_experiments import toy_experiment as make_toy_experiment
+from toy_experiments import toy_cli, toy_experiment as make_toy_experiment
 
 
 @pytest.fixture
@@ -180,3 +183,97 @@ def test_quick_sweep_killed_with_sigkill_resumes_to_the_uninterrupted_rows(tmp_p
         assert store.count("error-vs-samples") == len(reference) == len(resumed)  # no duplicates, none lost
     assert resumed == reference  # same cells, same metrics (timing aside), partial rows kept
     assert all(resumed[key] == value for key, value in partial.items())
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["learn", "-m", "0"], "heads: expected an integer >= 1, received 0"),
+    (["learn", "-d", "0"], "dim: expected an integer >= 1, received 0"),
+    (["learn", "-k", "0"], "length: expected an integer >= 1, received 0"),
+    (["learn", "-n", "0"], "samples: expected an integer >= 1, received 0"),
+    (["learn", "--test-samples", "0"], "test_samples: expected an integer >= 1, received 0"),
+    (["learn", "--noise", "-1"], "noise: expected a real number in [0, inf), received -1.0"),
+    (["learn", "--noise", "nan"], "noise: expected a real number in [0, inf), received nan"),
+    (["learn", "--seed", "-1"], "seed: expected an integer >= 0, received -1"),
+    (["learn", "--learner", "gradient", "--max-iter", "0"], "max_iter: expected an integer >= 1, received 0"),
+    (["learn", "-k", "1"], "X: expected sequences of length k >= 2 (with one token every attention pattern is 1 "
+                           "and Θ is not identifiable), received k = 1"),
+    (["demo", "--samples", "0"], "samples: expected an integer >= 1, received 0"),
+    (["demo", "--seed", "-1"], "seed: expected an integer >= 0, received -1"),
+])
+def test_bad_arguments_are_the_only_output_and_come_before_any_work(capsys, tmp_path, monkeypatch, arguments,
+                                                                     message):
+    planted = []
+
+    def plant_instance(**setting):
+        planted.append(setting)
+        raise AssertionError("planted a teacher before checking the arguments")
+
+    monkeypatch.setattr("mhalearn.evaluation.plant_instance", plant_instance)
+    out_flag = ["--out", str(tmp_path / ("model.npz" if arguments[0] == "learn" else "figures"))]
+    code, out, err = run(capsys, *arguments, *out_flag)
+    assert (code, out, err) == (2, "", f"mhalearn: error: {message}\n")
+    assert planted == [] and list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------- progress
+
+def _run_piped(command: list[str], **options) -> tuple[int, str, str]:
+    """Run ``command`` with stdout and stderr to pipes; the output decoded as is (text mode would turn \\r into \\n)."""
+    result = subprocess.run(command, capture_output=True, timeout=300, **options)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def test_progress_on_a_stream_that_is_not_a_terminal_is_one_plain_line_per_step(tmp_path):
+    code, out, err = _run_piped([sys.executable, "-m", "mhalearn.cli", "learn", "--learner", "gradient", "-m", "1",
+                                 "-d", "3", "-k", "3", "-n", "100", "--max-iter", "20",
+                                 "--out", str(tmp_path / "model.npz")], cwd=tmp_path)
+    assert code == 0, err
+    assert "\r" not in out and "\r" not in err
+    lines = err.splitlines()
+    assert [line.split(" [")[0] for line in lines] == [
+        "learn: planting a random teacher, drawing n = 100", "learn: fitting gradient", "learn: measuring",
+        "learn: done"]
+    assert [line.split(" [")[1].split(",")[0] for line in lines] == ["0/3 steps", "1/3 steps", "2/3 steps",
+                                                                     "3/3 steps"]
+
+
+def test_a_sweep_on_a_stream_that_is_not_a_terminal_writes_lines_not_carriage_returns(tmp_path):
+    name = "toy-progress"
+    code, out, err = _run_piped(toy_cli(name, "toy", "sweep", name, "--quick", "--workers", "1", "--db",
+                                        str(tmp_path / "results.db")))
+    assert code == 0, err
+    assert "\r" not in out and "\r" not in err
+    assert err.splitlines()[-1].startswith(f"{name} [9/9 cells, ") and err.splitlines()[-1].endswith(", failed=0]")
+    assert "9 cells, 0 already stored, 9 computed" in out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_on_a_terminal_is_a_tqdm_bar(monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with cli.StepProgress(["one", "two"], desc="test") as progress:
+        for name in ("one", "two"):
+            with progress.step(name):
+                pass
+    assert "\r" in terminal.getvalue() and "test: done |" in terminal.getvalue()
+    assert "2/2 steps" in terminal.getvalue()
+
+
+@pytest.mark.parametrize("interval, expected", [
+    (0.0, ["x [2/4 cells, 00:00 elapsed, ETA 00:00, failed=0]", "x [3/4 cells, 00:00 elapsed, ETA 00:00, failed=1]",
+           "x [4/4 cells, 00:00 elapsed, failed=1]"]),
+    (math.inf, ["x [4/4 cells, 00:00 elapsed, failed=1]"]),
+])
+def test_progress_lines_come_at_most_every_interval_and_at_the_end(interval, expected):
+    stream = io.StringIO()
+    lines = ProgressLines(4, initial=1, desc="x", unit="cell", interval=interval, stream=stream)
+    for failed in (0, 1, 1):
+        lines.set_postfix(failed=failed, refresh=False)
+        lines.update(1)
+    lines.close()
+    lines.close()
+    assert stream.getvalue().splitlines() == expected

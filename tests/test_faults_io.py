@@ -6,6 +6,7 @@ bind root, so the read-only cases run their command in a child process
 that has given up the capabilities that let root ignore them.
 """
 
+import csv
 import ctypes
 import io
 import json
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import types
 import zipfile
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from mhalearn.cli import main
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.runner import run_sweep
 from mhalearn.experiments.store import ResultStore
+from mhalearn.provenance import code_provenance
 
 from toy_experiments import TESTS, stored_keys, toy_cli, toy_experiment
 
@@ -156,6 +159,88 @@ def test_a_failed_creation_leaves_no_results_file_behind(tmp_path, monkeypatch):
     with ResultStore(path) as store:  # the next sweep creates the file as if nothing had happened
         assert store.count() == 0
     assert sorted(name for name in os.listdir(tmp_path) if ".creating" in name) == []
+
+
+def _damaged_results(path: Path, damage: str) -> bytes:
+    """A results file of 200 rows damaged as ``damage`` says; returns its bytes.
+
+    ``"pages"``: every page after the schema's root pages overwritten with
+    noise (the rows are gone, the marker still reads); ``"no-results-table"``:
+    a valid marker over a file whose ``results`` table was dropped.
+    """
+    with ResultStore(path) as store:
+        for index in range(200):
+            store.record(TOY, {"a": index, "b": "x"}, {"value": float(index), "note": "y" * 200})
+    connection = sqlite3.connect(path)
+    try:
+        if damage == "no-results-table":
+            connection.execute("DROP TABLE results")
+            connection.commit()
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        last_root = connection.execute("SELECT MAX(rootpage) FROM sqlite_master").fetchone()[0]
+    finally:
+        connection.close()
+    if damage == "pages":
+        data = bytearray(path.read_bytes())
+        start = last_root * page_size
+        assert len(data) > start + page_size  # there are row pages to damage
+        data[start:] = np.random.default_rng(0).integers(0, 256, len(data) - start, dtype=np.uint8).tobytes()
+        path.write_bytes(bytes(data))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["pages", "no-results-table"])
+@pytest.mark.parametrize("command", ["sweep", "status", "plot", "export"])
+def test_a_damaged_results_file_is_reported_in_one_line_and_left_untouched(tmp_path, toy, capsys, damage, command):
+    path = tmp_path / "results.db"
+    before = _damaged_results(path, damage)
+    arguments = {"sweep": ["sweep", TOY, "--workers", "1", "--quiet"], "status": ["sweep", "--status"],
+                 "plot": ["plot", TOY, "--out", str(tmp_path / "figures")],
+                 "export": ["export", TOY, "--out", str(tmp_path / "rows.csv")]}[command]
+    code = main(arguments + ["--db", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2, err
+    assert err.startswith(f"mhalearn: error: db: {str(path)!r} is damaged") and err.count("\n") == 1, err
+    assert ("no table 'results'" if damage == "no-results-table" else "malformed") in err
+    assert out == ""
+    assert path.read_bytes() == before
+    assert not (tmp_path / "rows.csv").exists() and not (tmp_path / "figures").exists()
+
+
+@pytest.mark.parametrize("command", ["plot", "export"])
+def test_a_row_that_is_not_json_is_reported_as_damage_naming_the_file(tmp_path, toy, capsys, command):
+    path = tmp_path / "results.db"
+    _partial_results(path, 3)
+    connection = sqlite3.connect(path)
+    connection.execute("UPDATE results SET metrics = '{\"value\": 0.' WHERE id = 2")  # bytes overwritten in a row
+    connection.commit()
+    connection.close()
+    before = path.read_bytes()
+    out_flag = {"plot": str(tmp_path / "figures"), "export": str(tmp_path / "rows.csv")}[command]
+    code = main([command, TOY, "--db", str(path), "--out", out_flag])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"mhalearn: error: db: {str(path)!r} is damaged: a stored row is not valid "
+                                        "JSON") and err.count("\n") == 1, err
+    assert path.read_bytes() == before and not Path(out_flag).exists()
+
+
+def test_a_results_file_damaged_during_a_sweep_stops_it_at_once_with_one_line(tmp_path, toy, monkeypatch):
+    path = tmp_path / "results.db"
+    original = ResultStore.record
+    written = []
+
+    def record_until_damaged(self, *args, **kwargs):
+        if len(written) == 2:
+            raise sqlite3.DatabaseError("database disk image is malformed")
+        written.append(original(self, *args, **kwargs))
+
+    monkeypatch.setattr(ResultStore, "record", record_until_damaged)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"could not store results in {str(path)!r}: the file is damaged "
+                                           r"\(database disk image is malformed\)"):
+        run_sweep(TOY, path, workers=1, progress=False, write_timeout=30.0)
+    assert time.monotonic() - start < 20  # not retried for the write timeout: a damaged file does not heal
+    assert len(stored_keys(path)) == 2
 
 
 def _drop_file_privileges() -> None:
@@ -423,3 +508,72 @@ def test_dask_sweep_whose_last_worker_dies_stops_with_no_workers_and_resumes(tmp
     finally:
         for process in reversed(processes):
             _stop(process)
+
+
+# ---------------------------------------------------- optional dependencies
+
+def _without(monkeypatch, *modules: str) -> None:
+    """Make ``import MODULE`` fail from now on, whether or not the module is installed."""
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)
+
+
+def test_export_csv_needs_no_pandas(tmp_path, toy, capsys, monkeypatch):
+    path = tmp_path / "results.db"
+    run_sweep(TOY, path, workers=1, progress=False)
+    with ResultStore(path) as store:
+        store.record(TOY, {"a": 9, "b": "n"}, {"value": None, "phase": {"rows": 3, "span": 0.25}, "kept": True})
+    _without(monkeypatch, "pandas", "pyarrow")
+    out_file = tmp_path / "rows.csv"
+    code = main(["export", TOY, "--db", str(path), "--format", "csv", "--out", str(out_file)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out == f"{TOY}: 13 rows × 22 columns written to {out_file}\n"
+    with open(out_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 13
+    assert list(rows[0])[:14] == ["experiment", "a", "b", "square", "value", "status", "error", "seconds", "host",
+                                  "finished_at", "code_id", "kept", "phase.rows", "phase.span"]  # first seen first
+    assert sorted(list(rows[0])[14:]) == sorted(f"provenance.{key}" for key in code_provenance())
+    with ResultStore(path, readonly=True) as store:
+        stored = list(store.iter_records(TOY))
+    for row, record in zip(rows, stored):
+        assert (int(row["a"]), row["b"], row["status"]) == (record["params"]["a"], record["params"]["b"], "ok")
+        assert row["value"] == ("" if record["metrics"]["value"] is None else repr(record["metrics"]["value"]))
+    assert [row["provenance.mhalearn"] for row in rows] == [mhalearn.__version__] * 12 + [""]  # the last: no sweep
+    assert (rows[-1]["phase.rows"], rows[-1]["phase.span"], rows[-1]["kept"]) == ("3", "0.25", "True")
+    assert rows[0]["phase.span"] == "" and rows[0]["error"] == ""
+
+
+@pytest.mark.parametrize("missing", [("pandas", "pyarrow"), ("pyarrow",)])
+def test_export_parquet_without_its_extra_says_how_to_install_it(tmp_path, toy, capsys, monkeypatch, missing):
+    path = tmp_path / "results.db"
+    _partial_results(path, 3)
+    if "pandas" not in missing:  # importable, whether or not it is installed: the check stops before using it
+        monkeypatch.setitem(sys.modules, "pandas", types.ModuleType("pandas"))
+    _without(monkeypatch, *missing)
+    out_file = tmp_path / "rows.parquet"
+    code = main(["export", TOY, "--db", str(path), "--out", str(out_file)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and not out_file.exists()
+    which = "" if len(missing) == 2 else " (pyarrow not installed)"
+    assert err == (f"mhalearn: error: export --format parquet needs pandas and pyarrow{which}: "
+                   "python3 -m pip install -e '.[tables]'\n")
+
+
+@pytest.mark.parametrize("module, call, extra, purpose", [
+    ("pandas", lambda path, teacher: ResultStore(path, readonly=True).to_dataframe(), "tables",
+     "ResultStore.to_dataframe needs pandas"),
+    ("torch", lambda path, teacher: teacher.to_torch(), "torch", "MultiHeadAttention.to_torch needs torch"),
+    ("torch", lambda path, teacher: mhalearn.MultiHeadAttention.from_torch(object()), "torch",
+     "MultiHeadAttention.from_torch needs torch"),
+    ("jax", lambda path, teacher: teacher.to_jax(), "jax", "MultiHeadAttention.to_jax needs jax"),
+])
+def test_a_missing_optional_dependency_names_its_extra_in_one_line(tmp_path, monkeypatch, module, call, extra,
+                                                                   purpose):
+    path = tmp_path / "results.db"
+    ResultStore(path).close()
+    _without(monkeypatch, module)
+    with pytest.raises(ImportError) as raised:
+        call(path, mhalearn.sample_teacher(1, 3, rng=0))
+    assert str(raised.value) == f"{purpose}: python3 -m pip install -e '.[{extra}]'"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_choice, check_positive_int, check_real
+from .._validation import as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real
+from .model import MultiHeadAttention
 
 INPUT_LAWS = ("boolean", "gaussian")
 
@@ -44,7 +45,8 @@ def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
 
 def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
                  noise: float = 0.0, rng=None) -> tuple[np.ndarray, np.ndarray]:
-    """Draw ``(X, Y)`` with ``Y = teacher(X) + noise·N(0, I)``."""
+    """Draw ``(X, Y)`` with ``Y = teacher(X) + noise·N(0, I)``; ``teacher`` is a :class:`~mhalearn.MultiHeadAttention`."""
+    check_instance(teacher, "teacher", MultiHeadAttention, "a MultiHeadAttention")
     rng = as_generator(rng)
     X = draw_inputs(law, samples, length, teacher.dim, rng)
     return X, add_label_noise(teacher.predict(X), noise, rng)

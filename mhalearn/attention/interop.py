@@ -1,7 +1,9 @@
 r"""PyTorch and JAX interop for :class:`~mhalearn.MultiHeadAttention` (optional extras ``torch``, ``jax``).
 
-``pip install 'mhalearn[torch]'`` / ``'mhalearn[jax]'``.  Nothing here is
-imported until used.
+``python3 -m pip install -e '.[torch]'`` / ``'.[jax]'``.  Nothing here is
+imported until used; without the extra, a call raises
+:class:`~mhalearn._validation.MissingDependencyError` (an ``ImportError``)
+saying how to install it.
 
 PyTorch
     :func:`to_torch` returns a :class:`torch.nn.Module` whose Θ and W are
@@ -56,21 +58,22 @@ import functools
 
 import numpy as np
 
+from .._validation import check_optional_dependencies
 from .model import MultiHeadAttention
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError as error:
-        raise ImportError("PyTorch interop needs torch: pip install 'mhalearn[torch]'") from error
+def _torch(purpose: str):
+    """The ``torch`` module; ``MissingDependencyError`` naming ``purpose`` and the extra when it is missing."""
+    check_optional_dependencies(purpose, "torch", "torch")
+    import torch
+
     return torch
 
 
 @functools.lru_cache(maxsize=1)
 def torch_module_class():
     """The ``torch.nn.Module`` class of :func:`to_torch` (defined when torch is first needed)."""
-    torch = _torch()
+    torch = _torch("torch_module_class")
 
     class TorchMultiHeadAttention(torch.nn.Module):
         """F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i with Θ (``thetas``) and W (``ws``) as parameters, shape (m, d, d).
@@ -98,6 +101,7 @@ def torch_module_class():
 
 def to_torch(model: MultiHeadAttention):
     """``model`` as a float64 ``torch.nn.Module`` with Θ and W as parameters (see the module docstring)."""
+    _torch("MultiHeadAttention.to_torch")
     return torch_module_class()(model.thetas, model.ws)
 
 
@@ -108,7 +112,7 @@ def from_torch(module) -> MultiHeadAttention:
     the module docstring; a module that breaks them raises ``ValueError``
     saying which.
     """
-    torch = _torch()
+    torch = _torch("MultiHeadAttention.from_torch")
     if isinstance(module, torch_module_class()):
         return MultiHeadAttention(module.thetas.detach().cpu().numpy(), module.ws.detach().cpu().numpy())
     if isinstance(module, torch.nn.MultiheadAttention):
@@ -151,11 +155,9 @@ def to_jax(model: MultiHeadAttention):
     shape (..., k, d).  Parameters are float64 only when JAX runs with
     ``jax.config.update("jax_enable_x64", True)`` (else float32).
     """
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as error:
-        raise ImportError("JAX interop needs jax: pip install 'mhalearn[jax]'") from error
+    check_optional_dependencies("MultiHeadAttention.to_jax", "jax", "jax")
+    import jax
+    import jax.numpy as jnp
 
     @jax.jit
     def apply(params, X):

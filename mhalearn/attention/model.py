@@ -9,7 +9,7 @@ import zipfile
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from .._validation import check_inputs, check_instance, check_parameters, check_predictor
+from .._validation import check_inputs, check_instance, check_parameters, check_positive_int, check_predictor
 from . import kernels
 
 #: Version written into saved models; ``load`` refuses any other.
@@ -19,6 +19,14 @@ _FORMAT_TAG = "mhalearn.MultiHeadAttention"
 _MEMBERS = {"format.npy": "U", "version.npy": "iu", "thetas.npy": "f", "ws.npy": "f"}
 #: Largest model file content ``load`` reads by default (declared, uncompressed): 1 GiB.
 MAX_MODEL_BYTES = 1 << 30
+#: Compression methods of zip members that :mod:`zipfile` reads.
+_READABLE_COMPRESSION = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+def _check_path(path, name: str = "path") -> str:
+    """``path`` as a ``str`` file path, raising ``TypeError`` naming the argument for anything but str or PathLike."""
+    check_instance(path, name, (str, os.PathLike), "a file path (str or os.PathLike)")
+    return os.fspath(path)
 
 
 class MultiHeadAttention:
@@ -107,7 +115,7 @@ class MultiHeadAttention:
         renamed over it (:func:`os.replace`), so ``path`` never holds a
         half-written model, even if the process is killed.
         """
-        path = os.fspath(path)
+        path = _check_path(path)
         directory = os.path.dirname(os.path.abspath(path))
         handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                              delete=False)
@@ -127,15 +135,18 @@ class MultiHeadAttention:
     def load(cls, path, *, max_bytes: int = MAX_MODEL_BYTES) -> "MultiHeadAttention":
         """Read a model written by :meth:`save`; anything else raises ``ValueError``.
 
-        The zip directory is checked before any member is read: exactly the
-        members ``format``, ``version``, ``thetas`` and ``ws``, each a plain
-        ``.npy`` array of the expected kind whose declared size matches its
-        header, ``max_bytes`` at most in all.  So a crafted file (extra
+        ``path`` is a str or ``os.PathLike`` (else ``TypeError``).  The zip
+        directory is checked before any member is read: exactly the members
+        ``format``, ``version``, ``thetas`` and ``ws``, each a plain, not
+        encrypted ``.npy`` array of the expected kind, compressed with a
+        method :mod:`zipfile` reads, whose declared size matches its header,
+        ``max_bytes`` (an integer >= 1) at most in all.  So a crafted file (extra
         members, a decompression bomb, a pickled object) is refused without
         being decompressed.  The version must be the integer
         :data:`FORMAT_VERSION`.
         """
-        path = os.fspath(path)
+        path = _check_path(path)
+        max_bytes = check_positive_int(max_bytes, "max_bytes")
         if not os.path.isfile(path):
             raise ValueError(f"path: expected an existing model file, received {path!r}")
         try:
@@ -169,6 +180,12 @@ def _read_model_members(archive: zipfile.ZipFile, path, max_bytes: int) -> dict[
         raise ValueError(f"path: {path!r} declares {declared} bytes of content, more than max_bytes = {max_bytes}")
     contents = {}
     for info in infos:
+        # zipfile itself raises RuntimeError and NotImplementedError for these.
+        if info.flag_bits & 0x1:
+            raise ValueError(f"path: member {info.filename} of {path!r} is encrypted; an mhalearn model is not")
+        if info.compress_type not in _READABLE_COMPRESSION:
+            raise ValueError(f"path: member {info.filename} of {path!r} is compressed with method "
+                             f"{info.compress_type}, which zipfile cannot read")
         with archive.open(info) as member:
             version = np.lib.format.read_magic(member)
             if version not in _HEADER_READERS:

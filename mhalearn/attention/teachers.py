@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .._validation import add_unique, as_generator, check_choice, check_instance, check_positive_int, check_real, registered
+from .._validation import add_unique, as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real, registered
 from .data import INPUT_LAWS
 from .model import MultiHeadAttention
 
@@ -134,8 +134,8 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
     theta_norm = check_real(theta_norm, "theta_norm", low=0.0, low_open=True)
     shared = check_real(shared, "shared", low=0.0, high=1.0, high_open=True)
     max_tries = check_positive_int(max_tries, "max_tries")
-    w_scales = np.ones(heads) if w_scales is None else np.asarray(w_scales, dtype=np.float64)
-    if w_scales.shape != (heads,) or not np.all(np.isfinite(w_scales)) or np.any(w_scales <= 0):
+    w_scales = np.ones(heads) if w_scales is None else as_float_array(w_scales, "w_scales", 1)
+    if w_scales.shape != (heads,) or np.any(w_scales <= 0):
         raise ValueError(f"w_scales: expected {heads} finite positive numbers, received {w_scales!r}")
     rng = as_generator(rng)
     last = None

@@ -61,6 +61,8 @@ _MIGRATIONS = {
     1: ["ALTER TABLE results ADD COLUMN code_id TEXT", "ALTER TABLE results ADD COLUMN provenance TEXT",
         _GRIDS_TABLE],
 }
+#: The tables a results file of each schema version has.
+_TABLES = {1: {"meta", "results"}, 2: {"meta", "results", "grids"}}
 
 
 def _now() -> str:
@@ -79,13 +81,29 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?{options}", uri=True)
 
 
+def damaged_file(path: Path, reason: str) -> ValueError:
+    """The ``ValueError`` for a results file that cannot be read as one: what is wrong, and that it was kept."""
+    return ValueError(f"db: {str(path)!r} is damaged: {reason}; nothing was written to it (restore it from a "
+                      "copy, or give another --db)")
+
+
+def read_error(path: Path, error: Exception) -> ValueError:
+    """The ``ValueError`` for an SQLite or JSON error met while reading the results file at ``path``."""
+    if isinstance(error, sqlite3.OperationalError) and any(word in str(error) for word in ("locked", "busy")):
+        return ValueError(f"db: could not read {str(path)!r}: {error}")
+    if isinstance(error, sqlite3.Error):
+        return damaged_file(path, f"SQLite reports {error!s:.200}")
+    return damaged_file(path, f"a stored row is not valid JSON ({error!s:.200})")
+
+
 def _inspect_existing(path: Path) -> int | None:
     """Schema version of the existing results file at ``path``, or None for a blank SQLite file.
 
     A blank file (an SQLite database without any table) is what a process
     killed while creating a file with an older version left; it holds no data
-    and is taken as new.  Anything else that is not a results file raises
-    ``ValueError``.  Reads only.
+    and is taken as new.  Anything else that is not a results file, or a
+    results file that lacks a table of its schema or fails SQLite's
+    ``quick_check`` (overwritten pages), raises ``ValueError``.  Reads only.
     """
     with open(path, "rb") as handle:
         header = handle.read(100)
@@ -96,7 +114,7 @@ def _inspect_existing(path: Path) -> int | None:
     except sqlite3.Error as error:
         raise ValueError(f"db: could not open {str(path)!r} read-only to check it: {error}") from None
     try:
-        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master")}
+        tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
             return None
         if "meta" not in tables:
@@ -104,11 +122,25 @@ def _inspect_existing(path: Path) -> int | None:
                 f"db: expected an mhalearn results file, {str(path)!r} is an SQLite database "
                 f"without the mhalearn marker (tables: {sorted(tables)}); refusing to modify it"
             )
-        meta = dict(connection.execute("SELECT key, value FROM meta"))
+        version = _marked_version(path, dict(connection.execute("SELECT key, value FROM meta")))
+        missing = sorted(_TABLES[version] - tables)
+        if missing:
+            raise damaged_file(path, f"it is marked as a results file of schema {version} but has no table "
+                                     f"{missing[0]!r}")
+        # Reads every page once (milliseconds per megabyte): overwritten pages are found here, before a
+        # sweep writes into them or a reader fails half-way.
+        problems = [problem for (problem,) in connection.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise damaged_file(path, f"SQLite's check reports {problems[0]!s:.200}")
     except sqlite3.Error as error:
-        raise ValueError(f"db: could not read {str(path)!r} as a results file: {error}") from None
+        raise read_error(path, error) from None
     finally:
         connection.close()
+    return version
+
+
+def _marked_version(path: Path, meta: dict) -> int:
+    """The schema version the ``meta`` table of the file at ``path`` declares; ``ValueError`` for another format."""
     if meta.get("format") != FORMAT_TAG:
         raise ValueError(
             f"db: expected an mhalearn results file, {str(path)!r} has format {meta.get('format')!r}; "

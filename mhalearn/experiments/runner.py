@@ -28,7 +28,7 @@ Faults, each stopping with a clear ``ValueError`` (before any work) or
   before anything is computed;
 - the file cannot be written during the sweep (disk full, a write lock held
   by another program): each write is retried for ``write_timeout`` seconds,
-  then the sweep stops;
+  then the sweep stops; a file found damaged stops it at once;
 - a local worker process dies (e.g. out of memory);
 - the Dask scheduler is unreachable (checked in seconds, before submitting),
   or has had no worker for ``worker_timeout`` seconds (e.g. the last worker
@@ -51,8 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
 
-from tqdm.auto import tqdm
-
+from .._progress import progress_bar
 from .._validation import check_choice, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
 from .registry import Grid, get_experiment
@@ -336,6 +335,8 @@ def _store_outcome(store: ResultStore, experiment_name: str, outcome: CellOutcom
                 raise _StoreUnavailable(describe_write_error(error, write_timeout)) from None
             time.sleep(delay)
             delay = min(2 * delay, 2.0)
+        except sqlite3.DatabaseError as error:  # a damaged file: retrying cannot help
+            raise _StoreUnavailable(describe_write_error(error, write_timeout)) from None
 
 
 class _StoreUnavailable(Exception):
@@ -371,7 +372,9 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     scheduler : str, optional
         Address of the Dask scheduler (``backend="dask"`` only).
     progress : bool
-        Show a progress bar with elapsed time and ETA.
+        Show progress with elapsed time and ETA on stderr: a bar on a
+        terminal, a line at most every 30 s and at the end on any other
+        stream (a log, CI, SLURM).
     retry_failed : bool
         Recompute cells stored as failures (their rows are replaced).
     allow_mixed : bool
@@ -459,8 +462,8 @@ def _worker_count(requested: int | None, pending: int) -> int:
 def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bool, allow_mixed: bool,
              write_timeout: float, progress: bool) -> None:
     """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable."""
-    bar = tqdm(total=summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
+                       enabled=progress)
     try:
         for outcome in outcomes:
             worker_code = code_id(outcome.provenance)

@@ -32,6 +32,10 @@ Files and faults:
   older schema forward (in one transaction, keeping every row).
 - ``readonly=True`` (plots, status, exports) opens the file read-only: it
   works on read-only files and directories and never migrates or writes.
+- A damaged results file (a table of its schema missing, pages SQLite's
+  ``quick_check`` rejects, a row that is not valid JSON) raises
+  ``ValueError`` naming the file and what is wrong, on opening or when the
+  row is read, and nothing is written to it.
 """
 
 from __future__ import annotations
@@ -41,9 +45,11 @@ import math
 import os
 import socket
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .._validation import check_optional_dependencies
 from .results_file import (
     SCHEMA_VERSION,
     _MIGRATIONS,
@@ -53,6 +59,7 @@ from .results_file import (
     _inspect_existing,
     _now,
     _remove_stale_temporaries,
+    read_error,
 )
 from .writer_lock import describe_write_error
 
@@ -202,6 +209,14 @@ class ResultStore:
     def _has_provenance(self) -> bool:
         return self.schema_version >= 2
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Report an SQLite or JSON error met while reading rows as a ``ValueError`` naming the file."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, json.JSONDecodeError) as error:
+            raise read_error(self.path, error) from None
+
     # -------------------------------------------------------------------- write
     def record(self, experiment: str, cell: dict, metrics: dict, *, status: str = STATUS_OK,
                error: str | None = None, seconds: float = 0.0, host: str | None = None,
@@ -289,7 +304,8 @@ class ResultStore:
         query = "SELECT cell_key FROM results WHERE experiment = ?"
         if not include_failed:
             query += " AND status = 'ok'"
-        return {key for (key,) in self.connection.execute(query, (experiment,))}
+        with self._reading():
+            return {key for (key,) in self.connection.execute(query, (experiment,))}
 
     def count(self, experiment: str | None = None, status: str | None = None) -> int:
         """Number of stored rows, optionally of one experiment and one status."""
@@ -298,12 +314,14 @@ class ResultStore:
             query, args = query + " AND experiment = ?", args + [experiment]
         if status is not None:
             query, args = query + " AND status = ?", args + [status]
-        return int(self.connection.execute(query, args).fetchone()[0])
+        with self._reading():
+            return int(self.connection.execute(query, args).fetchone()[0])
 
     def experiments(self) -> list[str]:
         """Names of the experiments with stored rows."""
-        return [name for (name,) in self.connection.execute(
-            "SELECT DISTINCT experiment FROM results ORDER BY experiment")]
+        with self._reading():
+            return [name for (name,) in self.connection.execute(
+                "SELECT DISTINCT experiment FROM results ORDER BY experiment")]
 
     def iter_records(self, experiment: str | None = None) -> Iterator[dict]:
         """Every stored row (of ``experiment``, or all) with its bookkeeping, in insertion order.
@@ -319,12 +337,13 @@ class ResultStore:
         args: tuple = ()
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
-        for (name, key, params, metrics, status, error, seconds, host, finished_at, code,
-             provenance) in self.connection.execute(query + " ORDER BY id", args):
-            yield {"experiment": name, "cell_key": key, "params": json.loads(params), "metrics": json.loads(metrics),
-                   "status": status, "error": error, "seconds": seconds, "host": host,
-                   "finished_at": finished_at, "code_id": code,
-                   "provenance": None if provenance is None else json.loads(provenance)}
+        with self._reading():
+            for (name, key, params, metrics, status, error, seconds, host, finished_at, code,
+                 provenance) in self.connection.execute(query + " ORDER BY id", args):
+                yield {"experiment": name, "cell_key": key, "params": json.loads(params),
+                       "metrics": json.loads(metrics), "status": status, "error": error, "seconds": seconds,
+                       "host": host, "finished_at": finished_at, "code_id": code,
+                       "provenance": None if provenance is None else json.loads(provenance)}
 
     def rows(self, experiment: str) -> list[dict]:
         """Successful rows of ``experiment``, each the cell merged with its metrics.
@@ -353,9 +372,11 @@ class ResultStore:
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
         query += f" GROUP BY experiment, {code} ORDER BY experiment, MIN(id)"
-        return [{"experiment": name, "code_id": code_id, "provenance": None if prov is None else json.loads(prov),
-                 "ok": int(ok), "failed": int(failed), "first": first, "last": last}
-                for name, code_id, prov, ok, failed, first, last in self.connection.execute(query, args)]
+        with self._reading():
+            return [{"experiment": name, "code_id": code_id,
+                     "provenance": None if prov is None else json.loads(prov),
+                     "ok": int(ok), "failed": int(failed), "first": first, "last": last}
+                    for name, code_id, prov, ok, failed, first, last in self.connection.execute(query, args)]
 
     def grids(self, experiment: str | None = None) -> list[dict]:
         """The grids recorded by sweeps (oldest first): ``experiment``, ``name``, ``source``, ``grid``, ``toml``…"""
@@ -365,13 +386,14 @@ class ResultStore:
         args: tuple = ()
         if experiment is not None:
             query, args = query + " WHERE experiment = ?", (experiment,)
-        return [{"experiment": name, "name": grid_name, "source": source, "grid": json.loads(grid), "toml": toml,
-                 "code_id": code_id, "recorded_at": recorded_at}
-                for name, grid_name, source, grid, toml, code_id, recorded_at
-                in self.connection.execute(query + " ORDER BY id", args)]
+        with self._reading():
+            return [{"experiment": name, "name": grid_name, "source": source, "grid": json.loads(grid),
+                     "toml": toml, "code_id": code_id, "recorded_at": recorded_at}
+                    for name, grid_name, source, grid, toml, code_id, recorded_at
+                    in self.connection.execute(query + " ORDER BY id", args)]
 
-    def to_dataframe(self, experiment: str | None = None):
-        """The stored rows as a :class:`pandas.DataFrame` (needs ``pip install 'mhalearn[tables]'``).
+    def table(self, experiment: str | None = None) -> tuple[list[str], list[dict]]:
+        """The stored rows as a table: ``(columns, rows)``, each row a dict of column → value.
 
         One row per stored cell (of ``experiment``, or of every experiment),
         in insertion order.  Columns: ``experiment``, the grid keys, the
@@ -379,19 +401,24 @@ class ResultStore:
         then ``status``, ``error``, ``seconds`` (the cell's wall time),
         ``host``, ``finished_at``, ``code_id`` and the provenance as
         ``provenance.mhalearn``, ``provenance.git_commit``… A metric whose
-        name is also a grid key is named ``metrics.NAME``.  Columns have
-        pandas' nullable dtypes (``Int64``, ``Float64``, ``boolean``,
-        ``string``), so missing values (e.g. a metric one learner does not
-        report) do not change a column's type.
+        name is also a grid key is named ``metrics.NAME``.  A row lacks the
+        columns it has no value for (e.g. a metric one learner does not
+        report).  Needs nothing beyond the standard library.
         """
-        try:
-            import pandas
-        except ImportError as error:
-            raise ImportError("to_dataframe needs pandas: pip install 'mhalearn[tables]'") from error
-        records = [flatten_record(record) for record in self.iter_records(experiment)]
-        # Nullable dtypes (Int64, Float64, boolean, string): a column with missing values keeps its
-        # type, and the table reads back from Parquet unchanged.
-        return pandas.DataFrame.from_records(records, columns=_column_order(records)).convert_dtypes()
+        rows = [flatten_record(record) for record in self.iter_records(experiment)]
+        return _column_order(rows), rows
+
+    def to_dataframe(self, experiment: str | None = None):
+        """The stored rows (:meth:`table`) as a :class:`pandas.DataFrame`; needs the ``tables`` extra (pandas).
+
+        Columns have pandas' nullable dtypes (``Int64``, ``Float64``,
+        ``boolean``, ``string``), so missing values (e.g. a metric one
+        learner does not report) do not change a column's type.
+        """
+        from ..tables import dataframe
+
+        check_optional_dependencies("ResultStore.to_dataframe", "tables", "pandas")  # before reading every row
+        return dataframe(*self.table(experiment))
 
 
 _BOOKKEEPING = ("status", "error", "seconds", "host", "finished_at", "code_id")

@@ -2,8 +2,8 @@
 
 Only the coordinating process of a sweep writes rows.  A second sweep on the
 same file stops with a clear message instead of recomputing every cell, and
-a write that fails (locked, full disk, read-only, I/O) is described in one
-sentence.
+a write that fails (locked, full disk, read-only, damaged file, I/O) is
+described in one sentence.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from .results_file import _now
 
 def describe_write_error(error: Exception, timeout: float) -> str:
-    """A sentence for an SQLite write failure: locked, full, read-only or I/O."""
+    """A sentence for an SQLite write failure: locked, full, read-only, damaged or I/O."""
     text = str(error).lower()
     if "locked" in text or "busy" in text:
         return f"another process has held the file's write lock for more than {timeout:g} s ({error})"
@@ -24,6 +24,8 @@ def describe_write_error(error: Exception, timeout: float) -> str:
         return f"the disk is full ({error})"
     if "readonly" in text or "read-only" in text:
         return f"the file or its directory is read-only ({error})"
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return f"the file is damaged ({error})"
     return f"{type(error).__name__}: {error}"
 
 

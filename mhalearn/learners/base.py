@@ -15,6 +15,7 @@ from .._validation import (
     check_boolean,
     check_enough_samples,
     check_pair,
+    check_sample_weight,
 )
 from ..attention.model import MultiHeadAttention
 from .report import FitStart, Notifier, ZeroLabelsReport
@@ -76,10 +77,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         n, k, d = X.shape
         heads = self.heads
         self._check_shape(n, k, d)
-        n_val = max(1, int(round(self.validation_fraction * n)))
-        if n - n_val < 1:
-            raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {n}")
-        check_enough_samples((n - n_val) * k * d, 2 * heads * d * d)
+        n_val = self._validation_size(n)
         start = time.perf_counter()
         y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
         check_representable_units(x_scale, y_scale)
@@ -113,7 +111,10 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         return self
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
-        """Refuse shapes the learner's maths cannot serve (subclasses add theirs).
+        """Refuse shapes and sizes the learner cannot serve, before any work (subclasses add theirs).
+
+        ``fit`` calls it on the data's (n, k, d); the command line calls it on
+        the requested shape before planting a teacher.
 
         Every attention learner needs k ≥ 2: with one token every attention
         pattern is 1, so Θ never touches the labels and cannot be learned (a
@@ -122,6 +123,14 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         if length < 2:
             raise ValueError(f"X: expected sequences of length k >= 2 (with one token every attention "
                              f"pattern is 1 and Θ is not identifiable), received k = {length}")
+        n_val = self._validation_size(samples)
+        if samples - n_val < 1:
+            raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {samples}")
+        check_enough_samples((samples - n_val) * length * dim, 2 * self.heads * dim * dim)
+
+    def _validation_size(self, samples: int) -> int:
+        """Sequences held out for validation: ``validation_fraction`` of them, at least one."""
+        return max(1, int(round(self.validation_fraction * samples)))
 
     def predict(self, X) -> np.ndarray:
         """Outputs of the learned layer, shape (n, k, d)."""
@@ -141,11 +150,12 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         check_fitted(self)
         X, Y = check_pair(X, Y, self.model_.dim)
         n, k, d = Y.shape
+        sample_weight = check_sample_weight(sample_weight, n)
         tokens = Y.reshape(n * k, d)
         if not np.any(tokens != tokens[0]):
             raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
                              "received constant labels")
-        weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
+        weights = None if sample_weight is None else np.repeat(sample_weight, k)
         return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
                               multioutput="variance_weighted"))
 

@@ -51,6 +51,7 @@ from .._validation import (
     as_generator,
     check_inputs,
     check_real,
+    check_sample_weight,
 )
 from . import kernels
 
@@ -301,6 +302,12 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
         if not np.all(np.isfinite(out)):
             raise ValueError(_overflow_message(X))
         return out
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """R² of ``predict(X)`` against ``y`` (scikit-learn's); ``sample_weight`` (n,) weighs the sequences."""
+        check_fitted(self)
+        X = self._check_X(X, fitted=True)
+        return super().score(X, y, sample_weight=check_sample_weight(sample_weight, X.shape[0]))
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""

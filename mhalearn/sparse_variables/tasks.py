@@ -19,7 +19,15 @@ import numpy as np
 from sklearn.base import ClassifierMixin
 
 from .._estimator import Estimator, check_fitted
-from .._validation import as_float_array, as_generator, check_boolean, check_choice, check_dense, check_positive_int
+from .._validation import (
+    as_float_array,
+    as_generator,
+    check_boolean,
+    check_choice,
+    check_dense,
+    check_positive_int,
+    check_sample_weight,
+)
 
 #: The sparse functions g: {±1}^s → {±1} (+1 plays the role of "true").
 FUNCTIONS = ("and", "parity", "majority")
@@ -173,7 +181,8 @@ class BooleanClassifier(ClassifierMixin, Estimator):
     def score(self, X, y, sample_weight=None) -> float:
         """Accuracy of ``predict(X)`` against labels ``y`` in {±1}, weighted by ``sample_weight`` if given."""
         X, y = check_examples(self._checked_inputs(X), y)
-        return float(np.average(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y, weights=sample_weight))
+        weights = check_sample_weight(sample_weight, X.shape[0])
+        return float(np.average(np.where(self._scores(X) >= 0.0, 1.0, -1.0) == y, weights=weights))
 
 
 __all__ = ["BooleanClassifier", "FUNCTIONS", "SparseBooleanTask", "boolean_function", "check_bits", "check_examples"]
