@@ -100,8 +100,7 @@ def test_random_start_gradient_descent_merges_heads_on_dominant_head_teachers():
     descent fails on some of them, every failure is a merge of two heads, and the moment route
     recovers at least as many.
 
-    Measured with the learners in standardised units (issue 12): gradient 7/10 (seeds 4, 7 and 9
-    fail), moment 10/10; in the old units gradient recovered 2/10.
+    Measured: gradient 7/10 (seeds 4, 7 and 9 fail), moment 10/10.
     """
     gradient, moment = [], []
     for seed in range(10):

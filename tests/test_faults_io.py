@@ -1,7 +1,7 @@
-"""Faults of issue 12 in files and results: nothing lost, errors before the work.
+"""Faults in files and results: nothing lost, errors before the work.
 
-One test per case; each fails on the code before the fix (a raw traceback,
-lost work, a refused file, a hang, or double work).  File permissions do not
+One test per case; each checks that the fault gives one clear line, not a
+raw traceback, lost work, a refused file, a hang, or double work.  File permissions do not
 bind root, so the read-only cases run their command in a child process
 that has given up the capabilities that let root ignore them.
 """

@@ -28,7 +28,7 @@ def _instance(heads=2, dim=5, length=4, samples=1200, seed=3):
 @pytest.mark.parametrize("scale", [1e-8, 1e8])
 def test_learners_are_equivariant_under_label_units(make, scale):
     # F is linear in W: learning c·Y must give the teacher with c·W as well as
-    # learning Y gives the teacher (before, GradientLearner reached 0.44 at 1e-8).
+    # learning Y gives the teacher.
     teacher, X, Y, X_test = _instance()
     scaled = MultiHeadAttention(teacher.thetas, scale * teacher.ws)
     reference = mhalearn.relative_error(make().fit(X, Y).model_, teacher, X_test)
@@ -99,7 +99,7 @@ def test_gradient_learner_checks_its_hyperparameters():
 
 
 def test_a_fine_net_resolution_respects_the_candidate_budget():
-    # Before, net_resolution=0.01 enumerated every tuple of the grid (3.5 GB).
+    # A user-given spacing is scored on at most max_candidates random tuples.
     teacher, X, Y, _ = _instance(heads=2, samples=600)
     learner = MomentLearner(2, net_resolution=0.05, max_candidates=5000, random_state=0).fit(X, Y)
     assert learner.report_.net.candidates <= 5000

@@ -1,7 +1,8 @@
 """Evaluation observes, it never steers: a fit is bitwise the same with or without an observer.
 
-The cases: the one where a teacher used to change the net's subsample
-(m = 1, d = 8, k = 4, label noise 0.05, a small net), a d ≤ k fit on the
+The cases: a noisy fit with a small net, where any draw an observer took
+from the learner's generator would change the net's subsample (m = 1,
+d = 8, k = 4, label noise 0.05, four seeds), a d ≤ k fit on the
 moment route, and an m = 2 fit on the body; each with the teacher observer
 and its K* minimum-norm comparison switched on, which solves a convex
 problem of its own between phases.

@@ -4,10 +4,6 @@ Module-level so the local backend's worker processes and Dask workers can
 unpickle ``run_cell`` (they import this module by name; the tests directory
 is on their ``sys.path``).  Grids are the TOML files in ``tests/grids/``.
 
-:func:`toy_experiment` also builds the experiment for mhalearn 0.1.0, whose
-``Experiment`` took ``cells(quick)`` and had no grid files, so that the
-fault tests can be run against the code before the fix and fail there one
-by one instead of at import.
 """
 
 import json
@@ -15,12 +11,12 @@ import os
 import sqlite3
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
 
 from mhalearn.experiments import Experiment
+from mhalearn.experiments.registry import expand_grid
 
 TESTS = Path(__file__).resolve().parent
 GRIDS = TESTS / "grids"
@@ -29,14 +25,6 @@ GRIDS = TESTS / "grids"
 def toy_cells(grid: dict) -> list[dict]:
     """Every combination of ``a``, ``b`` (and ``pause``) of a grid table."""
     fields = ("a", "b", "pause") if "pause" in grid else ("a", "b")
-    try:
-        from mhalearn.experiments.registry import expand_grid
-    except ImportError:  # mhalearn 0.1.0
-        cells = [{}]
-        for key in fields:
-            values = grid[key] if isinstance(grid[key], list) else [grid[key]]
-            cells = [{**cell, key: value} for cell in cells for value in values]
-        return cells
     return expand_grid(grid, fields, experiment="toy")
 
 
@@ -65,14 +53,7 @@ def toy_plot(rows: list[dict], out_dir: Path) -> list[Path]:
 
 def toy_experiment(name: str, grid: str = "toy", run_cell=toy_run_cell) -> Experiment:
     """A test experiment whose grid is ``tests/grids/GRID.toml``."""
-    grid_file = GRIDS / f"{grid}.toml"
-    try:
-        return Experiment(name, f"test grid {grid}", toy_cells, run_cell, toy_plot, grid_file=grid_file)
-    except TypeError:  # mhalearn 0.1.0: cells(quick), no grid files
-        tables = tomllib.loads(grid_file.read_text())
-        return Experiment(name, f"test grid {grid}",
-                          lambda quick: toy_cells(tables["quick" if quick and "quick" in tables else "full"]),
-                          run_cell, toy_plot)
+    return Experiment(name, f"test grid {grid}", toy_cells, run_cell, toy_plot, grid_file=GRIDS / f"{grid}.toml")
 
 
 def toy_cli(experiment: str, grid: str, *arguments: str, marking: bool = False) -> list[str]:
