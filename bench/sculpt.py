@@ -42,12 +42,6 @@ SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
 TEST_SAMPLES = 4000
 
 
-def body_seconds(report) -> float:
-    """Wall time of phases 1–4 on the body route."""
-    return sum(result.seconds for name, result in report.phases()
-               if name in ("crude_sum", "sculpt", "refined_sum", "span") and result is not None)
-
-
 def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
     teacher = mhalearn.sample_teacher(heads, dim, rng=offset + seed)
     rng = np.random.default_rng(offset + 7919 * seed + samples)
@@ -82,7 +76,7 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
         "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
         "moved_by": None if report.refined_sum is None else report.refined_sum.moved_by,
         "certified_rows": None if certified is None else certified.certified,
-        "body_seconds": body_seconds(report) if report.route == "body" else None,
+        "body_seconds": report.body_phases().seconds if report.route == "body" else None,
         "moment_seconds": moment["moment_seconds"],
         "candidates": report.net.candidates,
     }

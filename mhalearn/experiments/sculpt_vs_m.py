@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import resource
-import time
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +94,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
     observer = TeacherObserver(teacher)
     notify = Notifier(observer)
     body_settings, search_settings = BodySettings(), SearchSettings(refine="none")
-    start = time.perf_counter()
     phases = sculpt_span(source, heads, body_settings, rng, notify)
-    body_seconds = time.perf_counter() - start - notify.seconds
     span, final = phases.span, phases.sculpt[-1]
     metrics = {
         "agreement_rows": final.found_rows,
@@ -110,7 +107,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
         "span_distance": observer.span_distance("body"),
         "refused": span.refused,
         "spectral_gap": span.spectral_gap,
-        "body_seconds": body_seconds,
+        "body_seconds": phases.seconds,
         "candidates": None, "net_seconds": None, "test_error": None,
     }
     if span.refused is None:

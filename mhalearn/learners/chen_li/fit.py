@@ -64,6 +64,10 @@ class SpanSearchReport(LearnerReport):
                 ("refined_sum", self.refined_sum), ("span", self.span), ("moment", self.moment), ("net", self.net),
                 ("selection", self.selection)]
 
+    def body_phases(self) -> BodyPhases | None:
+        """Phases 1–4 as :func:`sculpt_span` returned them (None when they did not run)."""
+        return None if self.span is None else BodyPhases(self.crude_sum, self.sculpt, self.refined_sum, self.span)
+
     def footer(self) -> list[str]:
         lines = [f"span from the {self.route} route" + ("" if self.fallback is None else f": {self.fallback}")]
         if self.selection is not None:
@@ -79,6 +83,12 @@ class BodyPhases:
     sculpt: tuple
     refined_sum: RefinedSum | None
     span: SpanReading
+
+    @property
+    def seconds(self) -> float:
+        """The time of phases 1–4: the sum of their results' own times."""
+        return sum(result.seconds for result in (self.crude_sum, *self.sculpt, self.refined_sum, self.span)
+                   if result is not None)
 
 
 def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Generator,
