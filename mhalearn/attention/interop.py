@@ -15,9 +15,13 @@ PyTorch
 
 JAX
     :func:`to_jax` returns ``(apply, params)``: a pure function
-    ``apply(params, X)`` of a params dict ``{"thetas", "ws"}`` and the params
-    of the layer (float64 when ``jax_enable_x64`` is on, as it must be for
-    agreement to 1e-10).
+    ``apply(params, X)`` of a params dict ``{"thetas", "ws"}`` and the float64
+    params of the layer.  JAX computes in float32 unless ``jax_enable_x64``
+    is on, which would lose eight of the sixteen digits of
+    :meth:`~mhalearn.MultiHeadAttention.predict`; so both :func:`to_jax` and
+    ``apply`` raise ``RuntimeError`` while it is off, saying how to turn it
+    on: ``jax.config.update("jax_enable_x64", True)`` at start-up (or the
+    environment variable ``JAX_ENABLE_X64=1``).
 
 Mapping a ``torch.nn.MultiheadAttention(embed_dim=d, num_heads=m)``
 ---------------------------------------------------------------------
@@ -144,21 +148,40 @@ def _from_multihead_attention(module) -> MultiHeadAttention:
     return MultiHeadAttention(thetas, ws)
 
 
+def _jax():
+    try:
+        import jax
+    except ImportError as error:
+        raise ImportError("JAX interop needs jax: pip install 'mhalearn[jax]'") from error
+    return jax
+
+
+def _check_float64(jax) -> None:
+    """Raise ``RuntimeError`` unless JAX computes in float64 (see the module docstring)."""
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("jax_enable_x64: expected JAX to compute in float64 as MultiHeadAttention does, "
+                           "received jax_enable_x64 = False (float32, eight digits lost); run "
+                           'jax.config.update("jax_enable_x64", True) at start-up (or set the environment '
+                           "variable JAX_ENABLE_X64=1)")
+
+
 def to_jax(model: MultiHeadAttention):
     """``(apply, params)``: the pure function ``apply(params, X)`` = F(X) and ``params = {"thetas", "ws"}``.
 
     ``apply`` is jit-compiled and differentiable with ``jax.grad``; X has
-    shape (..., k, d).  Parameters are float64 only when JAX runs with
-    ``jax.config.update("jax_enable_x64", True)`` (else float32).
+    shape (..., k, d).  Everything is float64: both this function and
+    ``apply`` raise ``RuntimeError`` while ``jax_enable_x64`` is off (see
+    the module docstring).
     """
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as error:
-        raise ImportError("JAX interop needs jax: pip install 'mhalearn[jax]'") from error
+    jax = _jax()
+    import jax.numpy as jnp
+
+    _check_float64(jax)
 
     @jax.jit
     def apply(params, X):
+        # Runs when jit traces, and jit traces again whenever jax_enable_x64 changes.
+        _check_float64(jax)
         logits = jnp.einsum("...ka,hab,...lb->...hkl", X, params["thetas"], X)
         attention = jax.nn.softmax(logits, axis=-1)
         return jnp.einsum("...hkl,...lb,hbc->...kc", attention, X, params["ws"])

@@ -94,7 +94,7 @@ class MultiHeadAttention:
         return from_torch(module)
 
     def to_jax(self):
-        """``(apply, params)``: a pure JAX function ``apply(params, X)`` and this layer's params."""
+        """``(apply, params)``: a pure float64 JAX function and this layer's params (needs ``jax_enable_x64``)."""
         from .interop import to_jax
 
         return to_jax(self)
