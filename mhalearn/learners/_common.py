@@ -125,12 +125,15 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         """R², the coefficient of determination, pooled over every output entry.
 
         R² = 1 − Σ‖F̂(X) − Y‖² / Σ‖Y − Ȳ‖², the sums over every token of every
-        sequence and Ȳ the mean output token (scikit-learn's ``r2_score`` on
-        the (n·k, d) output tokens with ``multioutput="variance_weighted"``);
+        sequence and Ȳ the mean output token (:func:`mhalearn._estimator.pooled_r2`
+        on the (n·k, d) output tokens, which is scikit-learn's ``r2_score``
+        with ``multioutput="variance_weighted"`` for labels of any size);
         ``sample_weight`` (n,) weighs the sequences.  1 is a perfect fit, 0
         the mean token's.  For the relative error Σ‖F̂(X) − Y‖²/Σ‖Y‖² of the
         paper use :func:`mhalearn.relative_error`.
         """
+        from .._estimator import pooled_r2
+
         check_fitted(self)
         X, Y = check_pair(X, Y, self.model_.dim)
         n, k, d = Y.shape
@@ -139,8 +142,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
                              "received constant labels")
         weights = None if sample_weight is None else np.repeat(np.asarray(sample_weight, dtype=float), k)
-        return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
-                              multioutput="variance_weighted"))
+        return pooled_r2(tokens, self.model_.predict(X).reshape(n * k, d), weights)
 
 
 def _rms(array: np.ndarray) -> float:

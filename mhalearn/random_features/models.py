@@ -39,7 +39,7 @@ import numpy as np
 import scipy.linalg
 from threadpoolctl import threadpool_limits
 
-from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
 from .._validation import (
     Boolean,
     Integer,
@@ -248,8 +248,9 @@ def _overflow_message(X: np.ndarray) -> str:
 class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
     """Shared fit/predict of a ridge regression over frozen random features.
 
-    A regressor of one number per sequence: ``score`` is scikit-learn's R²
-    and ``n_features_in_`` the token dimension d (set once ``fit`` has succeeded).
+    A regressor of one number per sequence: ``score`` is R² (scikit-learn's,
+    for labels of any size) and ``n_features_in_`` the token dimension d (set
+    once ``fit`` has succeeded).
 
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
     of ``fit``) and implement ``_check_X(X, fitted)``,
@@ -301,6 +302,24 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
         if not np.all(np.isfinite(out)):
             raise ValueError(_overflow_message(X))
         return out
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """R² = 1 − Σ w_i (ŷ_i − y_i)² / Σ w_i (y_i − ȳ)² of the predictions on ``X`` (see :func:`pooled_r2`).
+
+        Parameters
+        ----------
+        X : array of shape (n, N+1, d)
+        y : array of shape (n,)
+        sample_weight : array of shape (n,), optional
+
+        Returns
+        -------
+        float
+        """
+        check_fitted(self)
+        X = self._check_X(X, fitted=True)
+        y = _check_targets(y, X.shape[0])
+        return pooled_r2(y, self.predict(X), sample_weight)
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""
