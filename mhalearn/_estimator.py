@@ -61,8 +61,8 @@ def pooled_r2(Y_true, Y_pred, sample_weight=None) -> float:
 
     R² = 1 − Σ_i w_i ‖ŷ_i − y_i‖² / Σ_i w_i ‖y_i − ȳ‖², with ȳ the weighted
     mean row: scikit-learn's ``r2_score(..., multioutput="variance_weighted")``.
-    Both arrays are divided by the largest |label| first, so the sums of
-    squares neither overflow (labels near 1e300) nor underflow (near 1e-300);
+    Both arrays are divided by the largest absolute label first, so the sums
+    of squares neither overflow (labels near 1e300) nor underflow (near 1e-300);
     R² does not depend on the units of the labels.
 
     Parameters
