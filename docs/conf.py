@@ -27,6 +27,9 @@ release = version = mhalearn.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
+    # Ships MathJax in _static/mathjax and points mathjax_path at it, so the
+    # maths render where the site is opened without a network (file://).
+    "sphinx-mathjax-offline",
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",

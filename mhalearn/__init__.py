@@ -8,10 +8,13 @@ beside it), :mod:`mhalearn.evaluation` (the teacher's view of a fit, from
 outside), :mod:`mhalearn.random_features`
 (Fu, Guo, Bai & Mei) and :mod:`mhalearn.sparse_variables` (Edelman, Goel,
 Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
-the sweep machinery in :mod:`mhalearn.experiments`.
+the sweep machinery in :mod:`mhalearn.experiments`.  Sizes that cannot fit
+are refused before anything is allocated, against the memory budget of
+:func:`set_memory_budget` (:mod:`mhalearn._memory`).
 """
 
 from . import attention
+from ._memory import get_memory_budget, set_memory_budget
 from .attention import (
     TEACHER_FAMILIES,
     MultiHeadAttention,
@@ -49,6 +52,8 @@ from .sparse_variables import AttentionStudent, MLPStudent, SparseBooleanTask, S
 __version__ = "0.1.0"
 
 __all__ = [
+    "get_memory_budget",
+    "set_memory_budget",
     "LEARNERS",
     "GradientLearner",
     "MomentLearner",

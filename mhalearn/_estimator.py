@@ -10,6 +10,8 @@
 * :class:`SequenceRegressorMixin` — regressors whose inputs are batches of
   sequences, shape (n, k, d): ``n_features_in_`` is the token dimension d and
   the tags say the input is a 3-D array.
+* :func:`pooled_r2` — the R² of every regressor's ``score``, computed in
+  units of the largest label so that it holds for labels of any size.
 
 The learners of a multi-head attention layer predict sequences (n, k, d) and
 their ``score`` is R² pooled over every output entry; the random-feature
@@ -20,6 +22,7 @@ regressor.  The sparse-variables students are classifiers of ±1 bits
 
 from __future__ import annotations
 
+import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted
 
@@ -65,6 +68,41 @@ class Estimator(BaseEstimator):
         return hasattr(self, FITTED_ATTRIBUTE)
 
 
+def pooled_r2(Y_true, Y_pred, sample_weight=None) -> float:
+    """R², the coefficient of determination, pooled over every output.
+
+    R² = 1 − Σ_i w_i ‖ŷ_i − y_i‖² / Σ_i w_i ‖y_i − ȳ‖², with ȳ the weighted
+    mean row: scikit-learn's ``r2_score(..., multioutput="variance_weighted")``.
+    Both arrays are divided by the largest absolute label first, so the sums
+    of squares neither overflow (labels near 1e300) nor underflow (near 1e-300);
+    R² does not depend on the units of the labels.
+
+    Parameters
+    ----------
+    Y_true, Y_pred : array of shape (samples,) or (samples, outputs)
+        Labels and predictions.
+    sample_weight : array of shape (samples,), optional
+        Weight of each sample (row); equal weights by default.
+
+    Returns
+    -------
+    float
+        1 for a perfect fit, 0 for the weighted mean row; as in scikit-learn,
+        constant labels give 1 when predicted exactly and 0 otherwise.
+    """
+    Y_true = np.asarray(Y_true, dtype=float).reshape(len(Y_true), -1)
+    Y_pred = np.asarray(Y_pred, dtype=float).reshape(Y_true.shape)
+    peak = float(np.max(np.abs(Y_true), initial=0.0)) or 1.0
+    Y_true, Y_pred = Y_true / peak, Y_pred / peak
+    weights = np.ones(len(Y_true)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+    mean = weights @ Y_true / np.sum(weights)
+    residual = float(weights @ np.sum((Y_pred - Y_true) ** 2, axis=1))
+    total = float(weights @ np.sum((Y_true - mean) ** 2, axis=1))
+    if total == 0.0:
+        return 1.0 if residual == 0.0 else 0.0
+    return 1.0 - residual / total
+
+
 class SequenceRegressorMixin(RegressorMixin):
     """Regressor on batches of sequences X of shape (n, k, d); ``n_features_in_`` is d."""
 
@@ -75,4 +113,5 @@ class SequenceRegressorMixin(RegressorMixin):
         return tags
 
 
-__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted", "store_parameters"]
+__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted", "pooled_r2",
+           "store_parameters"]

@@ -15,16 +15,26 @@ sculpting learner's decoder and candidate scorer (:mod:`mhalearn.learners.kernel
 * the parallel scheme: a batch is cut into a fixed number of chunks that
   workers claim from an atomic counter (:func:`next_chunk`), and ONE
   dispatcher, :data:`DISPATCH`, runs every parallel kernel either on the
-  calling thread or on an explicit number of Numba threads, whichever it
+  calling thread or on an explicit number of threads, whichever it
   measures to be faster.  Both paths compute the same chunks in the same
   order, so results do not depend on the path nor on the thread count.
 
 All kernels take C-contiguous float64 arrays and are compiled with ``cache=True``.
+
+Compile time is most of a first run after an install (``mhalearn demo``),
+so each kernel is compiled once: the pool runs the same
+compiled worker as the calling thread (:func:`thread_driver`), and the
+helpers called from several kernels with constant and variable offsets
+(:func:`mm`, :func:`mm_t`) have one explicit signature rather than one
+specialisation per pattern of literal arguments.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numba
 import numpy as np
@@ -188,14 +198,21 @@ def mm_body(A, a0, a_t, B, b0, C, c0, rows, inner, cols):
 # Called entry points for the less hot call sites: Numba inlines
 # ``inline="always"`` functions at every call site, which costs compile time;
 # the forward path (also used by the other kernels) inlines ``mm_body``.
+# Their signature is explicit: without it a call with a constant offset
+# (``mm(x, 0, …)``) types the 0 as a literal and compiles a specialisation of
+# its own, ~1.7 s each, six of them for the loss and gradient kernel.
+_MATRIX = types.float64[:, ::1]
+_MM_SIGNATURE = types.void(_MATRIX, types.int64, _MATRIX, types.int64, _MATRIX, types.int64,
+                           types.int64, types.int64, types.int64)
 
-@njit(fastmath=FASTMATH, cache=True)
+
+@njit(_MM_SIGNATURE, fastmath=FASTMATH, cache=True)
 def mm(A, a0, B, b0, C, c0, rows, inner, cols):
     """C[r, c0+j] += Σ_c A[r, a0+c] · B[c, b0+j] for r < rows, c < inner, j < cols."""
     mm_body(A, a0, False, B, b0, C, c0, rows, inner, cols)
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(_MM_SIGNATURE, fastmath=FASTMATH, cache=True)
 def mm_t(A, a0, B, b0, C, c0, rows, inner, cols):
     """C[r, c0+j] += Σ_c A[c, a0+r] · B[c, b0+j]: as :func:`mm` with A transposed."""
     mm_body(A, a0, True, B, b0, C, c0, rows, inner, cols)
@@ -219,16 +236,15 @@ def transpose_into(x, out):
 # results (losses, gradients) are summed afterwards in chunk order, so the
 # result does not depend on which thread ran which chunk.  Called directly
 # with a fresh counter, a worker runs every chunk on the calling thread.
-# Each parallel kernel is such a worker plus a four-line driver,
-#
-#     @njit(parallel=True, cache=True)
-#     def _kernel_parallel(threads, *worker_args):
-#         for _ in prange(threads):
-#             _kernel_worker(*worker_args)
-#
-# spelt out per kernel because Numba caches a function that takes another
-# compiled function as an argument or closure variable only per process.
-# :data:`DISPATCH` chooses between the two for every call.
+# Each parallel kernel is such a worker, compiled with ``nogil=True``, plus
+# its driver ``thread_driver(worker)``, which runs the worker on the calling
+# thread and on threads − 1 Python threads at once: they release the GIL, so
+# they run side by side.  The pool path thus runs the very function the
+# calling-thread path runs.  (A ``prange(threads)`` driver compiled with
+# ``parallel=True`` also works with :data:`DISPATCH`, but Numba links the
+# worker's code into it and optimises and compiles it again, twice: 3.5 to
+# 9.6 s per kernel on a first run, against nothing for a thread driver.)
+# :data:`DISPATCH` chooses between the two paths for every call.
 
 @intrinsic
 def next_chunk(typingctx, counter):
@@ -253,8 +269,67 @@ def next_chunk(typingctx, counter):
 CHUNKS = 32
 
 
+class WorkerThreads:
+    """The pool of :func:`thread_driver`: Python threads that run a nogil worker beside the calling thread.
+
+    Threads start on first use and stay.  A forked child gets a pool of its
+    own (the parent's threads do not exist in it).
+    """
+
+    def __init__(self):
+        self._executor = None
+        self._pid = None
+        self._lock = threading.Lock()
+
+    def _helpers(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None or self._pid != os.getpid():
+                self._executor = ThreadPoolExecutor(max_workers=max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                                    thread_name_prefix="mhalearn-worker")
+                self._pid = os.getpid()
+            return self._executor
+
+    def run(self, worker, threads: int, args: tuple) -> None:
+        """Run ``worker(*args)`` on the calling thread and on ``threads − 1`` helpers; return when all are done."""
+        helpers = self._helpers() if threads > 1 else None
+        futures = [helpers.submit(worker, *args) for _ in range(threads - 1)]
+        try:
+            worker(*args)
+        finally:
+            wait(futures)
+        for future in futures:
+            future.result()  # raises a helper's exception
+
+
+WORKER_THREADS = WorkerThreads()
+
+
+def thread_driver(worker):
+    """The pool path of a kernel for :meth:`Dispatcher.run`: ``worker`` on several threads at once.
+
+    Parameters
+    ----------
+    worker : Numba function compiled with ``nogil=True``
+        Claims chunks from the counter among its arguments until none is left.
+
+    Returns
+    -------
+    callable
+        ``driver(threads, *args)``, which returns when every thread is done.
+    """
+    if not worker.targetoptions.get("nogil"):
+        raise ValueError(f"worker: expected a Numba function compiled with nogil=True (threads holding the GIL "
+                         f"run one at a time), received {worker.py_func.__name__} without it")
+
+    def driver(threads: int, *args) -> None:
+        WORKER_THREADS.run(worker, threads, args)
+
+    driver.__name__ = driver.__qualname__ = f"{worker.py_func.__name__}_on_threads"
+    return driver
+
+
 class Dispatcher:
-    """Runs each call on the calling thread or on Numba's thread pool, whichever is faster.
+    """Runs each call on the calling thread or on a pool of threads, whichever is faster.
 
     Starting and joining the pool costs ~10–50 µs on an idle machine, but
     when other jobs occupy every core the join waits until the OS schedules
@@ -287,9 +362,10 @@ class Dispatcher:
         ``kernel`` names the kernel (its rate estimate) and ``work`` is its
         multiply-add count for this call.  ``worker`` claims chunks from the
         counter among ``args`` (a :func:`new_counter`) until none is left;
-        ``parallel`` is its ``prange(threads)`` driver, which runs the same
-        worker on exactly ``threads`` Numba threads sharing that counter,
-        ``threads`` being Numba's current thread count.
+        ``parallel`` is its driver (:func:`thread_driver`, or a
+        ``prange(threads)`` function), which runs the same worker on exactly
+        ``threads`` threads sharing that counter, ``threads`` being Numba's
+        current thread count (``numba.set_num_threads``, ``NUMBA_NUM_THREADS``).
         """
         threads = numba.get_num_threads()
         rate = self.rates.get(kernel, self.default_rate)

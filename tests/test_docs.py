@@ -9,6 +9,8 @@ seed papers' figures at small scale), as a user would, within five minutes.
 
 import importlib.util
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("sphinx", "numpydoc", "sphinx_gallery", "myst_parser")
+TOOLS = ("sphinx", "numpydoc", "sphinx_gallery", "myst_parser", "sphinx-mathjax-offline")
 MISSING = [name for name in TOOLS if importlib.util.find_spec(name) is None]
 needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"the docs extra is not installed (missing {MISSING}): "
                                                        "pip install -e '.[docs]'")
@@ -35,14 +37,49 @@ def build(out: Path, *options: str) -> subprocess.CompletedProcess:
                           timeout=900)
 
 
-@needs_tools
-def test_docs_build_with_warnings_as_errors(tmp_path):
-    result = build(tmp_path / "html", "-D", "plot_gallery=0")
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site built without executing the gallery, once for the tests of this module."""
+    out = tmp_path_factory.mktemp("docs") / "html"
+    result = build(out, "-D", "plot_gallery=0")
     assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@needs_tools
+def test_docs_build_with_warnings_as_errors(site):
     for page in PAGES:
-        assert (tmp_path / "html" / f"{page}.html").is_file(), page
-    api = (tmp_path / "html" / "api.html").read_text()
+        assert (site / f"{page}.html").is_file(), page
+    api = (site / "api.html").read_text()
     assert "mhalearn.attention.model.MultiHeadAttention.to_torch" in api and "ResultStore.to_dataframe" in api
+
+
+def _mathjax_sources(page: Path) -> list[str]:
+    return re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', page.read_text(), flags=re.IGNORECASE)
+
+
+@needs_tools
+def test_maths_pages_load_the_mathjax_shipped_with_the_site(site):
+    # Opened offline (file://, no network) a MathJax from a CDN never loads and the maths stay raw LaTeX.
+    for page in ("maths", "index", "api"):
+        sources = _mathjax_sources(site / f"{page}.html")
+        assert sources, f"{page}.html loads no MathJax"
+        for source in sources:
+            assert "://" not in source, f"{page}.html loads MathJax from {source}"
+            assert (site / source).is_file(), f"{page}.html loads {source}, which the site does not ship"
+
+
+@pytest.mark.slow
+@needs_tools
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless chromium (apt-get install chromium)")
+def test_maths_render_in_a_browser_offline(site):
+    # The DOM after MathJax has run: every maths span typeset (mjx-container), no raw \( left.
+    page = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000",
+                           "--dump-dom", (site / "maths.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert page.returncode == 0, page.stderr[-2000:]
+    assert page.stdout.count("<mjx-container") >= 20
+    text = re.sub(r"<[^>]+>", "", page.stdout)
+    assert "\\(" not in text and "\\frac" not in text
 
 
 @pytest.mark.slow

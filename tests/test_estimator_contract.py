@@ -27,6 +27,7 @@ import pytest
 import scipy.sparse
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.exceptions import NotFittedError
+from sklearn.metrics import r2_score
 from sklearn.utils.estimator_checks import (
     check_estimator_cloneable,
     check_estimator_repr,
@@ -38,6 +39,7 @@ from sklearn.utils.estimator_checks import (
 )
 
 import mhalearn
+from mhalearn._estimator import pooled_r2
 
 # ----------------------------------------------------------------- the data
 
@@ -155,6 +157,33 @@ def test_score_is_the_metric_the_estimator_type_promises(estimator, data):
         residual = prediction.reshape(outputs.shape) - outputs
         expected = 1.0 - np.sum(residual ** 2) / np.sum((outputs - outputs.mean(axis=0)) ** 2)
         assert fitted.score(X, y) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+_REGRESSION_CASES = [(estimator, data) for estimator, data in CASES if is_regressor(estimator)]
+
+
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+@pytest.mark.parametrize("estimator, data", _REGRESSION_CASES,
+                         ids=[f"{type(estimator).__name__}-{index}" for index, (estimator, _) in
+                              enumerate(_REGRESSION_CASES)])
+def test_r2_does_not_depend_on_the_units_of_the_labels(estimator, data, scale):
+    # Labels near the largest (smallest) float: their squares overflow (underflow) in the sums of R².
+    X, y = data()
+    expected = clone(estimator).fit(X, y).score(X, y)
+    assert 0.1 < expected <= 1.0
+    assert clone(estimator).fit(X, scale * y).score(X, scale * y) == pytest.approx(expected, rel=1e-6)
+
+
+def test_pooled_r2_weighs_samples_and_pools_outputs():
+    rng = np.random.default_rng(0)
+    Y_true, Y_pred = rng.standard_normal((30, 4)), rng.standard_normal((30, 4))
+    weights = rng.uniform(0.5, 2.0, 30)
+    mean = weights @ Y_true / weights.sum()
+    expected = 1.0 - weights @ np.sum((Y_pred - Y_true) ** 2, axis=1) / (weights @ np.sum((Y_true - mean) ** 2, axis=1))
+    assert pooled_r2(Y_true, Y_pred, weights) == pytest.approx(expected, rel=1e-12)
+    assert pooled_r2(1e300 * Y_true, 1e300 * Y_pred, weights) == pytest.approx(expected, rel=1e-12)
+    assert pooled_r2(Y_true[:, 0], Y_pred[:, 0]) == pytest.approx(r2_score(Y_true[:, 0], Y_pred[:, 0]), rel=1e-12)
+    assert pooled_r2(Y_true, Y_true) == 1.0
 
 
 @pytest.mark.parametrize("estimator, data", CASES, ids=_IDS)

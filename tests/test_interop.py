@@ -1,4 +1,4 @@
-"""PyTorch and JAX interop (issue 13); skipped, with the reason, where torch or jax is not installed."""
+"""PyTorch interop (issue 13); skipped, with the reason, where torch is not installed (JAX: test_interop_jax.py)."""
 
 import numpy as np
 import pytest
@@ -85,18 +85,3 @@ def test_heads_of_a_torch_multihead_attention_planted_as_teacher_are_learned_bac
     X_test = mhalearn.boolean_inputs(2000, 7, 6, rng=2)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) <= 1e-6
 
-
-def test_to_jax_is_a_pure_function_equal_to_predict():
-    jax = pytest.importorskip("jax", reason="JAX interop needs the 'jax' extra (pip install 'mhalearn[jax]')")
-    teacher = mhalearn.sample_teacher(2, 4, rng=5)
-    X = mhalearn.boolean_inputs(30, 5, 4, rng=6)
-    Y = teacher.predict(X) + 0.1
-    with jax.enable_x64(True):
-        apply, params = teacher.to_jax()
-        assert params["thetas"].dtype == np.float64
-        np.testing.assert_allclose(np.asarray(apply(params, X)), teacher.predict(X), rtol=1e-10, atol=1e-12)
-        loss = lambda p: 0.5 * ((apply(p, X) - Y) ** 2).sum() / len(X)  # noqa: E731
-        gradient = jax.grad(loss)(params)
-    _, d_thetas, d_ws = kernels.loss_and_grad(X, Y, teacher.thetas, teacher.ws)
-    np.testing.assert_allclose(np.asarray(gradient["thetas"]), d_thetas, rtol=1e-9, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(gradient["ws"]), d_ws, rtol=1e-9, atol=1e-12)

@@ -1,4 +1,10 @@
 import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -152,6 +158,103 @@ def test_other_parallel_kernels_give_the_same_bits_on_both_paths(monkeypatch, rn
                             parallel if isinstance(parallel, tuple) else (parallel,)):
         assert np.isfinite(first).any()
         np.testing.assert_array_equal(first, again)
+
+
+# Runs every kernel of the attention layer, the random-feature attention and the
+# sparse-variables bit attention on the calling thread, then on the pool, in a fresh
+# process (so that nothing compiled by other tests hides what the pool compiles), and
+# prints, per Numba function of those modules, its signatures after each phase.
+_COMPILED_SIGNATURES = textwrap.dedent("""
+    import json
+    import numpy as np
+    from numba.core.registry import CPUDispatcher
+    from mhalearn import _numba
+    from mhalearn.attention import kernels
+    from mhalearn.random_features import kernels as random_feature_kernels
+    from mhalearn.sparse_variables import kernels as bit_kernels
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((40, 5, 3)), rng.standard_normal((40, 5, 3))
+    thetas, ws = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 3))
+    bits = rng.choice([-1.0, 1.0], size=(40, 9))
+    query, positions, bit_embeddings = rng.standard_normal(4), rng.standard_normal((9, 4)), rng.standard_normal((9, 4))
+
+    def run_every_kernel():
+        kernels.forward(X, thetas, ws, return_attention=True)
+        kernels.attention(X, thetas)
+        kernels.head_features(X, thetas)
+        kernels.loss_and_grad(X, Y, thetas, ws)
+        random_feature_kernels.attention_random_features(X, thetas)
+        _, weights = bit_kernels.bit_attention_forward(bits, query, positions, bit_embeddings)
+        bit_kernels.bit_attention_backward(bits, weights, query, positions, bit_embeddings,
+                                           rng.standard_normal((40, 4)))
+
+    def signatures():
+        return {f"{module.__name__}.{name}": sorted(str(sig) for sig in function.signatures)
+                for module in (_numba, kernels, random_feature_kernels, bit_kernels)
+                for name, function in vars(module).items() if isinstance(function, CPUDispatcher)}
+
+    phases = {}
+    for mode in ("serial", "parallel"):
+        _numba.DISPATCH.mode = mode
+        run_every_kernel()
+        phases[mode] = signatures()
+    print(json.dumps(phases))
+""")
+
+
+def _compiled_signatures(**environment) -> tuple[dict, dict]:
+    """The signatures of every Numba function after the calling-thread phase and after the pool phase."""
+    child = subprocess.run([sys.executable, "-c", _COMPILED_SIGNATURES], capture_output=True, text=True,
+                           timeout=900, env={**os.environ, **environment})
+    assert child.returncode == 0, child.stderr[-3000:]
+    phases = json.loads(child.stdout.splitlines()[-1])
+    return phases["serial"], phases["parallel"]
+
+
+def _added_by_the_pool(serial: dict, parallel: dict) -> dict:
+    return {name: signatures for name, signatures in parallel.items() if signatures != serial[name]}
+
+
+def test_the_pool_runs_the_compiled_worker_and_compiles_nothing_more():
+    # Compile time is most of a first run (`mhalearn demo` after an install): running
+    # a kernel on the pool must not compile (or load) a second variant of it.
+    added = _added_by_the_pool(*_compiled_signatures())
+    assert not added, f"the pool compiled functions the calling thread did not need: {added}"
+
+
+@pytest.mark.slow
+def test_from_a_cold_cache_each_function_compiles_for_one_signature(tmp_path):
+    # A function called with constant and variable offsets is compiled once, not
+    # once per literal pattern (which a cache that is already warm would hide).
+    serial, parallel = _compiled_signatures(NUMBA_CACHE_DIR=str(tmp_path))
+    several = {name: signatures for name, signatures in parallel.items() if len(signatures) > 1}
+    assert not several, f"compiled for several signatures: {several}"
+    assert not _added_by_the_pool(serial, parallel)
+
+
+def test_thread_driver_needs_a_worker_that_releases_the_gil():
+    holds_the_gil = _numba.njit(cache=False)(lambda counter: None)
+    with pytest.raises(ValueError, match=r"^worker: expected a Numba function compiled with nogil=True"):
+        _numba.thread_driver(holds_the_gil)
+
+
+def test_worker_threads_are_new_in_a_forked_child_and_report_a_helpers_error(monkeypatch):
+    threads = _numba.WorkerThreads()
+    first = threads._helpers()
+    assert threads._helpers() is first
+    monkeypatch.setattr(_numba.os, "getpid", lambda: -1)  # as in a child forked after the threads started
+    assert threads._helpers() is not first
+    calls = []
+
+    def fails_on_a_helper(*args):
+        calls.append(threading.current_thread() is threading.main_thread())
+        if not calls[-1]:
+            raise RuntimeError("helper failed")
+
+    with pytest.raises(RuntimeError, match="helper failed"):
+        threads.run(fails_on_a_helper, 3, ())
+    assert sorted(calls) == [False, False, True]
 
 
 def test_dispatcher_avoids_a_slow_thread_pool_and_retries_it(monkeypatch):

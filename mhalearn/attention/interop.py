@@ -17,9 +17,13 @@ PyTorch
 
 JAX
     :func:`to_jax` returns ``(apply, params)``: a pure function
-    ``apply(params, X)`` of a params dict ``{"thetas", "ws"}`` and the params
-    of the layer (float64 when ``jax_enable_x64`` is on, as it must be for
-    agreement to 1e-10).
+    ``apply(params, X)`` of a params dict ``{"thetas", "ws"}`` and the float64
+    params of the layer.  JAX computes in float32 unless ``jax_enable_x64``
+    is on, which would lose eight of the sixteen digits of
+    :meth:`~mhalearn.MultiHeadAttention.predict`; so both :func:`to_jax` and
+    ``apply`` raise ``RuntimeError`` while it is off, saying how to turn it
+    on: ``jax.config.update("jax_enable_x64", True)`` at start-up (or the
+    environment variable ``JAX_ENABLE_X64=1``).
 
 Mapping a ``torch.nn.MultiheadAttention(embed_dim=d, num_heads=m)``
 ---------------------------------------------------------------------
@@ -59,7 +63,6 @@ import functools
 import numpy as np
 
 from .._validation import check_optional_dependencies
-from .model import MultiHeadAttention
 
 
 def _torch(purpose: str):
@@ -99,29 +102,30 @@ def torch_module_class():
     return TorchMultiHeadAttention
 
 
-def to_torch(model: MultiHeadAttention):
+def to_torch(model):
     """``model`` as a float64 ``torch.nn.Module`` with Θ and W as parameters (see the module docstring)."""
     _torch("MultiHeadAttention.to_torch")
     return torch_module_class()(model.thetas, model.ws)
 
 
-def from_torch(module) -> MultiHeadAttention:
-    """A :class:`~mhalearn.MultiHeadAttention` from a module of :func:`to_torch` or a ``torch.nn.MultiheadAttention``.
+def parameters_from_torch(module) -> tuple[np.ndarray, np.ndarray]:
+    """(Θ, W), each (m, d, d), of a module of :func:`to_torch` or a ``torch.nn.MultiheadAttention``.
 
-    For ``torch.nn.MultiheadAttention`` the conditions and the mapping are in
-    the module docstring; a module that breaks them raises ``ValueError``
-    saying which.
+    :meth:`MultiHeadAttention.from_torch <mhalearn.MultiHeadAttention.from_torch>`
+    builds the layer from them.  For ``torch.nn.MultiheadAttention`` the
+    conditions and the mapping are in the module docstring; a module that
+    breaks them raises ``ValueError`` saying which.
     """
     torch = _torch("MultiHeadAttention.from_torch")
     if isinstance(module, torch_module_class()):
-        return MultiHeadAttention(module.thetas.detach().cpu().numpy(), module.ws.detach().cpu().numpy())
+        return module.thetas.detach().cpu().numpy(), module.ws.detach().cpu().numpy()
     if isinstance(module, torch.nn.MultiheadAttention):
         return _from_multihead_attention(module)
     raise TypeError(f"module: expected a module made by to_torch or a torch.nn.MultiheadAttention, "
                     f"received {type(module).__name__}")
 
 
-def _from_multihead_attention(module) -> MultiHeadAttention:
+def _from_multihead_attention(module) -> tuple[np.ndarray, np.ndarray]:
     if not module._qkv_same_embed_dim:
         raise ValueError("module: expected kdim = vdim = embed_dim (one packed in_proj_weight), received "
                          f"kdim={module.kdim}, vdim={module.vdim}, embed_dim={module.embed_dim}")
@@ -145,22 +149,36 @@ def _from_multihead_attention(module) -> MultiHeadAttention:
     heads = [slice(h * d_head, (h + 1) * d_head) for h in range(m)]
     thetas = np.stack([query[rows].T @ key[rows] / np.sqrt(d_head) for rows in heads])
     ws = np.stack([value[rows].T @ out[:, rows].T for rows in heads])
-    return MultiHeadAttention(thetas, ws)
+    return thetas, ws
 
 
-def to_jax(model: MultiHeadAttention):
+def _check_float64(jax) -> None:
+    """Raise ``RuntimeError`` unless JAX computes in float64 (see the module docstring)."""
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("jax_enable_x64: expected JAX to compute in float64 as MultiHeadAttention does, "
+                           "received jax_enable_x64 = False (float32, eight digits lost); run "
+                           'jax.config.update("jax_enable_x64", True) at start-up (or set the environment '
+                           "variable JAX_ENABLE_X64=1)")
+
+
+def to_jax(model):
     """``(apply, params)``: the pure function ``apply(params, X)`` = F(X) and ``params = {"thetas", "ws"}``.
 
     ``apply`` is jit-compiled and differentiable with ``jax.grad``; X has
-    shape (..., k, d).  Parameters are float64 only when JAX runs with
-    ``jax.config.update("jax_enable_x64", True)`` (else float32).
+    shape (..., k, d).  Everything is float64: both this function and
+    ``apply`` raise ``RuntimeError`` while ``jax_enable_x64`` is off (see
+    the module docstring).
     """
     check_optional_dependencies("MultiHeadAttention.to_jax", "jax", "jax")
     import jax
     import jax.numpy as jnp
 
+    _check_float64(jax)
+
     @jax.jit
     def apply(params, X):
+        # Runs when jit traces, and jit traces again whenever jax_enable_x64 changes.
+        _check_float64(jax)
         logits = jnp.einsum("...ka,hab,...lb->...hkl", X, params["thetas"], X)
         attention = jax.nn.softmax(logits, axis=-1)
         return jnp.einsum("...hkl,...lb,hbc->...kc", attention, X, params["ws"])

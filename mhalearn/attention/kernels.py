@@ -8,10 +8,10 @@ Every learner of the layer (:mod:`mhalearn.learners`) and
 :class:`~mhalearn.MultiHeadAttention` call these.
 
 Each kernel is a *worker* that processes chunks of the batch claimed from a
-shared counter, plus a ``prange(threads)`` driver; the shared dispatcher of
-:mod:`mhalearn._numba` runs the worker on the calling thread or the driver on
-an explicit number of threads (same chunks, same order, same bits either
-way).  The wrappers at the bottom are what the rest of the package calls;
+shared counter, plus its thread driver; the shared dispatcher of
+:mod:`mhalearn._numba` runs the worker on the calling thread or, through the
+driver, on an explicit number of threads (same chunks, same order, same bits
+either way).  The wrappers at the bottom are what the rest of the package calls;
 they assume validated inputs (validation happens once, in the public API).
 
 Conventions: a batch ``X`` has shape ``(n, k, d)``; ``thetas`` and ``ws`` have
@@ -24,7 +24,7 @@ The pure-NumPy statement of the same maths lives in ``tests/reference.py``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .._numba import (
     BLOCK_ENTRIES,
@@ -37,6 +37,7 @@ from .._numba import (
     mm_t,
     new_counter,
     next_chunk,
+    thread_driver,
     transpose_into,
 )
 from .._validation import check_logit_range
@@ -115,7 +116,7 @@ def _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum):
 
 
 # --------------------------------------------------------------------------
-# Workers and parallel drivers
+# Workers and their thread drivers
 # --------------------------------------------------------------------------
 
 @njit(inline="always", cache=True)
@@ -136,7 +137,7 @@ def _untranspose_weights(weights_t, out):
                 out[i, a, b] = weights_t[b, i * k + a]
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights):
     """out[s] = Σ_i A_i (x_s W_i); with ``store_weights`` also weights_out[s] = A."""
     n, k, d = X.shape
@@ -159,7 +160,7 @@ def _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store
         chunk = next_chunk(counter)
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _attention_worker(X, theta_t, chunks, counter, out):
     n = X.shape[0]
     x_t, queries_t, weights_t, col_max, col_sum = _attention_scratch(X, theta_t)
@@ -171,7 +172,7 @@ def _attention_worker(X, theta_t, chunks, counter, out):
         chunk = next_chunk(counter)
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _head_features_worker(X, theta_t, chunks, counter, out):
     n, k, d = X.shape
     m = theta_t.shape[0]
@@ -188,7 +189,7 @@ def _head_features_worker(X, theta_t, chunks, counter, out):
         chunk = next_chunk(counter)
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads):
     """Per chunk c: losses[c] = Σ_s ‖R_s‖², grads[c] = Σ_s x_sᵀ [A_iᵀ R_s | dZ_i x_s]_i.
 
@@ -250,28 +251,10 @@ def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _forward_parallel(threads, X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights):
-    for _ in prange(threads):
-        _forward_worker(X, theta_t, w_cols, chunks, counter, out, weights_out, store_weights)
-
-
-@njit(parallel=True, cache=True)
-def _attention_parallel(threads, X, theta_t, chunks, counter, out):
-    for _ in prange(threads):
-        _attention_worker(X, theta_t, chunks, counter, out)
-
-
-@njit(parallel=True, cache=True)
-def _head_features_parallel(threads, X, theta_t, chunks, counter, out):
-    for _ in prange(threads):
-        _head_features_worker(X, theta_t, chunks, counter, out)
-
-
-@njit(parallel=True, cache=True)
-def _loss_and_grad_parallel(threads, X, Y, theta_t, w_cols, chunks, counter, losses, grads):
-    for _ in prange(threads):
-        _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
+_forward_parallel = thread_driver(_forward_worker)
+_attention_parallel = thread_driver(_attention_worker)
+_head_features_parallel = thread_driver(_head_features_worker)
+_loss_and_grad_parallel = thread_driver(_loss_and_grad_worker)
 
 
 # --------------------------------------------------------------------------

@@ -97,12 +97,12 @@ class MultiHeadAttention:
     @classmethod
     def from_torch(cls, module) -> "MultiHeadAttention":
         """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.attention.interop`."""
-        from .interop import from_torch
+        from .interop import parameters_from_torch
 
-        return from_torch(module)
+        return cls(*parameters_from_torch(module))
 
     def to_jax(self):
-        """``(apply, params)``: a pure JAX function ``apply(params, X)`` and this layer's params."""
+        """``(apply, params)``: a pure float64 JAX function and this layer's params (needs ``jax_enable_x64``)."""
         from .interop import to_jax
 
         return to_jax(self)

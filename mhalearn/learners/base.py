@@ -6,10 +6,9 @@ import math
 import time
 
 import numpy as np
-from sklearn.metrics import r2_score
 from threadpoolctl import threadpool_limits
 
-from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
 from .._validation import (
     as_generator,
     check_boolean,
@@ -141,8 +140,9 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         """R², the coefficient of determination, pooled over every output entry.
 
         R² = 1 − Σ‖F̂(X) − Y‖² / Σ‖Y − Ȳ‖², the sums over every token of every
-        sequence and Ȳ the mean output token (scikit-learn's ``r2_score`` on
-        the (n·k, d) output tokens with ``multioutput="variance_weighted"``);
+        sequence and Ȳ the mean output token (:func:`mhalearn._estimator.pooled_r2`
+        on the (n·k, d) output tokens, which is scikit-learn's ``r2_score``
+        with ``multioutput="variance_weighted"`` for labels of any size);
         ``sample_weight`` (n,) weighs the sequences.  1 is a perfect fit, 0
         the mean token's.  For the relative error Σ‖F̂(X) − Y‖²/Σ‖Y‖² of the
         paper use :func:`mhalearn.relative_error`.
@@ -156,8 +156,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             raise ValueError("Y: expected labels that are not all equal (R² is undefined for constant labels), "
                              "received constant labels")
         weights = None if sample_weight is None else np.repeat(sample_weight, k)
-        return float(r2_score(tokens, self.model_.predict(X).reshape(n * k, d), sample_weight=weights,
-                              multioutput="variance_weighted"))
+        return pooled_r2(tokens, self.model_.predict(X).reshape(n * k, d), weights)
 
 
 #: The root mean square of X the learners accept: Θ is returned as Θ / rms(X)², which must stay finite

@@ -22,14 +22,14 @@ product (:func:`mlp_random_features`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._numba import BLOCK_ENTRIES, DISPATCH, FASTMATH, chunk_count, new_counter, next_chunk
+from .._numba import BLOCK_ENTRIES, DISPATCH, FASTMATH, chunk_count, new_counter, next_chunk, thread_driver
 
 RANDOM_FEATURE_ACTIVATIONS = ("relu", "tanh")
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _attention_random_features_worker(queries_t, X, activation_code, chunks, counter, out):
     """out[s, h] = (1/N) Σ_{j=1..N} σ(Σ_e queries_t[s, e, h] X[s, j, e]) X[s, j].
 
@@ -70,10 +70,7 @@ def _attention_random_features_worker(queries_t, X, activation_code, chunks, cou
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _attention_random_features_parallel(threads, queries_t, X, activation_code, chunks, counter, out):
-    for _ in prange(threads):
-        _attention_random_features_worker(queries_t, X, activation_code, chunks, counter, out)
+_attention_random_features_parallel = thread_driver(_attention_random_features_worker)
 
 
 def _query_key_stack(query_keys):

@@ -39,7 +39,8 @@ import numpy as np
 import scipy.linalg
 from threadpoolctl import threadpool_limits
 
-from .._estimator import Estimator, SequenceRegressorMixin, check_fitted
+from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
+from .._memory import check_memory
 from .._validation import (
     Boolean,
     Integer,
@@ -102,6 +103,19 @@ def _check_targets(y, samples: int) -> np.ndarray:
 def _row_blocks(samples: int, features: int):
     size = max(1, _BLOCK_ENTRIES // max(features, 1))
     return [(start, min(samples, start + size)) for start in range(0, samples, size)]
+
+
+def _ridge_entries(samples: int, width: int) -> int:
+    """Float64 entries :func:`fit_ridge` holds at once for n = ``samples`` and p = ``width``.
+
+    Dual route: the n × p features, the n × n system and its factor or
+    eigenvectors, and the coefficients.  Primal route: the p × p Gram
+    matrix, the product of a block added to it, the factor or eigenvectors,
+    and a block of features with the intermediates that make it.
+    """
+    if samples <= width:
+        return samples * width + 2 * samples * samples + width
+    return 3 * width * width + 2 * max(_BLOCK_ENTRIES, width)
 
 
 def _centred_system(features_of, samples: int, width: int, y: np.ndarray, fit_intercept: bool) -> dict:
@@ -249,15 +263,21 @@ def _overflow_message(X: np.ndarray) -> str:
 class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
     """Shared fit/predict of a ridge regression over frozen random features.
 
-    A regressor of one number per sequence: ``score`` is scikit-learn's R²
-    and ``n_features_in_`` the token dimension d (set once ``fit`` has succeeded).
+    A regressor of one number per sequence: ``score`` is R² (scikit-learn's,
+    for labels of any size) and ``n_features_in_`` the token dimension d (set
+    once ``fit`` has succeeded).
 
     Subclasses declare ``_parameter_constraints`` (checked once, at the start
-    of ``fit``) and implement ``_check_X(X, fitted)``,
-    ``_draw(X, rng)`` (sample and store the frozen parameters, return the
-    feature count p), ``_features(X)`` (the n × p feature matrix) and may
-    name the fitted weights in ``_store_weights()``.
+    of ``fit``) and ``_size_parameter`` (the hyper-parameter that sets the
+    feature count, named when ``fit`` would exceed the memory budget), and
+    implement ``_check_X(X, fitted)``, ``_feature_count(X)`` (p),
+    ``_frozen_entries(X)`` (float64 entries of the frozen parameters),
+    ``_draw(X, rng)`` (sample and store the frozen parameters, return p),
+    ``_features(X)`` (the n × p feature matrix) and may name the fitted
+    weights in ``_store_weights()``.
     """
+
+    _size_parameter: str
 
     def fit(self, X, y):
         """Fit the trainable weights by ridge regression.
@@ -271,12 +291,19 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
         Returns
         -------
         self
+
+        Raises ``MemoryError`` naming the size hyper-parameter, before
+        drawing anything, when the frozen parameters and the ridge system
+        exceed the memory budget (:func:`mhalearn.set_memory_budget`).
         """
         self._check_params()
         X = self._check_X(X, fitted=False)
         y = _check_targets(y, X.shape[0])
+        samples, width = X.shape[0], self._feature_count(X)
+        check_memory(8 * (self._frozen_entries(X) + _ridge_entries(samples, width)), self._size_parameter,
+                     f"{width} random features of {samples} sequences")
         start_time = time.perf_counter()
-        width = self._draw(X, as_generator(self.random_state))
+        self._draw(X, as_generator(self.random_state))
         self.coef_, self.intercept_, self.alpha_, report = fit_ridge(
             lambda start, stop: self._features(X[start:stop]), X.shape[0], width, y, self.alpha,
             bool(self.fit_intercept))
@@ -304,10 +331,22 @@ class _RandomFeatureRidge(SequenceRegressorMixin, Estimator):
         return out
 
     def score(self, X, y, sample_weight=None) -> float:
-        """R² of ``predict(X)`` against ``y`` (scikit-learn's); ``sample_weight`` (n,) weighs the sequences."""
+        """R² = 1 − Σ w_i (ŷ_i − y_i)² / Σ w_i (y_i − ȳ)² of the predictions on ``X`` (see :func:`pooled_r2`).
+
+        Parameters
+        ----------
+        X : array of shape (n, N+1, d)
+        y : array of shape (n,)
+        sample_weight : array of shape (n,), optional
+
+        Returns
+        -------
+        float
+        """
         check_fitted(self)
         X = self._check_X(X, fitted=True)
-        return super().score(X, y, sample_weight=check_sample_weight(sample_weight, X.shape[0]))
+        y = _check_targets(y, X.shape[0])
+        return pooled_r2(y, self.predict(X), check_sample_weight(sample_weight, X.shape[0]))
 
     def transform(self, X) -> np.ndarray:
         """The random features φ(X), shape (n, p), held in memory at once."""
@@ -370,6 +409,7 @@ class RandomFeatureAttention(_RandomFeatureRidge):
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
+    _size_parameter = "heads"
     _parameter_constraints = {
         "heads": [Integer(1)],
         "qk_mean": [Options(*QK_MEANS)],
@@ -401,13 +441,20 @@ class RandomFeatureAttention(_RandomFeatureRidge):
             raise ValueError(f"X: expected token dimension {self.dim_} as in fit, received shape {X.shape}")
         return X
 
+    def _feature_count(self, X) -> int:
+        return int(self.heads) * (X.shape[2] + bool(self.value_bias))
+
+    def _frozen_entries(self, X) -> int:
+        # Q_h, and the copy padded for the value bias that _features makes.
+        return 2 * int(self.heads) * (X.shape[2] + 1) ** 2
+
     def _draw(self, X, rng) -> int:
         dim = X.shape[2]
         heads = int(self.heads)
         mean = 1.0 / np.sqrt(dim) if self.qk_mean == "identity" else 0.0
         self.query_keys_ = rng.standard_normal((heads, dim, dim)) / dim + mean * np.eye(dim)
         self.dim_ = dim
-        return heads * (dim + bool(self.value_bias))
+        return self._feature_count(X)
 
     def _features(self, X) -> np.ndarray:
         if not self.value_bias:
@@ -464,6 +511,7 @@ class RandomFeatureMLP(_RandomFeatureRidge):
     report_ : dict, the solver route, penalty λ, sizes and time.
     """
 
+    _size_parameter = "features"
     _parameter_constraints = {
         "features": [Integer(1)],
         "alpha": _ALPHA_CONSTRAINTS,
@@ -485,6 +533,12 @@ class RandomFeatureMLP(_RandomFeatureRidge):
             raise ValueError(f"X: expected sequences of shape {self.input_shape_} as in fit, "
                              f"received shape {X.shape}")
         return X
+
+    def _feature_count(self, X) -> int:
+        return int(self.features)
+
+    def _frozen_entries(self, X) -> int:
+        return (X.shape[1] * X.shape[2] + 1) * int(self.features)  # the first layer and its biases
 
     def _draw(self, X, rng) -> int:
         _, length, dim = X.shape

@@ -31,9 +31,9 @@ one thread or many).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from .._numba import DISPATCH, FASTMATH, chunk_count, exp_nonpositive, new_counter, next_chunk
+from .._numba import DISPATCH, FASTMATH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
 
 # The backward pass splits the batch into this many chunks, each with its own
 # gradient accumulators (no races); a fixed count keeps sums identical
@@ -42,7 +42,7 @@ from .._numba import DISPATCH, FASTMATH, chunk_count, exp_nonpositive, new_count
 _BIT_ATTENTION_CHUNKS = 8
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counter, weights):
     """weights[s] = softmax(c + x_s ⊙ α)."""
     n, length = X.shape
@@ -67,13 +67,10 @@ def _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counte
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _bit_attention_forward_parallel(threads, X, position_logits, bit_logits, chunks, counter, weights):
-    for _ in prange(threads):
-        _bit_attention_forward_worker(X, position_logits, bit_logits, chunks, counter, weights)
+_bit_attention_forward_parallel = thread_driver(_bit_attention_forward_worker)
 
 
-@njit(fastmath=FASTMATH, cache=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter, d_position_logits,
                                    d_bit_logits):
     """Per-chunk sums of ∂L/∂c and ∂L/∂α given ⟨g_s, p_t⟩ and ⟨g_s, r_t⟩, both (n, T)."""
@@ -100,12 +97,7 @@ def _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _bit_attention_backward_parallel(threads, X, weights, g_dot_p, g_dot_r, chunks, counter,
-                                     d_position_logits, d_bit_logits):
-    for _ in prange(threads):
-        _bit_attention_backward_worker(X, weights, g_dot_p, g_dot_r, chunks, counter, d_position_logits,
-                                       d_bit_logits)
+_bit_attention_backward_parallel = thread_driver(_bit_attention_backward_worker)
 
 
 def bit_attention_forward(X: np.ndarray, query: np.ndarray, positions: np.ndarray, bit_embeddings: np.ndarray):

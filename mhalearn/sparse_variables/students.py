@@ -27,6 +27,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._estimator import store_parameters
+from .._memory import check_memory
 from .._validation import Integer, Real, Seed, as_generator
 from ..optim import AdamW
 from . import kernels
@@ -38,9 +39,12 @@ def _as_float_rows(X: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(X, dtype=np.float64)
 
 
-def _row_blocks(samples: int, length: int):
-    """Row ranges of about 2^20 entries: bounds the float64 work arrays of prediction to a few MiB."""
-    size = max(1, (1 << 20) // max(length, 1))
+def _row_blocks(samples: int, width: int):
+    """Row ranges of about 2^20 entries for rows of ``width`` entries (the widest work array of a row).
+
+    Bounds the float64 work arrays of prediction to a few MiB.
+    """
+    size = max(1, (1 << 20) // max(width, 1))
     return [(start, min(samples, start + size)) for start in range(0, samples, size)]
 
 
@@ -60,6 +64,11 @@ def _mlp_parameters(inputs: int, hidden: int, rng: np.random.Generator) -> dict:
         "output_weights": np.zeros(hidden),
         "output_bias": np.zeros(1),
     }
+
+
+def _mlp_parameter_entries(inputs: int, hidden: int) -> int:
+    """How many numbers :func:`_mlp_parameters` holds."""
+    return hidden * (inputs + 2) + 1
 
 
 def _mlp_forward(parameters: dict, features: np.ndarray):
@@ -128,6 +137,7 @@ class _BooleanStudent(BooleanClassifier):
     """A score f(x) trained by :func:`adamw_descent` on the logistic loss.
 
     Subclasses provide ``_initial_parameters(length, rng)``,
+    ``_parameter_entries(length)`` (how many numbers it holds),
     ``_forward(parameters, X) -> (scores, cache)`` on float64 bits,
     ``_backward(parameters, cache, d_scores) -> grads`` and the set
     ``_decayed`` of parameter names under weight decay (all but biases).
@@ -157,9 +167,17 @@ class _BooleanStudent(BooleanClassifier):
         Sets ``parameters_`` (dict of arrays), ``loss_curve_`` (mini-batch
         loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
         and each mini-batch converted to float64 when it is used.
+
+        Raises ``MemoryError`` naming ``hidden``, before initialising, when
+        training exceeds the memory budget (:func:`mhalearn.set_memory_budget`):
+        it holds the parameters four times (with their gradient and Adam's
+        two moments) and about four batch × hidden work arrays.
         """
         self._check_params()
         X, y = check_examples(X, y)
+        parameters, batch = self._parameter_entries(X.shape[1]), min(self.batch_size, X.shape[0])
+        check_memory(8 * (4 * parameters + 4 * batch * self.hidden), "hidden",
+                     f"{self.hidden} hidden units ({parameters} parameters) trained in batches of {batch}")
         rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)
         # A step's matrix products are at most batch × T × hidden: one BLAS thread is fastest,
@@ -174,7 +192,7 @@ class _BooleanStudent(BooleanClassifier):
 
     def _scores(self, X: np.ndarray) -> np.ndarray:
         out = np.empty(X.shape[0])
-        for start, stop in _row_blocks(*X.shape):
+        for start, stop in _row_blocks(X.shape[0], max(X.shape[1], self.hidden)):
             out[start:stop] = self._forward(self.parameters_, _as_float_rows(X[start:stop]))[0]
         return out
 
@@ -262,6 +280,10 @@ class AttentionStudent(_BooleanStudent):
         parameters.update(_mlp_parameters(dim, self.hidden, rng))
         return parameters
 
+    def _parameter_entries(self, length: int) -> int:
+        dim = self.embedding_dim
+        return dim * (1 + 2 * length) + _mlp_parameter_entries(dim, self.hidden)
+
     def _forward(self, parameters: dict, X: np.ndarray):
         pooled, weights = kernels.bit_attention_forward(
             X, parameters["query"], parameters["positions"], parameters["bit_embeddings"])
@@ -334,6 +356,9 @@ class MLPStudent(_BooleanStudent):
 
     def _initial_parameters(self, length: int, rng: np.random.Generator) -> dict:
         return _mlp_parameters(length, self.hidden, rng)
+
+    def _parameter_entries(self, length: int) -> int:
+        return _mlp_parameter_entries(length, self.hidden)
 
     def _forward(self, parameters: dict, X: np.ndarray):
         return _mlp_forward(parameters, X)

@@ -41,9 +41,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk
+from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ..report import PhaseResult, data_field
 from .cholesky import cholesky_in_place
 from .settings import BodySettings
@@ -70,7 +70,7 @@ def _cholesky_solve(L, size, rhs, out):
         out[j] = value / L[j, j]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads):
     n, k, d = X.shape
     labels = Y.shape[1]
@@ -182,11 +182,7 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _decode_patterns_parallel(threads, X, Y, w_sum, chunks, counter, patterns, residuals, violations,
-                              spreads):
-    for _ in prange(threads):
-        _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads)
+_decode_patterns_parallel = thread_driver(_decode_patterns_worker)
 
 
 def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):

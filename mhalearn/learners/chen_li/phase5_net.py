@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 from scipy.optimize import minimize
 
 from ..._memory import check_memory, get_memory_budget
-from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk
+from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...attention import kernels
 from ..least_squares import solve_projections
 from ..report import PhaseResult, data_field
@@ -52,7 +52,7 @@ def _cholesky_reduction(matrix, rhs, size, cols):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, reductions):
     points, d, _, _ = gram.shape
     count, m = candidates.shape
@@ -76,10 +76,7 @@ def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, re
         chunk = next_chunk(counter)
 
 
-@njit(parallel=True, cache=True)
-def _score_candidates_parallel(threads, gram, cross, candidates, ridge, chunks, counter, reductions):
-    for _ in prange(threads):
-        _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, reductions)
+_score_candidates_parallel = thread_driver(_score_candidates_worker)
 
 
 def score_candidates(gram: np.ndarray, cross: np.ndarray, candidates: np.ndarray,

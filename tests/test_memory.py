@@ -1,0 +1,129 @@
+"""The memory budget (issue 22, item 7): sizes that cannot fit are refused, naming the argument, before allocating."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import mhalearn
+from mhalearn import _memory
+from mhalearn._memory import MemoryBudgetError, check_memory, format_bytes, get_memory_budget, set_memory_budget
+from mhalearn.cli import EXIT_BAD_INPUT, main
+
+GIB = 1 << 30
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    """A clean budget state: neither set_memory_budget nor MHALEARN_MEMORY_BUDGET in force, restored after."""
+    monkeypatch.setattr(_memory, "_budget", None)
+    monkeypatch.delenv(_memory.ENVIRONMENT_VARIABLE, raising=False)
+    return monkeypatch
+
+
+def test_check_memory_names_the_argument_the_size_and_how_to_raise_the_budget(budget):
+    set_memory_budget("12GiB")
+    check_memory(12 * GIB, "features", "10 random features")  # at the budget: fine
+    with pytest.raises(MemoryBudgetError) as raised:
+        check_memory(96 * GIB, "features", "1000000000 random features")
+    assert str(raised.value) == (
+        "features: 1000000000 random features would take 96 GiB, more than the memory budget of 12 GiB "
+        "(set by mhalearn.set_memory_budget); lower features, or raise the budget with "
+        "mhalearn.set_memory_budget(nbytes) or the environment variable MHALEARN_MEMORY_BUDGET")
+    # A MemoryError for those who catch failed allocations, a ValueError for the command line (bad input).
+    assert isinstance(raised.value, MemoryError) and isinstance(raised.value, ValueError)
+
+
+def test_budget_comes_from_the_setter_then_the_environment_then_half_the_memory(budget):
+    usable = _memory.usable_memory()
+    assert get_memory_budget() == usable // 2
+    with pytest.raises(MemoryBudgetError, match=rf"\(half of the {format_bytes(usable)} this process may use\)"):
+        check_memory(usable, "samples", "everything")
+    budget.setenv(_memory.ENVIRONMENT_VARIABLE, "3 GiB")
+    assert get_memory_budget() == 3 * GIB
+    with pytest.raises(MemoryBudgetError, match=r"budget of 3 GiB \(set by MHALEARN_MEMORY_BUDGET\)"):
+        check_memory(4 * GIB, "samples", "4 GiB of sequences")
+    mhalearn.set_memory_budget(512 << 20)
+    assert mhalearn.get_memory_budget() == 512 << 20
+    mhalearn.set_memory_budget(None)
+    assert get_memory_budget() == 3 * GIB
+
+
+@pytest.mark.parametrize("value, expected", [(1000, 1000), ("1000", 1000), ("2K", 2048), ("1.5 GiB", 3 * GIB // 2),
+                                             ("12GB", 12 * GIB), ("4t", 4 << 40)])
+def test_budgets_are_bytes_with_binary_units(budget, value, expected):
+    set_memory_budget(value)
+    assert get_memory_budget() == expected
+
+
+@pytest.mark.parametrize("value", [0, -5, True, 2.5, "", "lots", "12 GHz", "0.1"])
+def test_bad_budgets_are_refused_naming_where_they_came_from(budget, value):
+    with pytest.raises(ValueError, match=r"^nbytes: expected a number of bytes >= 1"):
+        set_memory_budget(value)
+    if isinstance(value, str):
+        budget.setenv(_memory.ENVIRONMENT_VARIABLE, value or "x")
+        with pytest.raises(ValueError, match=r"^MHALEARN_MEMORY_BUDGET: expected a number of bytes >= 1"):
+            get_memory_budget()
+
+
+def test_command_line_reports_a_size_over_the_budget_as_bad_input(budget, capsys, tmp_path):
+    budget.setenv(_memory.ENVIRONMENT_VARIABLE, "1MiB")
+    assert main(["demo", "--quiet", "--samples", "100000", "--out", str(tmp_path)]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.startswith("mhalearn: error: samples: 100000 labelled sequences of 4 × 12 "
+                                              "entries would take 110 MiB, more than the memory budget of 1 MiB")
+
+
+# Each call asks for a size far beyond the machine (24 GiB).  The child process may
+# map 3 GB, so without the budget's check every call fails with NumPy's own
+# MemoryError (or would be killed) instead of the message naming the argument.
+OVERSIZED_CALLS = {
+    "boolean_inputs": ("samples", "mhalearn.boolean_inputs(10**9, 4, 12, rng=0)"),
+    "make_dataset": ("samples", "mhalearn.make_dataset(mhalearn.sample_teacher(2, 12, rng=0), 10**8, 4, rng=0)"),
+    "RandomFeatureMLP": ("features", "mhalearn.RandomFeatureMLP(features=10**9).fit(np.ones((20, 3, 4)), "
+                                     "np.arange(20.0))"),
+    "RandomFeatureAttention": ("heads", "mhalearn.RandomFeatureAttention(heads=10**9).fit(np.ones((20, 3, 4)), "
+                                        "np.arange(20.0))"),
+    "MLPStudent": ("hidden", "mhalearn.MLPStudent(hidden=10**9, steps=1).fit(*bits)"),
+    "AttentionStudent": ("hidden", "mhalearn.AttentionStudent(hidden=10**9, steps=1).fit(*bits)"),
+}
+
+_CHILD = textwrap.dedent("""
+    import json, resource, sys
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 10**9, 3 * 10**9))
+    import numpy as np
+    import mhalearn
+    bits = mhalearn.SparseBooleanTask(10, 2, "parity", rng=0).sample(64, rng=1)
+    errors = {}
+    for name, call in json.loads(sys.argv[1]).items():
+        try:
+            eval(call)
+            errors[name] = None
+        except MemoryError as error:
+            errors[name] = [type(error).__name__, str(error)]
+    print(json.dumps(errors))
+""")
+
+
+@pytest.fixture(scope="module")
+def oversized_errors():
+    """What each call of OVERSIZED_CALLS raised in a child process limited to 3 GB of address space."""
+    calls = {name: call for name, (_, call) in OVERSIZED_CALLS.items()}
+    environment = {key: value for key, value in os.environ.items() if key != _memory.ENVIRONMENT_VARIABLE}
+    child = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(calls)], capture_output=True, text=True,
+                           timeout=300, env=environment)
+    assert child.returncode == 0, child.stderr[-2000:]
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("call", sorted(OVERSIZED_CALLS))
+def test_oversized_requests_are_refused_naming_the_argument_under_an_address_space_limit(oversized_errors, call):
+    argument = OVERSIZED_CALLS[call][0]
+    assert oversized_errors[call] is not None, f"{call} succeeded"
+    kind, message = oversized_errors[call]
+    assert kind == "MemoryBudgetError", message
+    assert message.startswith(f"{argument}: ")
+    assert " would take " in message and ", more than the memory budget of " in message
+    assert f"lower {argument}, or raise the budget with mhalearn.set_memory_budget" in message
