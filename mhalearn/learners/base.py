@@ -163,7 +163,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
 #: (Θ in the fit's units is O(1–10)) and rms(X)² must not overflow.
 X_SCALE_RANGE = (1e-150, 1e154)
 #: The largest factor rms(Y) / rms(X) (or its inverse) by which the returned W may differ from the fit's.
-W_FACTOR_LIMIT = 1e300
+W_FACTOR_LIMIT = 1e305
 
 
 def check_representable_units(x_scale: float, y_scale: float) -> None:
@@ -171,7 +171,7 @@ def check_representable_units(x_scale: float, y_scale: float) -> None:
 
     The learners fit X / s_X and Y / s_Y and return Θ / s_X² and
     W · s_Y / s_X (see :class:`AttentionLearner`): s_X outside
-    :data:`X_SCALE_RANGE`, or s_Y / s_X beyond 10^±300, would make those
+    :data:`X_SCALE_RANGE`, or s_Y / s_X beyond 10^±305, would make those
     overflow or vanish.  The message names X or Y and its root mean square.
     """
     low, high = X_SCALE_RANGE
