@@ -50,3 +50,17 @@ def median_of(rows, key):
 
     values = [row[key] for row in rows if row.get(key) is not None]
     return float(np.median(values)) if values else float("nan")
+
+
+def with_progress(items, desc: str, unit: str = "fit"):
+    """Yield ``items`` under mhalearn's progress display: a bar on a terminal, plain lines in a log."""
+    from mhalearn._progress import progress_bar
+
+    items = list(items)
+    bar = progress_bar(len(items), desc=desc, unit=unit)
+    try:
+        for item in items:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()

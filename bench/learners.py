@@ -15,7 +15,6 @@ JSON-lines file as they finish, so an interrupted run resumes.
 import argparse
 import json
 
-from tqdm import tqdm
 
 import mhalearn
 from mhalearn.experiments.families import (
@@ -24,7 +23,7 @@ from mhalearn.experiments.families import (
     summarize_families,
 )
 from mhalearn.experiments import get_experiment
-from _common import load_jsonl
+from _common import load_jsonl, with_progress
 
 CELL_KEYS = ("learner", "family", "heads", "dim", "length", "samples", "noise", "seed")
 
@@ -54,7 +53,7 @@ def main():
     rows = load_jsonl(out)
     done = {identity(row) for row in rows}
     with open(out, "a") as handle:
-        for cell in tqdm([cell for cell in cells if identity(cell) not in done], desc="learners", unit="fit"):
+        for cell in with_progress([cell for cell in cells if identity(cell) not in done], "learners"):
             row = {**cell, **run_family_cell(cell)}
             handle.write(json.dumps(row) + "\n")
             handle.flush()

@@ -12,11 +12,10 @@ file as they finish, so an interrupted run resumes.
 import argparse
 import json
 
-from tqdm import tqdm
 
 from mhalearn.experiments.families import SUCCESS_ERROR
 from mhalearn.evaluation import learn_planted
-from _common import load_jsonl
+from _common import load_jsonl, with_progress
 
 
 def main():
@@ -30,7 +29,7 @@ def main():
     rows = load_jsonl(args.out)
     done = {(row["restarts"], row["seed"]) for row in rows if row["heads"] == args.heads}
     with open(args.out, "a") as handle:
-        for restarts, seed in tqdm([cell for cell in cells if cell not in done], desc="restarts", unit="fit"):
+        for restarts, seed in with_progress([cell for cell in cells if cell not in done], "restarts"):
             _, _, metrics = learn_planted("gradient", heads=args.heads, dim=6, length=7, samples=2000,
                                           family="dominant-head", seed=seed,
                                           hyperparams={"restarts": restarts})

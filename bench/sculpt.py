@@ -32,11 +32,11 @@ import json
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 import mhalearn
 from mhalearn.evaluation import compare_moment_route
-from _common import load_jsonl, median_of
+from mhalearn.learners.chen_li import CertifiedRefit
+from _common import load_jsonl, median_of, with_progress
 
 SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
 TEST_SAMPLES = 4000
@@ -56,7 +56,7 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
     moment = compare_moment_route(X, Y, heads, teacher, np.random.default_rng([offset, seed, 1]))
     report = learner.report_
     certified = next((step for step in (report.refined_sum.steps if report.refined_sum else ())
-                      if hasattr(step, "certified_mask")), None)
+                      if isinstance(step, CertifiedRefit)), None)
     final_body = report.sculpt[-1] if report.sculpt else None
     return {
         "part": part, "heads": heads, "seed": seed, "samples": samples, "dim": dim, "length": length,
@@ -158,7 +158,7 @@ def main():
     done = {(r["part"], r["heads"], r["seed"]) for r in rows}
     todo = [cell for cell in cells if cell[:3] not in done]
     with open(args.out, "a") as handle:
-        for cell in tqdm(todo, desc="sculpt bench", unit="fit"):
+        for cell in with_progress(todo, "sculpt bench"):
             row = {**run_one(*cell, offset=args.seed_offset), "offset": args.seed_offset}
             handle.write(json.dumps(row) + "\n")
             handle.flush()

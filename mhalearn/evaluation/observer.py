@@ -26,6 +26,7 @@ from scipy.linalg import subspace_angles
 
 from ..attention.model import MultiHeadAttention, parameter_error
 from ..learners.chen_li.body import ConvexBody
+from ..learners.chen_li.phase3_refine_sum import CertifiedRefit
 from ..learners.chen_li.phase4_span import span_basis
 from ..learners.report import figures_text, phase_table
 
@@ -171,10 +172,11 @@ class TeacherObserver:
         if result.theta_bar is not None:
             figures["theta_bar_distance"] = span_distance(result.theta_bar[None, :], self._truth)
         for step in result.steps:
-            key = "certified" if hasattr(step, "certified_mask") else "alternating"
+            certified = isinstance(step, CertifiedRefit)
             if step.w_sum is not None:
-                figures[f"{key}_w_sum_error"] = w_sum_error(step.w_sum, self._truth)
-            if key == "certified":
+                figures[f"{'certified' if certified else 'alternating'}_w_sum_error"] = w_sum_error(step.w_sum,
+                                                                                                  self._truth)
+            if certified:
                 figures["certification_precision"] = certification_precision(step.margin, step.certified_mask,
                                                                              step.eta, self._truth)
         return figures
