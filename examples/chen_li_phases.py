@@ -15,8 +15,9 @@ passed to a phase.
 import numpy as np
 import mhalearn
 from mhalearn.evaluation import span_distance, w_sum_error
-from mhalearn.learners.chen_li import (BodySettings, SearchSettings, crude_projection_sum, read_span,
-                                       refine_projection_sum, sculpt_body, search_net, select_candidate)
+from mhalearn.learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, crude_projection_sum,
+                                       read_span, refine_projection_sum, sculpt_body, search_net,
+                                       select_candidate)
 from mhalearn.learners.streams import ArraySource
 
 teacher = mhalearn.sample_teacher(heads=2, dim=12, rng=0)
@@ -34,6 +35,6 @@ print(f"Ŵ_Σ off by {w_sum_error(crude.w_sum, teacher):.3f} → {w_sum_error(re
 search = SearchSettings(refine="none")
 net = search_net(X[:80_000], Y[:80_000], span.basis, 2, search.radius(span.head_norm, 2), search, rng)  # phase 5
 chosen = select_candidate(X[:80_000], Y[:80_000], X[80_000:], Y[80_000:], list(net.kept), search,
-                          label_bound=float(np.sqrt((Y ** 2).sum(axis=(1, 2)).max())), token_norm=12 ** 0.5)
+                          **certificate_bounds(X, Y))
 print(f"{net.candidates} candidates in {net.seconds:.1f} s; held-out error of the paper's output "
       f"{chosen.val_least_squares:.2e}")

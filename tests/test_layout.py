@@ -4,7 +4,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-import mhalearn
 from mhalearn.learners import chen_li
 
 ROOT = Path(__file__).resolve().parent.parent

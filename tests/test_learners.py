@@ -146,6 +146,21 @@ def test_net_scores_match_direct_least_squares():
         assert score == pytest.approx(2 * loss * X.shape[0] / np.sum(Y ** 2), rel=1e-8)
 
 
+def test_net_scores_of_a_few_candidates_use_only_their_points(monkeypatch):
+    rng = np.random.default_rng(1)
+    X = mhalearn.boolean_inputs(50, 4, 3, rng=2)
+    Y = rng.standard_normal(X.shape)
+    points = rng.standard_normal((30, 3, 3))
+    candidates = np.array([[2, 7], [7, 29], [5, 11]])  # 5 of the 30 points, out of order
+    calls, original = [], net.kernels.head_features
+    monkeypatch.setattr(net.kernels, "head_features", lambda X, thetas: calls.append(len(thetas)) or original(X, thetas))
+    scores = net.score_net(X, Y, points, candidates, ridge=0.0)
+    assert calls == [5]
+    for candidate, score in zip(candidates, scores):
+        _, loss = solve_projections(X, Y, points[candidate])
+        assert score == pytest.approx(2 * loss * X.shape[0] / np.sum(Y ** 2), rel=1e-8)
+
+
 def test_net_points_fill_the_ball():
     points = net.net_points(2, 1.0, 0.5)
     assert len(points) == 13 and np.all(np.linalg.norm(points, axis=1) <= 1.0 + 1e-12)

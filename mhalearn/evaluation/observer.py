@@ -129,45 +129,40 @@ class TeacherObserver:
         self.random_state = random_state
         self.records: list[tuple[str, dict, float]] = []
         self.seconds = 0.0
-        self._truth, self._units = teacher, (1.0, 1.0)
+        self._truth, self._units = teacher, None
 
     def __call__(self, phase: str, result) -> None:
         start = time.perf_counter()
-        if phase == "start":
-            self._start(result)
-        observe = getattr(self, f"_{phase}", None)
-        figures = {} if observe is None or phase == "start" else observe(result)
+        observe = getattr(self, f"_observe_{phase}", None)
+        figures = {} if observe is None else observe(result)
         elapsed = time.perf_counter() - start
         self.records.append((phase, figures, elapsed))
         self.seconds += elapsed
 
-    def _start(self, start) -> None:
-        """A new fit: check the teacher's shape and express it in the fit's units (Θ·s_X², W·s_X/s_Y)."""
+    def _parameter_error(self, model: MultiHeadAttention) -> float:
+        """Head-matched parameter error of a layer in the fit's units, measured in the data's units
+        (as the returned layer would be: the error mixes Θ and W, so it depends on the units)."""
+        return parameter_error(self._units.to_data_units(model), self.teacher)["total"]
+
+    # One method per phase name (see mhalearn.learners.chen_li.fit and the learners).
+
+    def _observe_start(self, start) -> dict:
+        """A new fit: check the teacher's shape and express it in the fit's units."""
         if (start.heads, start.dim) != (self.teacher.heads, self.teacher.dim):
             raise ValueError(f"teacher: expected {start.heads} heads of dim {start.dim} (the learner's and the "
                              f"data's), received {self.teacher.heads} heads of dim {self.teacher.dim}")
         self.records, self.seconds = [], 0.0
-        self._units = (start.x_scale, start.y_scale)
-        self._truth = MultiHeadAttention(self.teacher.thetas * start.x_scale ** 2,
-                                         self.teacher.ws * (start.x_scale / start.y_scale))
+        self._units, self._truth = start, start.to_fit_units(self.teacher)
+        return {}
 
-    def _parameter_error(self, model: MultiHeadAttention) -> float:
-        """Head-matched parameter error of a layer in the fit's units, measured in the data's units
-        (as the returned layer would be: the error mixes Θ and W, so it depends on the units)."""
-        x_scale, y_scale = self._units
-        returned = MultiHeadAttention(model.thetas / x_scale ** 2, model.ws * (y_scale / x_scale))
-        return parameter_error(returned, self.teacher)["total"]
-
-    # One method per phase name (see mhalearn.learners.chen_li.fit and the learners).
-
-    def _crude_sum(self, result) -> dict:
+    def _observe_crude_sum(self, result) -> dict:
         return {"w_sum_error": w_sum_error(result.w_sum, self._truth)}
 
-    def _sculpt(self, result) -> dict:
+    def _observe_sculpt(self, result) -> dict:
         return {"precision": agreement_precision(result.rows, self._truth),
                 "teacher_feasible_fraction": teacher_feasible_fraction(result.slabs, self._truth)}
 
-    def _refined_sum(self, result) -> dict:
+    def _observe_refined_sum(self, result) -> dict:
         figures = {"refined_w_sum_error": w_sum_error(result.w_sum, self._truth)}
         if result.theta_bar is not None:
             figures["theta_bar_distance"] = span_distance(result.theta_bar[None, :], self._truth)
@@ -181,7 +176,7 @@ class TeacherObserver:
                                                                              step.eta, self._truth)
         return figures
 
-    def _span(self, result) -> dict:
+    def _observe_span(self, result) -> dict:
         if result.basis is None:
             return {}
         figures = {"distance": span_distance(result.basis, self._truth),
@@ -202,14 +197,14 @@ class TeacherObserver:
                 span_basis(point, result.long_directions, len(result.basis)), self._truth)
         return figures
 
-    def _moment(self, result) -> dict:
+    def _observe_moment(self, result) -> dict:
         return {"distance": span_distance(result.basis, self._truth)}
 
-    def _selection(self, result) -> dict:
+    def _observe_selection(self, result) -> dict:
         return {"parameter_error_least_squares": self._parameter_error(result.least_squares_model),
                 "parameter_error": self._parameter_error(result.model)}
 
-    def _restart(self, result) -> dict:
+    def _observe_restart(self, result) -> dict:
         return {"parameter_error": self._parameter_error(result.model)}
 
     # Reading the records.

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation import TeacherObserver
-from ..learners.chen_li import BodySettings, SearchSettings, sculpt_span, search_and_select
+from ..learners.chen_li import BodySettings, SearchSettings, certificate_bounds, sculpt_span, search_and_select
 from ..learners.report import Notifier
 from ..learners.streams import TeacherSource
 from ..seeding import seeded_rng
@@ -115,8 +115,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
         n_val = max(1, len(X) // 5)
         net, selection = search_and_select(
             X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], span.basis, search_settings.radius(span.head_norm, heads),
-            heads, search_settings, rng, label_bound=float(np.sqrt(np.max(np.sum(Y ** 2, axis=(1, 2))))),
-            token_norm=float(np.sqrt(dim)))
+            heads, search_settings, rng, **certificate_bounds(X, Y))
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
         metrics.update(candidates=net.candidates, net_seconds=net.seconds,
                        test_error=relative_error(selection.least_squares_model, teacher, X_test))

@@ -17,6 +17,7 @@ from .._validation import (
     check_sample_weight,
 )
 from ..attention.model import MultiHeadAttention
+from .chen_li.phase6_select import certificate_bounds
 from .report import FitStart, Notifier, ZeroLabelsReport
 
 
@@ -87,12 +88,12 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
                                             y_scale=y_scale)
             self.n_features_in_ = d
             return self
-        notify("start", FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale,
-                                 y_scale=y_scale))
+        units = FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale, y_scale=y_scale)
+        notify("start", units)
         X_std, Y_std = X / x_scale, Y / y_scale
-        # Label and token bounds for the held-out certificate, in standardised units.
-        self.label_bound_ = float(np.sqrt(np.max(np.sum(Y_std ** 2, axis=(1, 2)))))
-        self.token_norm_ = float(np.sqrt(np.max(np.sum(X_std ** 2, axis=2))))
+        # The held-out certificate's assumptions (phase 6), in standardised units.
+        bounds = certificate_bounds(X_std, Y_std)
+        self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
         rng = as_generator(self.random_state)
         order = rng.permutation(n)
         val, train = order[:n_val], order[n_val:]
@@ -102,8 +103,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         with threadpool_limits(limits=1, user_api="blas"):
             layers, fields = self._fit(X_std[train], Y_std[train], X_std[val], Y_std[val], rng, notify)
         for name, layer in layers.items():
-            setattr(self, f"{name}_", MultiHeadAttention(layer.thetas / x_scale ** 2,
-                                                         layer.ws * (y_scale / x_scale)))
+            setattr(self, f"{name}_", units.to_data_units(layer))
         self.report_ = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,
                                           x_scale=x_scale, y_scale=y_scale, **fields)
         self.n_features_in_ = d

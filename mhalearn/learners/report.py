@@ -123,6 +123,14 @@ class FitStart(PhaseResult):
     x_scale: float
     y_scale: float
 
+    def to_data_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
+        """A layer fitted on X / x_scale, Y / y_scale as the layer of X and Y (Θ / x_scale², W · y_scale / x_scale)."""
+        return MultiHeadAttention(layer.thetas / self.x_scale ** 2, layer.ws * (self.y_scale / self.x_scale))
+
+    def to_fit_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
+        """A layer of X and Y as the layer of X / x_scale, Y / y_scale (the inverse of :meth:`to_data_units`)."""
+        return MultiHeadAttention(layer.thetas * self.x_scale ** 2, layer.ws * (self.x_scale / self.y_scale))
+
 
 class Notifier:
     """Calls the fit's ``callback(phase, result)`` and keeps the time spent in it out of the fit's."""

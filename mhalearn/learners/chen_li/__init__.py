@@ -31,12 +31,12 @@ from .phase2_sculpt import SculptedBody, sculpt_body
 from .phase3_refine_sum import AlternatingRefit, CertifiedRefit, RefinedSum, refine_projection_sum
 from .phase4_span import SpanReading, read_span
 from .phase5_net import NetSearch, search_net
-from .phase6_select import Selection, select_candidate
+from .phase6_select import Selection, certificate_bounds, select_candidate
 from .settings import BodySettings, SearchSettings
 
 __all__ = [
     "crude_projection_sum", "sculpt_body", "refine_projection_sum", "read_span", "search_net", "select_candidate",
-    "sculpt_fit", "sculpt_span", "search_and_select",
+    "sculpt_fit", "sculpt_span", "search_and_select", "certificate_bounds",
     "CrudeSum", "SculptedBody", "RefinedSum", "CertifiedRefit", "AlternatingRefit", "SpanReading", "NetSearch",
     "Selection", "SpanSearchReport", "BodyPhases", "BodySettings", "SearchSettings",
 ]

@@ -27,7 +27,7 @@ from ..moment_route import MomentSpan, moment_span
 from ..report import LearnerReport, Notifier, certificate_line
 from ..streams import ArraySource
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
-from .phase2_sculpt import SculptedBody, sculpt_body
+from .phase2_sculpt import sculpt_body
 from .phase3_refine_sum import RefinedSum, refine_projection_sum
 from .phase4_span import SpanReading, read_span
 from .phase5_net import NetSearch, search_net

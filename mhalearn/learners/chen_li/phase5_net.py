@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +31,6 @@ from ..least_squares import solve_projections
 from ..report import PhaseResult, data_field
 from .cholesky import cholesky_in_place
 from .settings import SearchSettings
-
 
 
 @njit(inline="always", cache=True)
@@ -177,10 +175,14 @@ def score_net(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray, candidates
     """Relative residual of every candidate tuple, W solved by least squares.
 
     ``heads_points`` (P, d, d) are the net's attention matrices; features of
-    all points are computed once, their pairwise Gram blocks with one BLAS
-    product, and each candidate's normal equations are solved in Numba.
+    the points the candidates use (every point when every tuple is scored)
+    are computed once, their pairwise Gram blocks with one BLAS product, and
+    each candidate's normal equations are solved in Numba.
     """
     n, k, d = X.shape
+    used, inverse = np.unique(candidates.ravel(), return_inverse=True)
+    candidates = inverse.reshape(candidates.shape)
+    heads_points = heads_points[used]
     P = heads_points.shape[0]
     features = kernels.head_features(X, heads_points).transpose(0, 2, 1, 3).reshape(n * k, P * d)
     targets = Y.reshape(n * k, d)

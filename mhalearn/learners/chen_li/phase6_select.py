@@ -62,6 +62,14 @@ def polish(X, Y, X_val, Y_val, scored, *, max_iter: int, tolerance: float = 1e-1
     return best_model, best_val, runs
 
 
+def certificate_bounds(X: np.ndarray, Y: np.ndarray) -> dict:
+    """The certificate's assumptions from the examples seen: ``label_bound``, the largest label norm
+    ‖Y‖_F of a sequence, and ``token_norm``, the largest token norm ‖x_j‖ (keywords of
+    :func:`select_candidate`)."""
+    return {"label_bound": float(np.sqrt(np.max(np.sum(Y ** 2, axis=(1, 2))))),
+            "token_norm": float(np.sqrt(np.max(np.sum(X ** 2, axis=2))))}
+
+
 def _output_bound(model: MultiHeadAttention, token_norm: float, length: int) -> float:
     """A bound on ‖F̂(X)‖_F over inputs whose tokens have norm ≤ ``token_norm``.
 
@@ -147,7 +155,8 @@ def select_candidate(X, Y, X_val, Y_val, candidates, settings: SearchSettings, *
     settings : ``refine`` ("none": the paper's output; "lbfgs": ours),
         ``refine_iter`` and ``delta``.
     label_bound, token_norm : the largest label norm and token norm seen,
-        the assumptions of the certificate (:func:`selection_certificate`).
+        the assumptions of the certificate (:func:`selection_certificate`;
+        :func:`certificate_bounds` computes them from the examples).
     """
     start = time.perf_counter()
     scored = least_squares_candidates(X, Y, X_val, Y_val, candidates)
