@@ -183,3 +183,81 @@ def test_certificate_covers_the_true_error_and_tightens_with_samples():
             assert certificate["empirical_error"] == pytest.approx(truth, rel=0.5 if samples == 500 else 0.1)
             bounds.setdefault(samples, []).append(certificate["bound"])
     assert np.median(bounds[20_000]) < 0.2 * np.median(bounds[500])
+
+
+def test_best_rows_are_the_smallest_residuals_within_the_simplex(rng):
+    count = 200
+    residual = rng.uniform(0, 1, count)
+    violation = np.where(rng.uniform(size=count) < 0.3, 0.5, 0.0)
+    rows = agreement.AgreementRows(np.zeros((count, 3, 2)), np.zeros(count, int), np.zeros((count, 2)),
+                                   np.zeros((count, 3)), np.zeros((count, 3)), residual, violation, count)
+    best = rows.best(25, simplex_tol=0.02)
+    usable = np.flatnonzero(violation == 0.0)
+    expected = np.sort(usable[np.argsort(residual[usable])[:25]])
+    np.testing.assert_array_equal(np.sort(np.flatnonzero(np.isin(residual, best.residual))), expected)
+    assert len(rows.best(10_000)) == len(usable)
+
+
+def test_pool_keeps_the_best_rows_of_each_block_within_its_budget():
+    teacher = mhalearn.sample_teacher(2, 7, rng=21)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
+    source = ArraySource(X, Y, block_size=1000)
+    w_sum = teacher.projection_sum
+    pool = agreement.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800)
+    # The budget binds (0.5 of 16 000 rows > 800): each block keeps its best 5 % (of the rows within
+    # the loose simplex test), not a random subsample of its best half.
+    expected = []
+    for start in range(0, 4000, 1000):
+        _, residuals, violations, _ = agreement.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
+        usable = violations <= 0.2
+        expected.append(np.sort(residuals[usable & (residuals <= np.quantile(residuals[usable], 800 / 16_000))]))
+    np.testing.assert_array_equal(np.sort(pool.residual), np.sort(np.concatenate(expected)))
+    assert 600 <= len(pool) <= 800
+
+
+def test_rows_of_a_slab_system_repeat_their_constraints(rng):
+    E, H = rng.standard_normal((6, 4)), rng.standard_normal((3, 4))
+    slabs = agreement.SlabSystem(E, np.arange(6.0), np.ones(6), H, np.arange(3.0), np.array([0, 0, 1, 2, 2, 3]),
+                                 np.array([1, 3, 3]))
+    picked = slabs.of_rows(np.array([3, 0, 3]))
+    np.testing.assert_array_equal(picked.slab_row, [0, 0, 3, 3])
+    np.testing.assert_array_equal(picked.b, [0.0, 1.0, 5.0, 5.0])
+    np.testing.assert_array_equal(picked.halfspace_row, [3, 3, 3, 3])
+
+
+def _planted_hull_slabs(rng, dim2=16, rows=400, outliers=40, noise=0.0):
+    """Slabs of rows consistent with the line through two points, plus rows that are not."""
+    heads = rng.standard_normal((2, dim2))
+    normal_rows = rng.standard_normal((rows, dim2))
+    normal_rows -= np.outer(normal_rows @ (heads[0] - heads[1]), heads[0] - heads[1]) / np.sum(
+        (heads[0] - heads[1]) ** 2)  # flat along the hull
+    b = normal_rows @ heads[0] + noise * rng.standard_normal(rows)
+    bad = rng.standard_normal((outliers, dim2))
+    E = np.vstack([normal_rows, bad])
+    b = np.concatenate([b, bad @ heads[0] + 3.0 * rng.standard_normal(outliers) + bad @ (heads[1] - heads[0])])
+    count = rows + outliers
+    slabs = agreement.SlabSystem(E, b, np.ones(count), np.zeros((0, dim2)), np.zeros(0), np.arange(count),
+                                 np.zeros(0, int))
+    return slabs, heads
+
+
+def test_trimmed_hull_drops_rows_that_disagree_and_recovers_the_span(rng):
+    slabs, heads = _planted_hull_slabs(rng, noise=0.01)
+    truth = mhalearn.MultiHeadAttention(heads.reshape(2, 4, 4), np.zeros((2, 4, 4)))
+    centre, long_directions, _ = phase4_span.read_affine_hull(slabs, 2)
+    plain = span_distance(phase4_span.span_basis(centre, long_directions, 2), truth)
+    centre, long_directions, _, kept = phase4_span.trimmed_affine_hull(slabs, 2, trim=3.0)
+    trimmed = span_distance(phase4_span.span_basis(centre, long_directions, 2), truth)
+    assert plain > 0.05 and trimmed < plain / 10
+    assert np.all(kept < 400) and len(kept) >= 360  # every row off the hull dropped, few on it
+
+
+def test_bootstrap_error_grows_with_the_noise_of_the_slabs(rng):
+    estimates = []
+    for noise in (0.0, 0.01, 0.1):
+        slabs, _ = _planted_hull_slabs(np.random.default_rng(5), outliers=0, noise=noise)
+        centre, long_directions, _ = phase4_span.read_affine_hull(slabs, 2)
+        basis = phase4_span.span_basis(centre, long_directions, 2)
+        estimates.append(phase4_span.bootstrap_span_error(slabs, np.arange(400), basis, 2, resamples=16, level=0.9,
+                                                          rng=np.random.default_rng(6)))
+    assert estimates[0] < 1e-8 < estimates[1] < estimates[2]

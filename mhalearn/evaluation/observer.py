@@ -129,7 +129,7 @@ class TeacherObserver:
         self.random_state = random_state
         self.records: list[tuple[str, dict, float]] = []
         self.seconds = 0.0
-        self._truth, self._units = teacher, None
+        self._truth, self._units, self._last_rows = teacher, None, None
 
     def __call__(self, phase: str, result) -> None:
         start = time.perf_counter()
@@ -151,7 +151,7 @@ class TeacherObserver:
         if (start.heads, start.dim) != (self.teacher.heads, self.teacher.dim):
             raise ValueError(f"teacher: expected {start.heads} heads of dim {start.dim} (the learner's and the "
                              f"data's), received {self.teacher.heads} heads of dim {self.teacher.dim}")
-        self.records, self.seconds = [], 0.0
+        self.records, self.seconds, self._last_rows = [], 0.0, None
         self._units, self._truth = start, start.to_fit_units(self.teacher)
         return {}
 
@@ -159,6 +159,7 @@ class TeacherObserver:
         return {"w_sum_error": w_sum_error(result.w_sum, self._truth)}
 
     def _observe_sculpt(self, result) -> dict:
+        self._last_rows = result.rows
         return {"precision": agreement_precision(result.rows, self._truth),
                 "teacher_feasible_fraction": teacher_feasible_fraction(result.slabs, self._truth)}
 
@@ -181,7 +182,10 @@ class TeacherObserver:
             return {}
         figures = {"distance": span_distance(result.basis, self._truth),
                    "centre_distance": span_distance(span_basis(result.centre, result.long_directions,
-                                                               len(result.basis)), self._truth)}
+                                                               len(result.basis)), self._truth),
+                   "estimated_error": result.estimated_error}
+        if self._last_rows is not None and result.kept is not None:
+            figures["kept_precision"] = agreement_precision(self._last_rows.subset(result.kept), self._truth)
         if self.compare_min_norm:
             figures.update(self._min_norm_comparison(result))
         return figures

@@ -105,6 +105,7 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
         "crude_w_sum_error": observer.figure("crude_sum", "w_sum_error"),
         "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
         "span_distance": observer.span_distance("body"),
+        "estimated_error": span.estimated_error,
         "refused": span.refused,
         "spectral_gap": span.spectral_gap,
         "body_seconds": phases.seconds,
@@ -125,16 +126,23 @@ def run_sculpt_vs_m_cell(cell: dict) -> dict:
             for key, value in metrics.items()}
 
 
+def _span_or_one(row: dict) -> float:
+    """The body's span distance, 1 when it refused (no span used) or read none."""
+    if row.get("refused") is not None or row.get("span_distance") is None:
+        return 1.0
+    return row["span_distance"]
+
+
 def samples_to_target(rows: list[dict], target: float = SPAN_TARGET) -> dict[int, float]:
     """Per m, the smallest n whose median span distance over seeds is ≤ ``target`` (inf if none).
 
-    A refusal counts as distance 1 (no span).
+    A refusal counts as distance 1 (no span), whatever the refused span's distance.
     """
     needed = {}
     for (heads,), group in group_rows(rows, ["heads"]).items():
         needed[heads] = math.inf
         for (samples,), cells in group_rows(group, ["samples"]).items():
-            distances = [1.0 if row.get("span_distance") is None else row["span_distance"] for row in cells]
+            distances = [_span_or_one(row) for row in cells]
             if float(np.median(distances)) <= target:
                 needed[heads] = samples
                 break
@@ -146,8 +154,7 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     if not rows:
         raise ValueError("rows: expected stored results of sculpt-vs-m, received none (run the sweep first)")
     out_dir = Path(out_dir)
-    rows = [{**row, "span_or_one": 1.0 if row.get("span_distance") is None else row["span_distance"]}
-            for row in rows]
+    rows = [{**row, "span_or_one": _span_or_one(row)} for row in rows]
     heads_values = sorted({row["heads"] for row in rows})
     samples_values = sorted({row["samples"] for row in rows})
     names = [f"m = {heads}" for heads in heads_values]

@@ -85,7 +85,13 @@ class SculptLearner(SpanSearchLearner):
         Certification: a certified row has ≥ 1 − η of every head's weight on
         one token; candidates are the rows to which Θ̄ gives that much.
     refit_iterations : int
-        Iterations of our alternating refit of Ŵ_Σ (0: the paper's refit only).
+        Iterations of our alternating refit of Ŵ_Σ in all (0: the paper's refit only).
+    refit_rows : int
+        Rows each iteration of our refit fits Ŵ_Σ on: the best-explained
+        rows of the pool, at most ``quantile`` of all rows (a trimmed fit).
+    refit_rounds : int
+        Pools our refit draws from the whole stream: it draws again under
+        the new Ŵ_Σ when Ŵ_Σ has moved by more than 0.5 % since the last draw.
     pool_fraction : float
         Share of rows (per block) kept as candidates during the alternating refit.
     min_equalities : int or None
@@ -93,7 +99,21 @@ class SculptLearner(SpanSearchLearner):
         fewer than d²); with fewer the body refuses and the moment route is used.
     min_gap : float
         At m ≥ 2 the m − 1 long directions must be separated from the thin
-        ones by this ratio of singular values, or the body refuses.
+        ones by this ratio of singular values, or the body refuses (default
+        1: no refusal on the gap; ``max_span_error`` decides).
+    hull_trim : float
+        The affine hull is read again without the rows whose slabs disagree
+        with it by more than this multiple of the median row's (a trimmed,
+        robust hull).
+    max_span_error : float
+        The body refuses when the bootstrap estimate of its span's error
+        (sin of the largest principal angle) exceeds this.  The estimate runs
+        up to 2× high when few rows are kept (≈ 350 kept rows for d² = 196);
+        0.15 separated, on development fits (m = 2, 3), the spans within 0.1
+        of the truth from those beyond 0.11.
+    bootstrap_resamples, bootstrap_level : int, float
+        Resamples of the kept rows of K*, and the quantile of their span
+        distances taken as the estimate of the span's error.
     span_point : {"centre", "min_norm"}
         The point of K* whose direction completes the span: the centre of
         the slab system (default), or K*'s minimum-norm point (the paper's
@@ -164,9 +184,15 @@ class SculptLearner(SpanSearchLearner):
         "max_constraints": [Integer(1)],
         "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
         "refit_iterations": [Integer(0)],
+        "refit_rows": [Integer(1)],
+        "refit_rounds": [Integer(1)],
         "pool_fraction": [Real(0.0, 1.0, low_open=True)],
         "min_equalities": [None, Integer(1)],
         "min_gap": [Real(1.0)],
+        "hull_trim": [Real(1.0, low_open=True)],
+        "max_span_error": [Real(0.0, 1.0, low_open=True)],
+        "bootstrap_resamples": [Integer(2)],
+        "bootstrap_level": [Real(0.0, 1.0)],
         "span_point": [Options("centre", "min_norm")],
         "span_route": [Options("auto", "body", "moment")],
     }
@@ -174,8 +200,11 @@ class SculptLearner(SpanSearchLearner):
     def __init__(self, heads: int, *, quantile: float | None = None, residual_tol: float = 0.02,
                  simplex_tol: float = 0.02, w_min: float = 0.02, slab_width: float = 20.0,
                  slab_floor: float = 0.02, max_rows: int = 20_000, max_constraints: int = 1500,
-                 eta: float = 0.05, refit_iterations: int = 40, pool_fraction: float = 0.1,
-                 min_equalities: int | None = None, min_gap: float = 2.0, span_point: str = "centre",
+                 eta: float = 0.05, refit_iterations: int = 100, refit_rows: int = 4000,
+                 refit_rounds: int = 4, pool_fraction: float = 0.1,
+                 min_equalities: int | None = None, min_gap: float = 1.0, hull_trim: float = 3.0,
+                 max_span_error: float = 0.15, bootstrap_resamples: int = 24, bootstrap_level: float = 0.9,
+                 span_point: str = "centre",
                  norm_bound: float = 12.0, span_route: str = "auto", search: str = "net",
                  net_radius: float | None = None, net_resolution: float | None = None,
                  max_candidates: int = 200_000, score_samples: int = 256, keep: int = 4,

@@ -37,6 +37,7 @@ Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -283,6 +284,13 @@ class AgreementRows:
         when both are given) or at most ``residual_tol``."""
         return self.subset(_accepted(self.residual, self.violation, quantile, residual_tol, simplex_tol))
 
+    def best(self, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
+        """The ``count`` rows within ``simplex_tol`` of the simplex with the smallest relative residuals."""
+        usable = np.flatnonzero((self.violation <= simplex_tol) & np.isfinite(self.residual))
+        if len(usable) > count:
+            usable = usable[np.argsort(self.residual[usable], kind="stable")[:count]]
+        return self.subset(np.sort(usable))
+
     def mixed_tokens(self) -> np.ndarray:
         """âᵀ X for every row, shape (c, d): y_ℓ = (âᵀX) W_Σ on a true agreement row."""
         return np.einsum("cj,cjd->cd", self.pattern, self.tokens)
@@ -366,6 +374,15 @@ class SlabSystem:
     def equalities(self) -> int:
         return len(self.b)
 
+    def of_rows(self, rows: np.ndarray) -> "SlabSystem":
+        """The constraints of the accepted rows ``rows`` (indices, repeats allowed: a row drawn twice
+        gives its constraints twice)."""
+        counts = np.bincount(rows, minlength=max(self.slab_row.max(initial=-1), self.halfspace_row.max(initial=-1)) + 1)
+        slabs = np.repeat(np.arange(len(self.b)), counts[self.slab_row])
+        halves = np.repeat(np.arange(len(self.g)), counts[self.halfspace_row])
+        return SlabSystem(E=self.E[slabs], b=self.b[slabs], t=self.t[slabs], H=self.H[halves], g=self.g[halves],
+                          slab_row=self.slab_row[slabs], halfspace_row=self.halfspace_row[halves])
+
     def weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
         """(E/t, b/t): the equality system with each slab scaled to unit half-width."""
         return self.E / self.t[:, None], self.b / self.t
@@ -418,11 +435,20 @@ def slab_constraints(rows: AgreementRows, *, w_min: float = 0.02, kappa: float =
 
 def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
               rng: np.random.Generator | None = None) -> AgreementRows:
-    """Candidate agreement rows: the best ``pool_fraction`` of every block under Ŵ_Σ.
+    """Candidate agreement rows: the best rows of every block under Ŵ_Σ, about ``max_pool`` in all.
 
-    The simplex test is ten times looser than for acceptance, since the
-    patterns of a candidate move as Ŵ_Σ is refined (phase 3).
+    Each block keeps its best share min(``pool_fraction``, ``max_pool`` / rows
+    of the source) by relative residual, so a longer stream gives a more
+    selective pool rather than a random subsample of a loose one: at m = 3
+    agreement rows are ~10⁻⁴ of all rows, and a random cap would throw most
+    of them away.  With ``pool_fraction = 1`` (m = 1: every row agrees) the
+    pool is a random sample of ``max_pool`` rows instead, so that it is not
+    biased towards the rows the crude Ŵ_Σ happens to fit.  The simplex test
+    is ten times looser than for acceptance, since the patterns of a
+    candidate move as Ŵ_Σ is refined (phase 3).
     """
+    if pool_fraction < 1.0 and max_pool is not None:
+        pool_fraction, max_pool = min(pool_fraction, max_pool / (source.samples * source.length)), None
     return find_agreement_rows(source, w_sum, quantile=pool_fraction, simplex_tol=10 * simplex_tol,
                                max_rows=max_pool, rng=rng)
 
@@ -468,7 +494,7 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
                          max_pool=settings.max_pool_for(heads), rng=rng)
-        rows = pool.accept(quantile=quantile / pool_fraction, simplex_tol=settings.simplex_tol)
+        rows = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows), simplex_tol=settings.simplex_tol)
     elif rule == "absolute":
         rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
                                    simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)

@@ -130,61 +130,68 @@ def agreement_refit(rows: AgreementRows) -> np.ndarray | None:
 
 
 def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, iterations: int,
-                               pool_fraction: float = 0.1, refresh: float = 0.15, tolerance: float = 1e-3,
-                               simplex_tol: float = 0.02, max_pool: int | None = None,
-                               pool: AgreementRows | None = None, rng: np.random.Generator | None = None,
-                               callback=None):
+                               refit_rows: int = 4000, rounds: int = 4, pool_fraction: float = 0.1,
+                               redraw_tol: float = 5e-3, tolerance: float = 1e-3, simplex_tol: float = 0.02,
+                               max_pool: int | None = None, pool: AgreementRows | None = None,
+                               rng: np.random.Generator | None = None, callback=None):
     """Ours, not Chen & Li: alternate decoding and refitting Ŵ_Σ on the agreement rows.
 
-    A *pool* of candidate rows — the best ``pool_fraction`` of every block by
-    relative residual under the current Ŵ_Σ (:func:`draw_pool`; ``pool`` if
-    given, drawn under the starting Ŵ_Σ) — is kept; each iteration
-    re-decodes it with the current Ŵ_Σ, accepts its best rows (the share
-    ``quantile / pool_fraction`` of the pool, i.e. the best ``quantile`` of
-    all rows, within ``simplex_tol`` of the simplex) and refits Ŵ_Σ by least
-    squares of y_ℓ on âᵀX over them.  The pool is drawn again from the
-    source once Ŵ_Σ has moved by more than ``refresh`` (relative) since it
-    was drawn.  Stops when Ŵ_Σ moves by less than ``tolerance`` or the pool's
-    agreement fit — the median relative residual of the accepted rows, a
-    gauge of Ŵ_Σ from the data alone — gets worse.  ``callback(iteration, w_sum,
-    accepted)`` sees every iteration.
+    A *pool* of candidate rows — the best rows of every block by relative
+    residual under the current Ŵ_Σ, about ``max_pool`` in all
+    (:func:`draw_pool`; ``pool`` if given, drawn under the starting Ŵ_Σ) —
+    is kept.  Each iteration re-decodes the pool with the current Ŵ_Σ, keeps
+    its best rows — min(⌈``quantile`` · rows scanned⌉, ``refit_rows``) of
+    them, within ``simplex_tol`` of the simplex — and refits Ŵ_Σ by least
+    squares of y_ℓ on âᵀX over them.  Keeping only the best-explained rows is
+    a trimmed fit: a non-agreement row is explained worse by a better Ŵ_Σ,
+    so it drops out as Ŵ_Σ improves.  A *round* ends when Ŵ_Σ moves by less
+    than ``tolerance`` or the pool's agreement fit — the median relative
+    residual of the kept rows, a gauge of Ŵ_Σ from the data alone — gets
+    worse; the pool is then drawn again from the whole stream under the new
+    Ŵ_Σ if Ŵ_Σ moved by more than ``redraw_tol`` since the pool was drawn
+    (the rows a crude Ŵ_Σ ranks best hold few of the agreement rows), for at
+    most ``rounds`` draws and ``iterations`` iterations in all.
+    ``callback(iteration, w_sum, kept)`` sees every iteration.
 
-    Returns the final Ŵ_Σ and one dict per iteration (agreement fit, rows
-    accepted, relative change, whether the pool was redrawn).
+    Returns the final Ŵ_Σ and one dict per iteration (round, agreement fit,
+    rows kept, relative change, why the last one stopped).
     """
-    share = min(1.0, quantile / pool_fraction)
-    history, drawn_at = [], w_sum
-    previous_fit = math.inf
-    for iteration in range(iterations):
-        redraw = pool is None or np.linalg.norm(w_sum - drawn_at) > refresh * np.linalg.norm(drawn_at)
-        if redraw:
+    history, drawn, drawn_at = [], 0, w_sum
+    stopped = "no iteration"
+    while len(history) < iterations:
+        if pool is None or drawn > 0 or history:
             pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=simplex_tol,
                              max_pool=max_pool, rng=rng)
-            drawn_at, previous_fit = w_sum, math.inf
-        elif iteration > 0:
-            pool = pool.redecode(w_sum)
-        accepted = pool.accept(quantile=share, simplex_tol=simplex_tol)
-        fit = float(np.median(accepted.residual)) if len(accepted) else math.inf
-        if callback is not None:
-            callback(iteration, w_sum, accepted)
-        if fit > previous_fit:
-            history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw, "stopped": "worse"})
+        drawn += 1
+        drawn_at, previous_fit = w_sum, math.inf
+        count = min(math.ceil(quantile * pool.scanned), refit_rows)
+        while len(history) < iterations:
+            if len(history) and history[-1]["round"] == drawn:
+                pool = pool.redecode(w_sum)
+            kept = pool.best(count, simplex_tol=simplex_tol)
+            fit = float(np.median(kept.residual)) if len(kept) else math.inf
+            if callback is not None:
+                callback(len(history), w_sum, kept)
+            entry = {"round": drawn, "agreement_fit": fit, "rows": len(kept)}
+            history.append(entry)
+            if fit > previous_fit:
+                stopped = entry["stopped"] = "worse"
+                break
+            previous_fit = fit
+            refit = agreement_refit(kept)
+            if refit is None:
+                stopped = entry["stopped"] = "too few rows"
+                break
+            entry["change"] = float(np.linalg.norm(refit - w_sum) / np.linalg.norm(w_sum))
+            w_sum = refit
+            if entry["change"] < tolerance:
+                stopped = entry["stopped"] = "converged"
+                break
+        else:
+            stopped = history[-1]["stopped"] = "out of iterations"
+        if stopped == "too few rows" or drawn >= rounds or (
+                np.linalg.norm(w_sum - drawn_at) <= redraw_tol * np.linalg.norm(drawn_at)):
             break
-        previous_fit = fit
-        refit = agreement_refit(accepted)
-        if refit is None:
-            history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw,
-                            "stopped": "too few rows"})
-            break
-        change = float(np.linalg.norm(refit - w_sum) / np.linalg.norm(w_sum))
-        history.append({"agreement_fit": fit, "rows": len(accepted), "redrawn": redraw, "change": change})
-        w_sum = refit
-        if change < tolerance:
-            history[-1]["stopped"] = "converged"
-            break
-    else:
-        if history:
-            history[-1]["stopped"] = "out of iterations"
     return w_sum, history
 
 
@@ -211,14 +218,15 @@ class CertifiedRefit(PhaseResult):
 
 @dataclass(frozen=True, kw_only=True)
 class AlternatingRefit(PhaseResult):
-    """Our step: ``iterations`` of decoding and refitting from the ``start`` estimate.
+    """Our step: ``iterations`` of decoding and refitting from the ``start`` estimate, on ``rounds`` pools.
 
-    ``agreement_fit`` is the median relative residual of the last accepted
-    rows (a gauge of Ŵ_Σ from the data alone); ``stopped`` why the loop ended.
+    ``agreement_fit`` is the median relative residual of the last kept
+    rows (a gauge of Ŵ_Σ from the data alone); ``stopped`` why the last round ended.
     """
 
     start: str
     iterations: int
+    rounds: int
     agreement_fit: float
     stopped: str
     w_sum: np.ndarray = data_field()
@@ -297,12 +305,14 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
         step_start = time.perf_counter()
         refined, history = alternating_projection_sum(
             source, refined, quantile=settings.quantile_for(heads), iterations=settings.refit_iterations,
+            refit_rows=settings.refit_rows, rounds=settings.refit_rounds,
             pool_fraction=settings.pool_fraction_for(heads), simplex_tol=settings.simplex_tol,
             max_pool=settings.max_pool_for(heads), pool=None if certified_sum is not None else crude.pool,
             rng=rng)
         steps.append(AlternatingRefit(
             seconds=time.perf_counter() - step_start, start="crude" if certified_sum is None else "certified",
-            iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
+            iterations=len(history), rounds=history[-1]["round"] if history else 0,
+            agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
             stopped=history[-1]["stopped"] if history else "no iteration",
             w_sum=refined))
     return RefinedSum(seconds=time.perf_counter() - start, solver_status=solve.get("solver_status"),

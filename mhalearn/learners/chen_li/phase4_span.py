@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import subspace_angles
 
 from ..report import PhaseResult, data_field
 from .body import ConvexBody
@@ -53,6 +54,70 @@ def read_affine_hull(slabs: SlabSystem, heads: int) -> tuple[np.ndarray, np.ndar
     return centre, long_directions, {"singular_values": relative[-(heads + 2):].tolist(), "spectral_gap": gap}
 
 
+def hull_residuals(slabs: SlabSystem, centre: np.ndarray, long_directions: np.ndarray) -> np.ndarray:
+    """How far each accepted row's slabs are from holding on the whole hull, one value per row.
+
+    On a true agreement row every point of aff{Θ_i} satisfies the row's
+    log-ratios, so its scaled slabs (E/t)θ ≈ b/t hold at the centre and do
+    not change along the long directions.  A slab's residual is
+    |(E/t)·centre − b/t| plus ‖(E/t)Lᵀ‖·‖centre‖ (its change over a move as
+    long as the centre's norm, the scale of the heads); a row's is the
+    largest of its slabs' (0 for a row with none).
+    """
+    scaled_E, scaled_b = slabs.weighted_equalities()
+    residual = np.abs(scaled_E @ centre - scaled_b)
+    if len(long_directions):
+        residual += np.linalg.norm(scaled_E @ long_directions.T, axis=1) * np.linalg.norm(centre)
+    rows = np.zeros(max(slabs.slab_row.max(initial=-1), slabs.halfspace_row.max(initial=-1)) + 1)
+    np.maximum.at(rows, slabs.slab_row, residual)
+    return rows
+
+
+def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, rounds: int = 10):
+    """The affine hull read after trimming the rows that disagree with it (a robust :func:`read_affine_hull`).
+
+    Some accepted rows are not agreement rows (their heads' patterns differ
+    by more than the decoding can see); their slabs pull the least-squares
+    hull off aff{Θ_i}.  Alternately read the hull from the kept rows and keep
+    the rows whose :func:`hull_residuals` are at most ``trim`` times the
+    median of the kept rows', until the kept rows stop changing (at most
+    ``rounds`` times).
+
+    Returns the centre, the long directions, the singular-value figures
+    (:func:`read_affine_hull`) and the indices of the kept rows.
+    """
+    kept = np.unique(slabs.slab_row)
+    for _ in range(rounds):
+        centre, long_directions, info = read_affine_hull(slabs.of_rows(kept), heads)
+        residual = hull_residuals(slabs, centre, long_directions)
+        candidates = np.unique(slabs.slab_row)
+        survivors = candidates[residual[candidates] <= trim * np.median(residual[kept])]
+        if np.array_equal(survivors, kept) or slabs.of_rows(survivors).equalities < slabs.E.shape[1]:
+            break
+        kept = survivors
+    else:
+        centre, long_directions, info = read_affine_hull(slabs.of_rows(kept), heads)
+    return centre, long_directions, info, kept
+
+
+def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
+                         resamples: int, level: float, rng: np.random.Generator) -> float:
+    """An estimate of the span's error from the data: a quantile of its bootstrap distances.
+
+    Resamples the kept rows with replacement ``resamples`` times, reads the
+    span from each resample's slabs and returns the ``level`` quantile of
+    sin(largest principal angle) between it and ``basis``, the span read
+    from all kept rows.  It measures the spread the rows' sampling and
+    decoding put into the span (not a bias shared by every resample).
+    """
+    distances = []
+    for _ in range(resamples):
+        centre, long_directions, _ = read_affine_hull(slabs.of_rows(rng.choice(rows, len(rows))), heads)
+        estimate = span_basis(centre, long_directions, heads)
+        distances.append(float(np.sin(np.max(subspace_angles(estimate.T, basis.T)))))
+    return float(np.quantile(distances, level))
+
+
 def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np.ndarray:
     """Orthonormal basis (m, d²) of span{point} + span{long directions}."""
     stack = np.vstack([point[None, :], long_directions])
@@ -61,19 +126,26 @@ def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np
 
 @dataclass(frozen=True, kw_only=True)
 class SpanReading(PhaseResult):
-    """Phase 4's result: span{Θ_i} read from K*, or why the body refused.
+    """Phase 4's result: span{Θ_i} read from K*, and whether the body refuses it.
 
-    ``refused`` is None when the span was read.  ``spectral_gap`` is
-    σ_m/σ_{m−1} of the scaled slab matrix (inf at m = 1), ``singular_values``
-    its smallest m + 2 relative to the largest; ``head_norm`` the norm of the
-    point that completes the span (it sets the net's radius).  Data: the
-    orthonormal ``basis`` (m, d²), the centre, the long directions and the
-    slabs of K*.
+    ``refused`` is None when the span is used.  ``estimated_error`` is the
+    bootstrap estimate of the span's error (:func:`bootstrap_span_error`);
+    the body refuses when it exceeds ``max_span_error``.
+    ``spectral_gap`` is σ_m/σ_{m−1} of the scaled slab matrix (inf at
+    m = 1), ``singular_values`` its smallest m + 2 relative to the largest;
+    ``rows``/``kept_rows`` the accepted rows of K* with slabs and those the
+    trimmed hull kept; ``head_norm`` the norm of the point that completes the
+    span (it sets the net's radius).  Data: the orthonormal ``basis`` (m,
+    d²) — read even when refused, so an observer can judge the refusal —,
+    the centre, the long directions, the kept rows' indices and the slabs of K*.
     """
 
     refused: str | None = None
     equalities: int | None = None
     needed: int | None = None
+    rows: int | None = None
+    kept_rows: int | None = None
+    estimated_error: float | None = None
     spectral_gap: float | None = None
     singular_values: list | None = None
     span_point: str | None = None
@@ -82,18 +154,23 @@ class SpanReading(PhaseResult):
     basis: np.ndarray | None = data_field()
     centre: np.ndarray | None = data_field()
     long_directions: np.ndarray | None = data_field()
+    kept: np.ndarray | None = data_field()
     slabs: SlabSystem | None = data_field()
 
-    columns = ("refused", "spectral_gap", "equalities", "needed", "span_point")
+    columns = ("refused", "estimated_error", "kept_rows", "rows", "spectral_gap", "equalities", "span_point")
 
 
 def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.random.Generator) -> SpanReading:
     """Phase 4: K*'s long directions and the point that completes them, or a refusal.
 
-    Refuses with fewer than ``settings.equalities_needed(d)`` slabs, and at
-    m ≥ 2 when the spectral gap is below ``min_gap``; with
-    ``span_point="min_norm"`` also when K*'s minimum-norm problem fails.
-    ``rng`` subsamples K*'s constraints for that problem (only then).
+    Refuses with fewer than ``settings.equalities_needed(d)`` slabs; reads
+    the hull with trimming (:func:`trimmed_affine_hull`, ``hull_trim``);
+    refuses when the bootstrap estimate of the span's error
+    (:func:`bootstrap_span_error`, ``bootstrap_resamples`` at level
+    ``bootstrap_level``) exceeds ``max_span_error``, or at m ≥ 2 when the
+    spectral gap is below ``min_gap``; with ``span_point="min_norm"`` also
+    when K*'s minimum-norm problem fails.  ``rng`` draws the bootstrap's
+    resamples and subsamples K*'s constraints for the minimum-norm problem.
     """
     start = time.perf_counter()
     dim = int(round(math.sqrt(slabs.E.shape[1])))
@@ -102,18 +179,23 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     if slabs.equalities < needed:
         return SpanReading(seconds=time.perf_counter() - start,
                            refused=f"too few equalities ({slabs.equalities} < {needed})", **counts)
-    centre, long_directions, info = read_affine_hull(slabs, heads)
-    counts.update(info, centre=centre, long_directions=long_directions)
-    if heads > 1 and info["spectral_gap"] < settings.min_gap:
-        return SpanReading(seconds=time.perf_counter() - start, refused=(
-            f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"), **counts)
-    point = centre
+    centre, long_directions, info, kept = trimmed_affine_hull(slabs, heads, trim=settings.hull_trim)
+    point, refused = centre, None
     if settings.span_point == "min_norm":
-        body = ConvexBody(slabs, settings.norm_bound, max_constraints=settings.max_constraints, rng=rng)
+        body = ConvexBody(slabs.of_rows(kept), settings.norm_bound, max_constraints=settings.max_constraints,
+                          rng=rng)
         point, solve = body.min_norm_point()
         counts["min_norm_status"] = solve["solver_status"]
         if point is None:
-            return SpanReading(seconds=time.perf_counter() - start, refused=(
-                f"minimum-norm problem of K* {solve['solver_status']}"), **counts)
-    return SpanReading(seconds=time.perf_counter() - start, head_norm=max(float(np.linalg.norm(point)), 1e-3),
-                       basis=span_basis(point, long_directions, heads), **counts)
+            point, refused = centre, f"minimum-norm problem of K* {solve['solver_status']}"
+    basis = span_basis(point, long_directions, heads)
+    estimate = bootstrap_span_error(slabs, kept, basis, heads, resamples=settings.bootstrap_resamples,
+                                    level=settings.bootstrap_level, rng=rng)
+    if refused is None and estimate > settings.max_span_error:
+        refused = f"estimated span error {estimate:.3f} > {settings.max_span_error}"
+    if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
+        refused = f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"
+    counts.update(info, centre=centre, long_directions=long_directions, kept=kept,
+                  rows=len(np.unique(slabs.slab_row)), kept_rows=len(kept))
+    return SpanReading(seconds=time.perf_counter() - start, refused=refused, estimated_error=estimate,
+                       head_norm=max(float(np.linalg.norm(point)), 1e-3), basis=basis, **counts)

@@ -29,10 +29,16 @@ class BodySettings:
     max_rows: int = 20_000
     max_constraints: int = 1500
     eta: float = 0.05
-    refit_iterations: int = 40
+    refit_iterations: int = 100
+    refit_rows: int = 4000
+    refit_rounds: int = 4
     pool_fraction: float = 0.1
     min_equalities: int | None = None
-    min_gap: float = 2.0
+    min_gap: float = 1.0
+    hull_trim: float = 3.0
+    max_span_error: float = 0.15
+    bootstrap_resamples: int = 24
+    bootstrap_level: float = 0.9
     span_point: str = "centre"
     norm_bound: float = 12.0
 
