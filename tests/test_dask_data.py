@@ -5,7 +5,9 @@ process (TeacherSource / ArraySource on the same blocks): the Dask runs must
 give the same bits whatever the scheduler and the number of workers.
 """
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import dask
 import dask.array as da
@@ -20,13 +22,24 @@ from mhalearn.learners.base import root_mean_square
 from mhalearn.learners.chen_li import phase1_crude_sum, phase2_sculpt, phase3_refine_sum
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
-from mhalearn.learners.chen_li.settings import BodySettings
+from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.learners.dask_data import dask_statistics, split_blocks
 from mhalearn.learners.streams import ArraySource, DaskSource, TeacherSource
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
 SCHEDULERS = ("sync", "threads", "processes")
+
+
+@pytest.fixture(scope="module")
+def process_pool():
+    """Two worker processes for Dask's "processes" scheduler, started once (a new pool per pass is slow)."""
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+def _scheduler(name: str, pool):
+    return dask.config.set(scheduler=name, pool=pool) if name == "processes" else dask.config.set(scheduler=name)
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +72,12 @@ def _assert_same_bits(first: dict, second: dict):
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
 
 
-def test_passes_give_the_same_bits_on_every_scheduler(teacher):
+def test_passes_give_the_same_bits_on_every_scheduler(teacher, process_pool):
     X, Y, seed = _lazy(teacher)
     with threadpool_limits(limits=1, user_api="blas"):
         reference = _pass_results(TeacherSource(teacher, SAMPLES, LENGTH, seed=seed, block_size=CHUNK), teacher)
         for scheduler in SCHEDULERS:
-            with dask.config.set(scheduler=scheduler):
+            with _scheduler(scheduler, process_pool):
                 _assert_same_bits(_pass_results(DaskSource(X, Y), teacher), reference)
     # The caps and the early stop did their work: fewer rows kept than found, not every block read.
     assert len(reference["rows_query"]) <= 300 + 5 < reference["found"]
@@ -117,12 +130,12 @@ def one_head_data():
     return teacher, X, Y
 
 
-def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data):
+def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, process_pool):
     teacher, X, Y = one_head_data
     with dask.config.set(scheduler="sync"):
         reference = _fit_figures(X, Y)
     for scheduler in SCHEDULERS[1:]:
-        with dask.config.set(scheduler=scheduler):
+        with _scheduler(scheduler, process_pool):
             _assert_same_bits(_fit_figures(X, Y), reference)
     # And it learned: one head is recovered from the body's span.
     X_test = mhalearn.boolean_inputs(500, 3, 6, rng=23)
@@ -130,7 +143,6 @@ def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data):
     assert mhalearn.relative_error(learned, teacher, X_test) < 1e-6
 
 
-@pytest.mark.slow
 def test_fit_same_bits_on_a_local_cluster(one_head_data):
     distributed = pytest.importorskip("distributed")
     _, X, Y = one_head_data
@@ -155,7 +167,7 @@ def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
     assert learner.report_.x_scale == 1.0 and len(X_train) == 3200 and X_val.shape[0] == 800
     with threadpool_limits(limits=1, user_api="blas"):
         phases = sculpt_span(ArraySource(X_train, Y_train, block_size=800), 1,
-                             mhalearn.learners.chen_li.settings.settings_from(BodySettings, learner), rng)
+                             settings_from(BodySettings, learner), rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
 
@@ -185,7 +197,7 @@ def test_bad_dask_input_is_refused_naming_the_argument(teacher):
     X, Y, _ = _lazy(teacher)
     with pytest.raises(ValueError, match=r"^X: expected Boolean entries.*allow_non_boolean"):
         mhalearn.SculptLearner(HEADS).fit(X * 0.5, Y)
-    with pytest.raises(ValueError, match=r"^Y: expected finite values, received 1 non-finite"):
+    with pytest.raises(ValueError, match=r"^Y: expected finite values, received 21 non-finite"):
         mhalearn.SculptLearner(HEADS).fit(X, da.where(da.arange(SAMPLES)[:, None, None] == 2000,
                                                       np.nan, Y).rechunk((CHUNK, -1, -1)))
     with pytest.raises(ValueError, match=r"^X: MomentLearner fits NumPy arrays"):
