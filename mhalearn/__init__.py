@@ -26,6 +26,7 @@ from .attention import (
     gaussian_inputs,
     get_family,
     head_collapse,
+    load_dataset,
     make_dataset,
     make_teacher,
     match_heads,

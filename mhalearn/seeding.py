@@ -29,4 +29,16 @@ def seeded_rng(*keys) -> np.random.Generator:
         else:
             raise ValueError(f"keys: expected non-negative integers or strings, received {key!r}")
     return np.random.default_rng(entropy)
-__all__ = ["seeded_rng"]
+
+
+def draw_seed(rng: np.random.Generator) -> int:
+    """One non-negative integer from ``rng``, to seed per-block streams ``default_rng([seed, block])``.
+
+    A pass over blocks draws one seed on the caller; block ``b`` then draws
+    from ``default_rng([seed, b])``, so its numbers do not depend on which
+    worker runs it nor in which order.
+    """
+    return int(rng.integers(0, np.iinfo(np.int64).max))
+
+
+__all__ = ["draw_seed", "seeded_rng"]

@@ -13,7 +13,7 @@ F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
 * :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).
 """
 
-from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, make_dataset
+from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, load_dataset, make_dataset
 from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
 from .teachers import (
     TEACHER_FAMILIES,
@@ -37,6 +37,7 @@ __all__ = [
     "gaussian_inputs",
     "get_family",
     "head_collapse",
+    "load_dataset",
     "make_dataset",
     "make_teacher",
     "match_heads",

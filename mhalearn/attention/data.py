@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from pathlib import Path
+
 from .._memory import check_memory
+from ..seeding import draw_seed
 from .._validation import as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real
 from .model import MultiHeadAttention
 
@@ -64,19 +67,144 @@ def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
     return Y + noise * as_generator(rng).standard_normal(np.shape(Y))
 
 
+def labelled_block(teacher, length: int, law: str, noise: float, seed: int, index: int,
+                   size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block ``index`` of a generated dataset: ``size`` sequences and their labels, from one stream.
+
+    The stream is ``numpy.random.default_rng([seed, index])``: the inputs
+    from ``law`` (uniform signs or standard normal entries), then, for
+    ``noise`` > 0, the labels' Gaussian noise.  The block is the same
+    wherever and whenever it is drawn, which is what lets a pass re-draw it
+    instead of storing it (:class:`~mhalearn.learners.streams.TeacherSource`,
+    ``make_dataset(..., chunks=...)``).
+    """
+    rng = np.random.default_rng([seed, index])
+    shape = (size, length, teacher.dim)
+    X = rng.choice(np.array([-1.0, 1.0]), size=shape) if law == "boolean" else rng.standard_normal(shape)
+    Y = teacher.predict(X)
+    if noise > 0:
+        Y = Y + noise * rng.standard_normal(Y.shape)
+    return X, Y
+
+
+def _stacked_block(teacher, length: int, law: str, noise: float, seed: int, samples: int, chunk: int,
+                   block_id=None) -> np.ndarray:
+    """:func:`labelled_block` number ``block_id[0]`` as one array (size, 2, k, d): X and Y of one draw."""
+    index = block_id[0]
+    X, Y = labelled_block(teacher, length, law, noise, seed, index, min(chunk, samples - index * chunk))
+    return np.stack([X, Y], axis=1)
+
+
+def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
+    """Dask arrays X, Y whose block b is :func:`labelled_block` b, drawn where and when it is computed."""
+    import dask.array as da
+
+    sizes = (chunk,) * (samples // chunk) + ((samples % chunk,) if samples % chunk else ())
+    # X and Y of block b are two views of one task's array, so computing both draws the block once.
+    pairs = da.map_blocks(_stacked_block, chunks=(sizes, (2,), (length,), (teacher.dim,)), dtype=np.float64,
+                          meta=np.empty((0, 0, 0, 0)), teacher=teacher, length=length, law=law, noise=noise,
+                          seed=seed, samples=samples, chunk=chunk, name=f"labelled-blocks-{seed}")
+    return pairs[:, 0], pairs[:, 1]
+
+
 def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
-                 noise: float = 0.0, rng=None) -> tuple[np.ndarray, np.ndarray]:
+                 noise: float = 0.0, rng=None, chunks: int | None = None):
+
     """Draw ``(X, Y)`` with ``Y = teacher(X) + noise·N(0, I)``; ``teacher`` is a :class:`~mhalearn.MultiHeadAttention`.
 
-    Raises ``MemoryError`` naming ``samples``, before drawing, when the
-    dataset exceeds the memory budget (:func:`mhalearn.set_memory_budget`):
-    it holds three float64 arrays of shape (samples, length, dim) at once,
-    the inputs, the teacher's outputs and the labels.
+    With ``chunks=None`` X and Y are NumPy arrays drawn at once.  With
+    ``chunks`` an int they are lazy Dask arrays of blocks of ``chunks``
+    sequences (the last block shorter): one seed is drawn from ``rng`` and
+    block b is :func:`labelled_block` b, drawn on whichever worker computes
+    it, so nothing of size ``samples`` is built or shipped and a dataset of
+    10⁹ sequences costs nothing until a block is computed.  The two forms
+    are different draws of the same law.
+
+    Raises ``MemoryError`` naming ``samples`` (``chunks`` for Dask arrays),
+    before drawing, when what is drawn at once exceeds the memory budget
+    (:func:`mhalearn.set_memory_budget`): three float64 arrays of shape
+    (samples, length, dim) — the inputs, the teacher's outputs and the
+    labels — or, lazily, of shape (chunks, length, dim) per block.
     """
     check_instance(teacher, "teacher", MultiHeadAttention, "a MultiHeadAttention")
     samples = check_positive_int(samples, "samples")
     length = check_positive_int(length, "length")
-    _check_sequences_memory(3 * 8, samples, length, teacher.dim, "labelled sequences")
     rng = as_generator(rng)
+    if chunks is not None:
+        chunks = check_positive_int(chunks, "chunks")
+        check_choice(law, "law", INPUT_LAWS)
+        noise = check_real(noise, "noise", low=0.0)
+        # Per block: the inputs, the outputs, the labels and the stacked pair (two arrays).
+        check_memory(5 * 8 * min(chunks, samples) * length * teacher.dim, "chunks",
+                     f"blocks of {min(chunks, samples)} labelled sequences of {length} × {teacher.dim} entries")
+        return _lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
+    _check_sequences_memory(3 * 8, samples, length, teacher.dim, "labelled sequences")
     X = draw_inputs(law, samples, length, teacher.dim, rng)
     return X, add_label_noise(teacher.predict(X), noise, rng)
+
+
+def load_dataset(path, *, chunks: int | None = None):
+    """A dataset on disk as lazy Dask arrays X, Y (nothing is read until a block is computed).
+
+    Parameters
+    ----------
+    path : str or Path
+        Either a directory of NumPy shards ``X_<name>.npy`` and
+        ``Y_<name>.npy`` (read memory-mapped, one shard per block unless
+        ``chunks`` says otherwise; shards are taken in the sorted order of
+        their names, and each ``X`` shard needs its ``Y`` shard), or a zarr
+        store (``*.zarr``) holding the arrays ``X`` and ``Y`` (needs the
+        optional dependency zarr: ``pip install mhalearn[data]``).
+    chunks : int, optional
+        Sequences per block (default: the shards' or the store's own blocks).
+
+    Returns
+    -------
+    X, Y : dask.array.Array of shape (n, k, d)
+    """
+    import dask.array as da
+
+    path = Path(path)
+    if path.suffix == ".zarr":
+        try:
+            import zarr  # noqa: F401  (dask reads the store through it)
+        except ImportError:
+            raise ImportError(f"path: reading the zarr store {path} needs zarr (pip install mhalearn[data])") \
+                from None
+        X, Y = (da.from_zarr(str(path), component=name) for name in ("X", "Y"))
+    elif path.is_dir():
+        x_names, y_names = ([shard.name[2:] for shard in sorted(path.glob(f"{name}_*.npy"))] for name in "XY")
+        if not x_names or x_names != y_names:
+            raise ValueError(f"path: expected one Y_<name>.npy for every X_<name>.npy in {path}, received X "
+                             f"shards {x_names} and Y shards {y_names}")
+        X, Y = (_concatenated_shards([path / f"{name}_{shard}" for shard in x_names]) for name in "XY")
+    else:
+        raise ValueError(f"path: expected a directory of X_*.npy and Y_*.npy shards or a *.zarr store, "
+                         f"received {str(path)!r}")
+    if chunks is not None:
+        chunks = check_positive_int(chunks, "chunks")
+        X, Y = X.rechunk((chunks, -1, -1)), Y.rechunk((chunks, -1, -1))
+    return X, Y
+
+
+def _concatenated_shards(shards: list[Path]):
+    """The ``.npy`` files ``shards`` as one Dask array along n, one block per shard.
+
+    Only the headers are read here; each block memory-maps its file where
+    it is computed (a worker on a shared file system), so no shard's data
+    travels in the task graph.
+    """
+    import dask
+    import dask.array as da
+
+    blocks = []
+    for shard in shards:
+        header = np.load(shard, mmap_mode="r")
+        blocks.append(da.from_delayed(dask.delayed(_read_shard)(str(shard)), shape=header.shape,
+                                      dtype=header.dtype))
+    return da.concatenate(blocks, axis=0)
+
+
+def _read_shard(path: str) -> np.ndarray:
+    """One ``.npy`` shard, memory-mapped: only the entries a task uses are read."""
+    return np.load(path, mmap_mode="r")

@@ -17,6 +17,9 @@ from .._validation import (
     check_sample_weight,
 )
 from ..attention.model import MultiHeadAttention
+from ..seeding import draw_seed
+from .dask_data import check_dask_pair, dask_statistics, in_memory_sample, split_blocks
+from .streams import DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
 from .report import FitStart, Notifier, ZeroLabelsReport
 
@@ -46,6 +49,8 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
 
     #: Whether the learner needs Boolean inputs unless the user opts out.
     requires_boolean = False
+    #: Whether ``fit`` takes Dask arrays (``_fit`` then receives ``source=``, a DaskSource of the training blocks).
+    streams_dask = False
     #: Names of the fitted layers ``_fit`` returns (stored as ``<name>_``).
     _layers = ("model",)
     #: The dataclass of ``report_`` (a :class:`~mhalearn.learners.report.LearnerReport`).
@@ -57,6 +62,12 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         Parameters
         ----------
         X, Y : arrays of shape (n, k, d)
+            NumPy arrays, or, for the learners that stream their examples
+            (``streams_dask = True``: :class:`~mhalearn.SculptLearner`),
+            Dask arrays chunked along n: checked and measured by block
+            passes, split per block, phases 1–4 run on the blocks wherever
+            Dask runs them and phases 5–6 on a bounded in-memory sample
+            (:mod:`mhalearn.learners.dask_data`).
         callback : callable, optional
             ``callback(phase, result)`` is called with every phase result as
             the fit goes (first ``("start", FitStart)`` with the data's
@@ -71,15 +82,26 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         """
         self._check_params()
         notify = Notifier(callback)
-        X, Y = check_pair(X, Y)
-        if self.requires_boolean and not getattr(self, "allow_non_boolean", False):
-            check_boolean(X)
+        lazy = is_dask_array(X) or is_dask_array(Y)
+        boolean = self.requires_boolean and not getattr(self, "allow_non_boolean", False)
+        if lazy:
+            if not self.streams_dask:
+                raise ValueError(f"X: {type(self).__name__} fits NumPy arrays, received a Dask array; compute "
+                                 f"it (X.compute(), Y.compute()) or use SculptLearner, which streams Dask arrays")
+            X, Y = check_dask_pair(X, Y)
+        else:
+            X, Y = check_pair(X, Y)
+            if boolean:
+                check_boolean(X)
         n, k, d = X.shape
         heads = self.heads
         self._check_shape(n, k, d)
-        n_val = self._validation_size(n)
         start = time.perf_counter()
-        y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
+        if lazy:
+            statistics = dask_statistics(X, Y, boolean=boolean)
+            x_scale, y_scale = statistics.x_scale, statistics.y_scale
+        else:
+            y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
         check_representable_units(x_scale, y_scale)
         if y_scale == 0.0:
             for name in self._layers:
@@ -90,18 +112,28 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             return self
         units = FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale, y_scale=y_scale)
         notify("start", units)
-        X_std, Y_std = X / x_scale, Y / y_scale
-        # The held-out certificate's assumptions (phase 6), in standardised units.
-        bounds = certificate_bounds(X_std, Y_std)
-        self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
         rng = as_generator(self.random_state)
-        order = rng.permutation(n)
-        val, train = order[:n_val], order[n_val:]
+        if lazy:
+            # The held-out certificate's assumptions (phase 6), in standardised units.
+            self.label_bound_ = statistics.label_norm / y_scale
+            self.token_norm_ = statistics.token_norm / x_scale
+            held_out = [self._validation_size(size) for size in X.chunks[0]]
+            X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, draw_seed(rng))
+            data = (*in_memory_sample(X_train, Y_train, X_val, Y_val), rng, notify)
+            extra = {"source": DaskSource(X_train, Y_train)}
+        else:
+            X_std, Y_std = X / x_scale, Y / y_scale
+            bounds = certificate_bounds(X_std, Y_std)
+            self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
+            n_val = self._validation_size(n)
+            order = rng.permutation(n)
+            val, train = order[:n_val], order[n_val:]
+            data, extra = (X_std[train], Y_std[train], X_std[val], Y_std[val], rng, notify), {}
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.
         with threadpool_limits(limits=1, user_api="blas"):
-            layers, fields = self._fit(X_std[train], Y_std[train], X_std[val], Y_std[val], rng, notify)
+            layers, fields = self._fit(*data, **extra)
         for name, layer in layers.items():
             setattr(self, f"{name}_", units.to_data_units(layer))
         self.report_ = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,

@@ -172,6 +172,8 @@ class SculptLearner(SpanSearchLearner):
     Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
     """
 
+    streams_dask = True
+
     _parameter_constraints = {
         **SEARCH_CONSTRAINTS,
         "quantile": [None, Real(0.0, 1.0, low_open=True)],
@@ -217,8 +219,8 @@ class SculptLearner(SpanSearchLearner):
         if self.span_route == "moment":  # otherwise the moment route runs only if the body refuses
             check_moment_memory(length, dim)
 
-    def _fit(self, X, Y, X_val, Y_val, rng, notify):
+    def _fit(self, X, Y, X_val, Y_val, rng, notify, source=None):
         fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),
                             search=self._search_settings(), span_route=self.span_route, rng=rng,
-                            notify=notify, **self._certificate_bounds())
+                            notify=notify, source=source, **self._certificate_bounds())
         return self._layers_of(fields), fields

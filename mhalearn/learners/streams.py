@@ -1,53 +1,119 @@
-"""Examples as a stream of blocks, so the sculpting phases run in bounded memory.
+"""Examples as blocks, so the sculpting phases run in bounded memory, in one process or on a Dask cluster.
 
 The phases of :class:`~mhalearn.SculptLearner` pass over the examples
 several times (decode every row, keep the agreement rows, refit, decode
 again).  They read the examples through a *source*: an object with
-``samples``, ``length``, ``dim`` and ``blocks()``, which yields ``(X, Y)``
-blocks of at most ``block_size`` sequences in the same order on every pass.
-:class:`ArraySource` wraps arrays already in memory; :class:`TeacherSource`
-draws the blocks from a planted teacher on every pass (deterministically, from
-one seed per block), so an experiment can use 10⁶ sequences while holding one
-block at a time.
+``samples``, ``length``, ``dim``, ``block_count`` and
+
+- ``map_blocks(func, *args)``: ``func(X, Y, *args)`` on every block
+  ``(X, Y)`` (or on the blocks ``blocks`` names), the list of results in
+  block order.  Every pass is such a map followed by a reduction of the
+  results, on the caller and in block order, so ``func`` returns a small
+  summary (normal equations, the rows a block accepts) and a pass gives the
+  same bits whoever runs the blocks.  A pass that needs randomness draws one
+  seed on the caller and passes ``indexed=True``: ``func`` then receives the
+  block's index last and draws from ``numpy.random.default_rng([seed, index])``;
+- ``blocks()``, the blocks in order, and ``head(samples)``, the first
+  ``samples`` sequences in memory;
+- ``wave_blocks``, how many blocks a pass that may stop early maps at once.
+
+:class:`ArraySource` wraps arrays already in memory and
+:class:`TeacherSource` draws the blocks from a planted teacher on every pass
+(deterministically, from one seed per block), so an experiment can use 10⁶
+sequences while holding one block at a time; both run the blocks one after
+the other in the calling process.  :class:`DaskSource` wraps Dask arrays
+chunked along n and runs each block as a task of whatever Dask scheduler is
+active (threads, processes or a ``distributed.Client``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 import numpy as np
 
 from .._validation import check_positive_int
+from ..attention.data import labelled_block
 
 #: Sequences per block: about 25 MB of float64 inputs and labels at d = 12, k = 4.
 BLOCK_SIZE = 1 << 16
+#: Blocks a :class:`DaskSource` maps at once in a pass that may stop early (enough to keep workers busy).
+WAVE_BLOCKS = 8
 
 
-class ArraySource:
+class BlockSource:
+    """What every source shares: the blocks by index, a sequential ``map_blocks``, ``head``.
+
+    Subclasses set ``samples``, ``length``, ``dim`` and ``block_count`` and
+    implement ``_block(index)`` → ``(X, Y)``.
+    """
+
+    #: Blocks a pass that may stop early maps at once: one, in the calling process.
+    wave_blocks = 1
+
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The blocks ``(X, Y)`` in order, the same on every pass."""
+        for index in range(self.block_count):
+            yield self._block(index)
+
+    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
+        """``[func(X, Y, *args) for every block]`` in block order (``func(X, Y, *args, index)`` if ``indexed``).
+
+        ``blocks`` (an iterable of block indices, default all) restricts the
+        map to those blocks, in that order.
+        """
+        selected = range(self.block_count) if blocks is None else blocks
+        return [run_block(func, *self._block(index), args, index if indexed else None) for index in selected]
+
+    def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``samples`` sequences (fewer when the source is shorter), in memory."""
+        parts, total = [], 0
+        for X, Y in self.blocks():
+            parts.append((X, Y))
+            total += X.shape[0]
+            if total >= samples:
+                break
+        X = np.concatenate([part[0] for part in parts])[:samples]
+        Y = np.concatenate([part[1] for part in parts])[:samples]
+        return X, Y
+
+
+def run_block(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
+    """``func(X, Y, *args)``, with the block's ``index`` last unless it is None."""
+    return func(X, Y, *args) if index is None else func(X, Y, *args, index)
+
+
+class ArraySource(BlockSource):
     """Blocks of arrays ``X``, ``Y`` of shape (n, k, d) held in memory."""
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE):
         self.X, self.Y = X, Y
         self.samples, self.length, self.dim = X.shape
         self.block_size = check_positive_int(block_size, "block_size")
+        self.block_count = -(-self.samples // self.block_size)
 
-    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for start in range(0, self.samples, self.block_size):
-            stop = start + self.block_size
-            yield self.X[start:stop], self.Y[start:stop]
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        start = index * self.block_size
+        return self.X[start:start + self.block_size], self.Y[start:start + self.block_size]
 
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``samples`` sequences (fewer when the source is shorter)."""
+        """The first ``samples`` sequences (fewer when the source is shorter): views of the arrays."""
         return self.X[:samples], self.Y[:samples]
 
 
-class TeacherSource:
+class TeacherSource(BlockSource):
     """Boolean sequences labelled by a teacher, drawn afresh on every pass.
 
-    Block ``b`` is drawn from ``numpy.random.default_rng([seed, b])``, so
-    every pass sees the same examples without storing them; labels may carry
-    Gaussian noise of standard deviation ``noise`` (drawn from the same
-    stream).
+    Block ``b`` is :func:`~mhalearn.attention.data.labelled_block` ``b``,
+    drawn from ``numpy.random.default_rng([seed, b])``, so every pass sees
+    the same examples without storing them; labels may carry Gaussian noise
+    of standard deviation ``noise`` (drawn from the same stream).  The
+    blocks are those of ``make_dataset(teacher, samples, length, noise=noise,
+    chunks=block_size)`` with that seed.
     """
 
     def __init__(self, teacher, samples: int, length: int, *, seed: int = 0, noise: float = 0.0,
@@ -59,27 +125,102 @@ class TeacherSource:
         self.seed = check_positive_int(seed, "seed", minimum=0)
         self.noise = float(noise)
         self.block_size = check_positive_int(block_size, "block_size")
+        self.block_count = -(-self.samples // self.block_size)
 
-    def _block(self, index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng([self.seed, index])
-        X = rng.choice(np.array([-1.0, 1.0]), size=(size, self.length, self.dim))
-        Y = self.teacher.predict(X)
-        if self.noise > 0:
-            Y = Y + self.noise * rng.standard_normal(Y.shape)
-        return X, Y
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        size = min(self.block_size, self.samples - index * self.block_size)
+        return labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size)
 
-    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for index, start in enumerate(range(0, self.samples, self.block_size)):
-            yield self._block(index, min(self.block_size, self.samples - start))
 
-    def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``samples`` sequences of the stream, in memory."""
-        parts, total = [], 0
-        for X, Y in self.blocks():
-            parts.append((X, Y))
-            total += X.shape[0]
-            if total >= samples:
-                break
-        X = np.concatenate([p[0] for p in parts])[:samples]
-        Y = np.concatenate([p[1] for p in parts])[:samples]
-        return X, Y
+class DaskSource(BlockSource):
+    """Dask arrays ``X``, ``Y`` of shape (n, k, d); each block along n is a task of the active scheduler.
+
+    ``map_blocks`` builds one ``dask.delayed`` task per block and computes
+    them together with ``dask.compute`` (the scheduler is whatever is active:
+    ``dask.config.set(scheduler=...)`` or a ``distributed.Client``); the
+    results come back in block order, so a pass reduces them the same way
+    whatever the scheduler and the number of workers.  Inside a task the
+    Numba kernels and BLAS use one thread (:func:`one_thread`): the workers
+    already occupy the cores.
+
+    Parameters
+    ----------
+    X, Y : dask.array.Array
+        Of one shape (n, k, d), chunked alike along n (k and d are joined
+        into one chunk here).
+
+    Raises ValueError, naming X or Y, for other arrays or unaligned chunks.
+    """
+
+    wave_blocks = WAVE_BLOCKS
+
+    def __init__(self, X, Y):
+        import dask.array as da
+
+        for name, array in (("X", X), ("Y", Y)):
+            if not isinstance(array, da.Array) or array.ndim != 3:
+                raise ValueError(f"{name}: expected a Dask array of shape (samples, length, dim), received "
+                                 f"{type(array).__name__} of shape {getattr(array, 'shape', None)}")
+        if Y.shape != X.shape:
+            raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+        if Y.chunks[0] != X.chunks[0]:
+            raise ValueError(f"Y: expected the same blocks along n as X ({X.chunks[0]}), received {Y.chunks[0]}; "
+                             f"rechunk Y with Y.rechunk({{0: X.chunks[0]}})")
+        X, Y = X.rechunk({1: -1, 2: -1}), Y.rechunk({1: -1, 2: -1})
+        self.samples, self.length, self.dim = X.shape
+        self.block_sizes = X.chunks[0]
+        self.block_count = len(self.block_sizes)
+        # Unoptimised, so that X's and Y's blocks keep the keys they share (a generated block
+        # draws X and Y together: fused separately, each would draw it again).
+        self._x_blocks = X.to_delayed(optimize_graph=False).ravel()
+        self._y_blocks = Y.to_delayed(optimize_graph=False).ravel()
+
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        import dask
+
+        return dask.compute(self._x_blocks[index], self._y_blocks[index])
+
+    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
+        """As :meth:`BlockSource.map_blocks`, every block a task of the active Dask scheduler."""
+        import dask
+
+        selected = range(self.block_count) if blocks is None else blocks
+        tasks = [dask.delayed(_run_block_task, pure=True)(func, self._x_blocks[index], self._y_blocks[index],
+                                                          args, index if indexed else None)
+                 for index in selected]
+        return list(dask.compute(*tasks))
+
+
+def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
+    """:func:`run_block` inside a Dask task, on one thread (:func:`one_thread`)."""
+    with one_thread():
+        return run_block(func, np.asarray(X), np.asarray(Y), args, index)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Numba's kernels (for the calling thread) and BLAS on one thread while inside.
+
+    A Dask worker runs as many tasks at once as it has threads, one per core
+    it was given; a kernel that started a thread per core in each task would
+    oversubscribe them.  The kernels' results do not depend on the thread
+    count (:data:`mhalearn._numba.DISPATCH`), so this changes the time only.
+    """
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        numba.set_num_threads(threads)
+
+
+def is_dask_array(value) -> bool:
+    """Whether ``value`` is a Dask array (without importing Dask when it is not loaded)."""
+    import sys
+
+    dask_array = sys.modules.get("dask.array")
+    return dask_array is not None and isinstance(value, dask_array.Array)

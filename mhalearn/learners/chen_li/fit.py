@@ -143,17 +143,21 @@ def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, head
 
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
                search: SearchSettings = SearchSettings(), span_route: str = "auto", rng: np.random.Generator,
-               label_bound: float, token_norm: float, notify=Notifier(None)) -> dict:
+               label_bound: float, token_norm: float, notify=Notifier(None), source=None) -> dict:
     """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when the body refuses.
 
     ``span_route="auto"`` and ``"body"`` read the span from the body and
     use the moment route only when it refuses (``"body"`` warns then);
-    ``"moment"`` skips phases 1–4.  Returns the report's fields (the phase
-    results, ``route`` and ``fallback``) as a dict.
+    ``"moment"`` skips phases 1–4.  ``source`` is the stream phases 1–4
+    read (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``),
+    e.g. a :class:`~mhalearn.learners.streams.DaskSource` of a dataset
+    larger than memory, of which X, Y are then an in-memory sample for
+    phases 5–6 and the moment route.  Returns the report's fields (the
+    phase results, ``route`` and ``fallback``) as a dict.
     """
     fields = {}
     if span_route != "moment":
-        phases = sculpt_span(ArraySource(X, Y), heads, body, rng, notify)
+        phases = sculpt_span(ArraySource(X, Y) if source is None else source, heads, body, rng, notify)
         fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum,
                       span=phases.span)
     span = fields.get("span")

@@ -31,19 +31,24 @@ class CrudeSum(PhaseResult):
 def crude_projection_sum(source) -> CrudeSum:
     """Phase 1: Ŵ_Σ by least squares of every output row on its mean token x̄.
 
-    Accumulates the d×d normal equations Σ k·x̄x̄ᵀ and Σ x̄ (Σ_ℓ y_ℓ)ᵀ block by
-    block over the source (:mod:`mhalearn.learners.streams`), one pass.
+    Sums the d×d normal equations Σ k·x̄x̄ᵀ and Σ x̄ (Σ_ℓ y_ℓ)ᵀ of every block
+    of the source (:mod:`mhalearn.learners.streams`) in block order, one pass.
 
     Raises ValueError when the mean tokens do not span R^d.
     """
     start = time.perf_counter()
     d = source.dim
     gram, moment = np.zeros((d, d)), np.zeros((d, d))
-    for X, Y in source.blocks():
-        mean = X.mean(axis=1)
-        gram += X.shape[1] * mean.T @ mean
-        moment += mean.T @ Y.sum(axis=1)
+    for block_gram, block_moment in source.map_blocks(_crude_block_summary):
+        gram += block_gram
+        moment += block_moment
     w_sum = solve_normal(gram, moment)
     if w_sum is None:
         raise ValueError("X: the mean tokens do not span R^d, so W_Σ cannot be estimated")
     return CrudeSum(seconds=time.perf_counter() - start, sequences=source.samples, w_sum=w_sum)
+
+
+def _crude_block_summary(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One block's share of phase 1's normal equations: (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), both d×d."""
+    mean = X.mean(axis=1)
+    return X.shape[1] * mean.T @ mean, mean.T @ Y.sum(axis=1)

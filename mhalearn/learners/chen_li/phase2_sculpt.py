@@ -45,6 +45,7 @@ import numpy as np
 from numba import njit
 
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
+from ...seeding import draw_seed
 from ..report import PhaseResult, data_field
 from .cholesky import cholesky_in_place
 from .settings import BodySettings
@@ -328,27 +329,42 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     bounded.  ``max_rows`` caps the rows kept (each block keeps its
     proportional share, at random), so that at m = 1, where every row agrees,
     a million sequences do not give four million slabs.
+
+    One pass of :func:`_agreement_block` over the source's blocks
+    (``source.map_blocks``), their rows concatenated in block order.  The
+    random share of block b comes from ``default_rng([seed, b])`` with one
+    ``seed`` drawn from ``rng`` (when ``max_rows`` is given), so it does
+    not depend on where or in which order the blocks run.
     """
     rng = np.random.default_rng(0) if rng is None else rng
-    parts, scanned, found = [], 0, 0
-    for X, Y in source.blocks():
-        patterns, residuals, violations, spreads = decode_patterns(X, Y, w_sum)
-        scanned += residuals.size
-        samples, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
-        found += len(samples)
-        if max_rows is not None:
-            share = int(np.ceil(max_rows * X.shape[0] / source.samples))
-            if len(samples) > share:
-                pick = np.sort(rng.choice(len(samples), share, replace=False))
-                samples, rows = samples[pick], rows[pick]
-        parts.append(AgreementRows(X[samples], rows.astype(np.int64), Y[samples, rows], patterns[samples, rows],
-                                   spreads[samples, rows], residuals[samples, rows], violations[samples, rows], 0))
-    k, d = source.length, source.dim
-    if not parts:
-        return AgreementRows(np.zeros((0, k, d)), np.zeros(0, np.int64), np.zeros((0, d)), np.zeros((0, k)),
-                             np.zeros((0, k)), np.zeros(0), np.zeros(0), scanned)
+    seed = None if max_rows is None else draw_seed(rng)
+    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, max_rows,
+                              source.samples, seed, indexed=True)
     fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
-    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
+    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields),
+                         sum(p.scanned for p in parts), sum(p.found for p in parts))
+
+
+def _agreement_block(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, quantile: float | None,
+                     residual_tol: float | None, simplex_tol: float, max_rows: int | None, samples: int,
+                     seed: int | None, index: int) -> AgreementRows:
+    """The agreement rows of one block (:func:`find_agreement_rows`), at most its share of ``max_rows``.
+
+    ``samples`` is the source's length (the block keeps ``⌈max_rows · its
+    sequences / samples⌉`` rows, chosen with ``default_rng([seed, index])``).
+    ``scanned`` and ``found`` count the block's decoded and accepted rows.
+    """
+    patterns, residuals, violations, spreads = decode_patterns(X, Y, w_sum)
+    samples_kept, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
+    found = len(samples_kept)
+    if max_rows is not None:
+        share = int(np.ceil(max_rows * X.shape[0] / samples))
+        if found > share:
+            pick = np.sort(np.random.default_rng([seed, index]).choice(found, share, replace=False))
+            samples_kept, rows = samples_kept[pick], rows[pick]
+    return AgreementRows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows],
+                         patterns[samples_kept, rows], spreads[samples_kept, rows], residuals[samples_kept, rows],
+                         violations[samples_kept, rows], residuals.size, found)
 
 
 # ---------------------------------------------------------------- slabs

@@ -50,6 +50,11 @@ class MarginRows:
     def __len__(self) -> int:
         return len(self.query)
 
+    def first(self, count: int) -> "MarginRows":
+        """The first ``count`` rows; ``scanned`` is kept."""
+        return MarginRows(tokens=self.tokens[:count], query=self.query[:count], top=self.top[:count],
+                          label=self.label[:count], scanned=self.scanned)
+
     def directions(self) -> tuple[np.ndarray, np.ndarray]:
         """vec(x_ℓ (x_{j*} − x_j)ᵀ) for every token j distinct from x_{j*}, and its row."""
         index = np.arange(len(self))
@@ -63,34 +68,44 @@ class MarginRows:
 def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginRows:
     """Rows where softmax(x_ℓᵀ Θ Xᵀ) puts ≥ 1 − η on the copies of one token j*.
 
-    Keeps at most ``max_rows`` (the first found, blocks being i.i.d.).
+    Keeps at most ``max_rows``: the first found in block order (blocks being
+    i.i.d.), and ``scanned`` counts the rows of the blocks read up to the
+    one that completed them.  The blocks are mapped (:func:`_margin_block`)
+    in waves of ``source.wave_blocks``; each block of a wave returns at most
+    the rows still missing when the wave started, so no more than
+    ``max_rows`` rows per block come back, and the pass stops after the wave
+    that completes them.
     """
-    d = source.dim
-    theta = theta.reshape(d, d)
-    kept = {"tokens": [], "query": [], "top": [], "label": []}
-    scanned, found = 0, 0
-    for X, Y in source.blocks():
-        logits = np.einsum("nkd,de,nje->nkj", X, theta, X)
-        weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-        weights /= weights.sum(axis=-1, keepdims=True)
-        top = weights.argmax(axis=-1)
-        equal = np.all(X[:, :, None, :] == X[:, None, :, :], axis=-1)  # token j == token j'
-        copies = np.take_along_axis(equal, top[:, :, None], axis=1)  # (n, k, k): x_j == x_{top}
-        mass = np.sum(weights * copies, axis=-1)
-        samples, rows = np.nonzero(mass >= 1.0 - eta)
-        scanned += mass.size
-        take = min(len(samples), max_rows - found)
-        samples, rows = samples[:take], rows[:take]
-        kept["tokens"].append(X[samples])
-        kept["query"].append(rows)
-        kept["top"].append(top[samples, rows])
-        kept["label"].append(Y[samples, rows])
-        found += take
+    theta = theta.reshape(source.dim, source.dim)
+    parts, scanned, found = [], 0, 0
+    for first in range(0, source.block_count, source.wave_blocks):
+        wave = range(first, min(first + source.wave_blocks, source.block_count))
+        for block in source.map_blocks(_margin_block, theta, eta, max_rows - found, blocks=wave):
+            take = min(len(block), max_rows - found)
+            parts.append(block.first(take))
+            scanned += block.scanned
+            found += take
+            if found >= max_rows:
+                break
         if found >= max_rows:
             break
-    arrays = {name: np.concatenate(parts) for name, parts in kept.items()}
-    return MarginRows(tokens=arrays["tokens"], query=arrays["query"].astype(np.int64),
-                      top=arrays["top"].astype(np.int64), label=arrays["label"], scanned=scanned)
+    return MarginRows(**{name: np.concatenate([getattr(part, name) for part in parts])
+                         for name in ("tokens", "query", "top", "label")}, scanned=scanned)
+
+
+def _margin_block(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, eta: float, limit: int) -> MarginRows:
+    """The first ``limit`` margin rows of one block (:func:`margin_rows`); ``scanned`` counts all its rows."""
+    logits = np.einsum("nkd,de,nje->nkj", X, theta, X)
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    top = weights.argmax(axis=-1)
+    equal = np.all(X[:, :, None, :] == X[:, None, :, :], axis=-1)  # token j == token j'
+    copies = np.take_along_axis(equal, top[:, :, None], axis=1)  # (n, k, k): x_j == x_{top}
+    mass = np.sum(weights * copies, axis=-1)
+    samples, rows = np.nonzero(mass >= 1.0 - eta)
+    samples, rows = samples[:limit], rows[:limit]
+    return MarginRows(tokens=X[samples], query=rows.astype(np.int64), top=top[samples, rows].astype(np.int64),
+                      label=Y[samples, rows], scanned=mass.size)
 
 
 def certification_margin(eta: float, length: int) -> float:

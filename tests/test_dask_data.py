@@ -1,0 +1,260 @@
+"""Examples as Dask arrays: the block passes, the lazy datasets and SculptLearner.fit on them.
+
+The reference for every pass is the same pass run block by block in this
+process (TeacherSource / ArraySource on the same blocks): the Dask runs must
+give the same bits whatever the scheduler and the number of workers.
+"""
+
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+import mhalearn
+from mhalearn._memory import MemoryBudgetError, set_memory_budget
+from mhalearn.attention.data import labelled_block, load_dataset
+from mhalearn.learners.base import root_mean_square
+from mhalearn.learners.chen_li import phase1_crude_sum, phase2_sculpt, phase3_refine_sum
+from mhalearn.learners.chen_li.fit import sculpt_span
+from mhalearn.learners.chen_li.phase6_select import certificate_bounds
+from mhalearn.learners.chen_li.settings import BodySettings, settings_from
+from mhalearn.learners.dask_data import dask_statistics, split_blocks
+from mhalearn.learners.streams import ArraySource, DaskSource, TeacherSource
+from mhalearn.seeding import draw_seed
+
+HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
+SCHEDULERS = ("sync", "threads", "processes")
+
+
+@pytest.fixture(scope="module")
+def process_pool():
+    """Two worker processes for Dask's "processes" scheduler, started once (a new pool per pass is slow)."""
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+def _scheduler(name: str, pool):
+    return dask.config.set(scheduler=name, pool=pool) if name == "processes" else dask.config.set(scheduler=name)
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    return mhalearn.sample_teacher(HEADS, DIM, rng=11)
+
+
+def _lazy(teacher, rng=5):
+    """The lazy dataset and the seed its blocks are drawn with."""
+    X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=rng, chunks=CHUNK)
+    return X, Y, draw_seed(np.random.default_rng(rng))
+
+
+def _pass_results(source, teacher) -> dict:
+    """Every pass of phases 1–3 on ``source``, as named arrays (the random caps and the waves triggered)."""
+    w_sum = phase1_crude_sum.crude_projection_sum(source).w_sum
+    rows = phase2_sculpt.find_agreement_rows(source, w_sum, quantile=0.2, max_rows=300,
+                                             rng=np.random.default_rng(1))
+    margin = phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.2, 1500)
+    results = {"w_sum": w_sum, "scanned": rows.scanned, "found": rows.found, "margin_scanned": margin.scanned}
+    results.update({f"rows_{name}": getattr(rows, name) for name in ("tokens", "query", "label", "pattern",
+                                                                     "residual", "spread")})
+    results.update({f"margin_{name}": getattr(margin, name) for name in ("tokens", "query", "top", "label")})
+    return results
+
+
+def _assert_same_bits(first: dict, second: dict):
+    assert first.keys() == second.keys()
+    for name in first:
+        np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+
+
+def test_passes_give_the_same_bits_on_every_scheduler(teacher, process_pool):
+    X, Y, seed = _lazy(teacher)
+    with threadpool_limits(limits=1, user_api="blas"):
+        reference = _pass_results(TeacherSource(teacher, SAMPLES, LENGTH, seed=seed, block_size=CHUNK), teacher)
+        for scheduler in SCHEDULERS:
+            with _scheduler(scheduler, process_pool):
+                _assert_same_bits(_pass_results(DaskSource(X, Y), teacher), reference)
+    # The caps and the early stop did their work: fewer rows kept than found, not every block read.
+    assert len(reference["rows_query"]) <= 300 + 5 < reference["found"]
+    assert len(reference["margin_query"]) == 1500 and reference["margin_scanned"] < SAMPLES * LENGTH
+    # The per-block random cap depends on the pass's seed, not on the generator's later draws.
+    other = phase2_sculpt.find_agreement_rows(ArraySource(*DaskSource(X, Y).head(SAMPLES), block_size=CHUNK),
+                                              reference["w_sum"], quantile=0.2, max_rows=300,
+                                              rng=np.random.default_rng(1))
+    np.testing.assert_array_equal(other.label, reference["rows_label"])
+
+
+def test_crude_sum_matches_the_normal_equations_of_all_rows(teacher):
+    X, Y, _ = _lazy(teacher)
+    X, Y = X.compute(), Y.compute()
+    mean = np.repeat(X.mean(axis=1), LENGTH, axis=0)
+    expected = np.linalg.lstsq(mean, Y.reshape(-1, DIM), rcond=None)[0]
+    with dask.config.set(scheduler="threads"):
+        w_sum = phase1_crude_sum.crude_projection_sum(DaskSource(*_lazy(teacher)[:2])).w_sum
+    np.testing.assert_allclose(w_sum, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_sculpt_span_same_on_dask_and_teacher_source(teacher):
+    X, Y, seed = _lazy(teacher)
+    settings = BodySettings(max_rows=400, refit_iterations=5)
+
+    def span_of(source):
+        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(3))
+        return {"crude": phases.crude_sum.w_sum, "refined": phases.refined_sum.w_sum,
+                "rows": phases.sculpt[-1].rows.label, "refused": np.array(str(phases.span.refused)),
+                "basis": np.array([]) if phases.span.basis is None else phases.span.basis}
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        reference = span_of(TeacherSource(teacher, SAMPLES, LENGTH, seed=seed, block_size=CHUNK))
+        with dask.config.set(scheduler="threads"):
+            _assert_same_bits(span_of(DaskSource(X, Y)), reference)
+
+
+def _fit_figures(X, Y) -> dict:
+    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    learner.fit(X, Y)
+    report = learner.report_
+    return {"basis": report.span.basis, "w_sum": report.refined_sum.w_sum, "thetas": learner.model_.thetas,
+            "ws": learner.model_.ws, "least_squares": learner.least_squares_model_.ws}
+
+
+@pytest.fixture(scope="module")
+def one_head_data():
+    teacher = mhalearn.sample_teacher(1, 6, rng=21)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 3, rng=22, chunks=1000)
+    return teacher, X, Y
+
+
+def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, process_pool):
+    teacher, X, Y = one_head_data
+    with dask.config.set(scheduler="sync"):
+        reference = _fit_figures(X, Y)
+    for scheduler in SCHEDULERS[1:]:
+        with _scheduler(scheduler, process_pool):
+            _assert_same_bits(_fit_figures(X, Y), reference)
+    # And it learned: one head is recovered from the body's span.
+    X_test = mhalearn.boolean_inputs(500, 3, 6, rng=23)
+    learned = mhalearn.MultiHeadAttention(reference["thetas"], reference["ws"])
+    assert mhalearn.relative_error(learned, teacher, X_test) < 1e-6
+
+
+def test_fit_same_bits_on_a_local_cluster(one_head_data):
+    distributed = pytest.importorskip("distributed")
+    _, X, Y = one_head_data
+    with dask.config.set(scheduler="sync"):
+        reference = _fit_figures(X, Y)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        _assert_same_bits(_fit_figures(X, Y), reference)
+
+
+def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
+    # The learner's phases 1–4 are sculpt_span on the training rows of its per-block split.
+    _, X, Y = one_head_data
+    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    with dask.config.set(scheduler="threads"):
+        learner.fit(X, Y)
+    rng = np.random.default_rng(0)
+    held_out = [learner._validation_size(size) for size in X.chunks[0]]
+    assert held_out == [200] * 4
+    X_train, Y_train, X_val, _ = split_blocks(X, Y / learner.report_.y_scale, held_out, draw_seed(rng))
+    X_train, Y_train = dask.compute(X_train, Y_train, scheduler="sync")
+    assert learner.report_.x_scale == 1.0 and len(X_train) == 3200 and X_val.shape[0] == 800
+    with threadpool_limits(limits=1, user_api="blas"):
+        phases = sculpt_span(ArraySource(X_train, Y_train, block_size=800), 1,
+                             settings_from(BodySettings, learner), rng)
+    np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
+    np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
+
+
+def test_split_holds_out_disjoint_rows_of_every_block():
+    X = da.from_array(np.arange(40.0).reshape(20, 1, 2) * np.ones((1, 2, 1)), chunks=(6, 2, 2))
+    X_train, _, X_val, _ = split_blocks(X, X, [2, 2, 2, 1], seed=9)
+    train, val = X_train.compute()[:, 0, 0], X_val.compute()[:, 0, 0]
+    assert X_val.chunks[0] == (2, 2, 2, 1) and X_train.chunks[0] == (4, 4, 4, 1)
+    np.testing.assert_array_equal(np.sort(np.concatenate([train, val])), np.arange(0.0, 40.0, 2.0))
+    for block, start in enumerate(range(0, 20, 6)):  # each block's held-out rows come from that block
+        assert np.all((val[2 * block:2 * block + 2] >= 2 * start) & (val[2 * block:2 * block + 2] < 2 * start + 12))
+
+
+def test_statistics_pass_matches_the_in_memory_figures(teacher):
+    X, Y, _ = _lazy(teacher)
+    statistics = dask_statistics(X * 3.0, Y, boolean=False)
+    X, Y = X.compute() * 3.0, Y.compute()
+    assert statistics.x_scale == pytest.approx(root_mean_square(X), rel=1e-13)
+    assert statistics.y_scale == pytest.approx(root_mean_square(Y), rel=1e-13)
+    bounds = certificate_bounds(X, Y)
+    assert statistics.token_norm == pytest.approx(bounds["token_norm"], rel=1e-13)
+    assert statistics.label_norm == pytest.approx(bounds["label_bound"], rel=1e-13)
+
+
+def test_bad_dask_input_is_refused_naming_the_argument(teacher):
+    X, Y, _ = _lazy(teacher)
+    with pytest.raises(ValueError, match=r"^X: expected Boolean entries.*allow_non_boolean"):
+        mhalearn.SculptLearner(HEADS).fit(X * 0.5, Y)
+    with pytest.raises(ValueError, match=r"^Y: expected finite values, received 21 non-finite"):
+        mhalearn.SculptLearner(HEADS).fit(X, da.where(da.arange(SAMPLES)[:, None, None] == 2000,
+                                                      np.nan, Y).rechunk((CHUNK, -1, -1)))
+    with pytest.raises(ValueError, match=r"^X: MomentLearner fits NumPy arrays"):
+        mhalearn.MomentLearner(HEADS).fit(X, Y)
+    with pytest.raises(ValueError, match=r"^Y: expected the same blocks along n as X"):
+        DaskSource(X, Y.rechunk((500, -1, -1)))
+    with pytest.raises(ValueError, match=r"^Y: expected a Dask array"):
+        mhalearn.SculptLearner(HEADS).fit(X, Y.compute())
+
+
+def test_make_dataset_blocks_are_the_teacher_stream(teacher):
+    X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=5, chunks=CHUNK, noise=0.1)
+    assert X.chunks[0] == (700, 700, 700, 700, 200) and Y.chunks == X.chunks
+    source = TeacherSource(teacher, SAMPLES, LENGTH, seed=draw_seed(np.random.default_rng(5)), noise=0.1,
+                           block_size=CHUNK)
+    for (X_block, Y_block), index in zip(source.blocks(), range(5)):
+        np.testing.assert_array_equal(X.blocks[index].compute(), X_block)
+        np.testing.assert_array_equal(Y.blocks[index].compute(), Y_block)
+    # X is uniform Boolean and Y the teacher's outputs plus noise of the stated size, from one draw.
+    X, Y = X.compute(), Y.compute()
+    assert set(np.unique(X)) == {-1.0, 1.0} and abs(X.mean()) < 0.02
+    assert np.std(Y - teacher.predict(X)) == pytest.approx(0.1, rel=0.03)
+    gaussian, _ = mhalearn.make_dataset(teacher, 50, LENGTH, rng=5, chunks=20, law="gaussian")
+    assert gaussian.compute().std() == pytest.approx(1.0, rel=0.2)
+
+
+def test_a_billion_sequences_cost_nothing_until_a_block_is_computed(teacher):
+    start = time.perf_counter()
+    X, Y = mhalearn.make_dataset(teacher, 10 ** 9, LENGTH, rng=5, chunks=50_000)
+    assert time.perf_counter() - start < 2.0 and X.shape == (10 ** 9, LENGTH, DIM)
+    start = time.perf_counter()
+    block = Y.blocks[12_345].compute()
+    assert time.perf_counter() - start < 5.0
+    expected = labelled_block(teacher, LENGTH, "boolean", 0.0, draw_seed(np.random.default_rng(5)), 12_345, 50_000)
+    np.testing.assert_array_equal(block, expected[1])
+
+
+def test_lazy_blocks_are_checked_against_the_memory_budget(teacher):
+    set_memory_budget("1MiB")
+    try:
+        with pytest.raises(MemoryBudgetError, match="^chunks: "):
+            mhalearn.make_dataset(teacher, 10 ** 9, LENGTH, chunks=100_000)
+    finally:
+        set_memory_budget(None)
+
+
+def test_npy_shards_load_as_one_dask_dataset(teacher, tmp_path):
+    X, Y, _ = _lazy(teacher)
+    X, Y = X.compute(), Y.compute()
+    for name, array in (("X", X), ("Y", Y)):
+        for shard, start in enumerate((0, 1000, 2500)):
+            np.save(tmp_path / f"{name}_{shard:03d}.npy", array[start:{0: 1000, 1000: 2500, 2500: None}[start]])
+    X_disk, Y_disk = load_dataset(tmp_path)
+    assert X_disk.chunks[0] == (1000, 1500, 500)
+    np.testing.assert_array_equal(X_disk.compute(), X)
+    np.testing.assert_array_equal(Y_disk.compute(), Y)
+    assert load_dataset(tmp_path, chunks=700)[0].chunks[0] == (700, 700, 700, 700, 200)
+    (tmp_path / "Y_002.npy").unlink()
+    with pytest.raises(ValueError, match=r"^path: expected one Y_<name>.npy for every X_<name>.npy"):
+        load_dataset(tmp_path)
