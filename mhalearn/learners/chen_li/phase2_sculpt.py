@@ -56,6 +56,34 @@ _CHOLESKY_FLOOR = 1e-12
 
 
 @njit(inline="always", cache=True)
+def group_identical_tokens(x, group, first):
+    """Number the distinct tokens of one sequence ``x`` (k, d) in order of first appearance.
+
+    Writes group[j] = the number of token j's class and first[u] = the first
+    token of class u; returns the number of classes.  Identical tokens get
+    identical logits under every Θ, so the kernels treat each class as one token.
+    """
+    k, d = x.shape
+    unique = 0
+    for j in range(k):
+        group[j] = -1
+        for u in range(unique):
+            same = True
+            for e in range(d):
+                if x[first[u], e] != x[j, e]:
+                    same = False
+                    break
+            if same:
+                group[j] = u
+                break
+        if group[j] < 0:
+            group[j] = unique
+            first[unique] = j
+            unique += 1
+    return unique
+
+
+@njit(inline="always", cache=True)
 def _cholesky_solve(L, size, rhs, out):
     """Solve (L Lᵀ) out = rhs for the leading ``size`` entries."""
     for j in range(size):
@@ -94,23 +122,9 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
     while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             # Identical tokens get identical attention: decode over distinct tokens.
+            unique = group_identical_tokens(X[s], group, first)
             count[:] = 0.0
-            unique = 0
             for j in range(k):
-                group[j] = -1
-                for u in range(unique):
-                    same = True
-                    for e in range(d):
-                        if X[s, first[u], e] != X[s, j, e]:
-                            same = False
-                            break
-                    if same:
-                        group[j] = u
-                        break
-                if group[j] < 0:
-                    group[j] = unique
-                    first[unique] = j
-                    unique += 1
                 count[group[j]] += 1.0
             values[:unique] = 0.0  # x_u Ŵ_Σ
             for u in range(unique):
