@@ -90,18 +90,21 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             return self
         units = FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale, y_scale=y_scale)
         notify("start", units)
-        X_std, Y_std = X / x_scale, Y / y_scale
-        # The held-out certificate's assumptions (phase 6), in standardised units.
-        bounds = certificate_bounds(X_std, Y_std)
-        self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
         rng = as_generator(self.random_state)
         order = rng.permutation(n)
         val, train = order[:n_val], order[n_val:]
+        X_train, X_val = standardised_rows(X, train, x_scale), standardised_rows(X, val, x_scale)
+        Y_train, Y_val = standardised_rows(Y, train, y_scale), standardised_rows(Y, val, y_scale)
+        # The held-out certificate's assumptions (phase 6), in standardised units: the largest
+        # norms over both parts are those over every example.
+        bounds = [certificate_bounds(X_train, Y_train), certificate_bounds(X_val, Y_val)]
+        self.label_bound_ = max(part["label_bound"] for part in bounds)
+        self.token_norm_ = max(part["token_norm"] for part in bounds)
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.
         with threadpool_limits(limits=1, user_api="blas"):
-            layers, fields = self._fit(X_std[train], Y_std[train], X_std[val], Y_std[val], rng, notify)
+            layers, fields = self._fit(X_train, Y_train, X_val, Y_val, rng, notify)
         for name, layer in layers.items():
             setattr(self, f"{name}_", units.to_data_units(layer))
         self.report_ = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,
@@ -182,6 +185,13 @@ def check_representable_units(x_scale: float, y_scale: float) -> None:
     if y_scale > 0.0 and abs(math.log10(y_scale) - math.log10(x_scale)) > math.log10(W_FACTOR_LIMIT):
         raise ValueError(f"Y: expected a root mean square within {W_FACTOR_LIMIT:g}× of X's (the returned W "
                          f"scales as rms(Y)/rms(X)), received {y_scale:.3g} against {x_scale:.3g}; rescale Y")
+
+
+def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.ndarray:
+    """``(array / scale)[rows]``, gathered first and divided in place: one new array, the same values."""
+    part = np.take(array, rows, axis=0)
+    part /= scale
+    return part
 
 
 def root_mean_square(array: np.ndarray) -> float:
