@@ -182,10 +182,10 @@ def _head_features_worker(X, theta_t, chunks, counter, out):
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             x = X[s]
             _attention_t(x, x_t, theta_t, queries_t, weights_t, col_max, col_sum)
+            features = out[s]  # (k, m·d): head i in columns i·d…
+            features[:, :] = 0.0
             for i in range(m):
-                features = out[s, i]
-                features[:, :] = 0.0
-                mm_t(weights_t, i * k, x, 0, features, 0, k, k, d)
+                mm_t(weights_t, i * k, x, 0, features, i * d, k, k, d)
         chunk = next_chunk(counter)
 
 
@@ -317,16 +317,19 @@ def head_features(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
     """Per-head features A_i X, shape (n, m, k, d), so that F(X) = Σ_i (A_i X) W_i.
 
     Given the attention matrices, the projections solve one linear least
-    squares problem in these features (variable projection).
+    squares problem in these features (variable projection).  The result is
+    a view of a C-contiguous (n, k, m, d) array: the least-squares design
+    ``features.transpose(0, 2, 1, 3).reshape(n * k, m * d)`` is then a view
+    too, not a copy.
     """
     n, k, d = X.shape
     m = thetas.shape[0]
-    out = np.empty((n, m, k, d))
+    out = np.empty((n, k, m * d))
     theta_t = _transposed(thetas)
     chunks = chunk_count(n)
     DISPATCH.run("head_features", n * m * k * d * (d + 2 * k), _head_features_worker, _head_features_parallel,
                  X, theta_t, chunks, new_counter(), out)
-    return out
+    return out.reshape(n, k, m, d).transpose(0, 2, 1, 3)
 
 
 def loss_and_grad(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ws: np.ndarray):

@@ -108,7 +108,7 @@ class GradientLearner(AttentionLearner):
         for restart in range(self.restarts):
             start = time.perf_counter()
             thetas = random_parameters(self.heads, X.shape[2], rng, self.init_scale)
-            ws, _ = solve_projections(X, Y, thetas)
+            ws = solve_projections(X, Y, thetas)
             if self.method == "lbfgs":
                 model, history = lbfgs_refine(X, Y, thetas, ws, max_iter=self.max_iter, X_val=X_val,
                                               Y_val=Y_val, patience=self.patience)

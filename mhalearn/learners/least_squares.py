@@ -39,13 +39,13 @@ def least_squares(design: np.ndarray, targets: np.ndarray, minimum_rows: int) ->
     return solve_normal(design.T @ design, design.T @ targets)
 
 
-def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray,
-                      ridge: float = 0.0) -> tuple[np.ndarray, float]:
-    """W given Θ by least squares (variable projection).
+def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ridge: float = 0.0) -> np.ndarray:
+    """W given Θ by least squares (variable projection): the projections, shape (m, d, d).
 
     F(X) = Σ_i (A_i X) W_i is linear in W, so the best W for fixed Θ solves
-    one least-squares problem in the per-head features A_i X.  Returns the
-    projections (m, d, d) and the residual ½‖F − Y‖²/n.
+    one least-squares problem in the per-head features A_i X.  The loss at
+    that W is ``kernels.loss_and_grad(X, Y, thetas, W)[0]`` (not computed
+    here: it costs a pass over the data that the learners do not need).
     """
     n, k, d = X.shape
     m = thetas.shape[0]
@@ -56,8 +56,7 @@ def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray,
         stacked = np.linalg.solve(gram, design.T @ targets)
     else:
         stacked = lstsq(design, targets, lapack_driver="gelsd")[0]
-    residual = design @ stacked - targets
-    return stacked.reshape(m, d, d), 0.5 * float(np.sum(residual ** 2)) / n
+    return stacked.reshape(m, d, d)
 
 
 def validation_error(model: MultiHeadAttention, X: np.ndarray, Y: np.ndarray) -> float:

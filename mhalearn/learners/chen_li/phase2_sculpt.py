@@ -58,6 +58,34 @@ _CHOLESKY_FLOOR = 1e-12
 
 
 @njit(inline="always", cache=True)
+def group_identical_tokens(x, group, first):
+    """Number the distinct tokens of one sequence ``x`` (k, d) in order of first appearance.
+
+    Writes group[j] = the number of token j's class and first[u] = the first
+    token of class u; returns the number of classes.  Identical tokens get
+    identical logits under every Θ, so the kernels treat each class as one token.
+    """
+    k, d = x.shape
+    unique = 0
+    for j in range(k):
+        group[j] = -1
+        for u in range(unique):
+            same = True
+            for e in range(d):
+                if x[first[u], e] != x[j, e]:
+                    same = False
+                    break
+            if same:
+                group[j] = u
+                break
+        if group[j] < 0:
+            group[j] = unique
+            first[unique] = j
+            unique += 1
+    return unique
+
+
+@njit(inline="always", cache=True)
 def _cholesky_solve(L, size, rhs, out):
     """Solve (L Lᵀ) out = rhs for the leading ``size`` entries."""
     for j in range(size):
@@ -76,31 +104,31 @@ def _cholesky_solve(L, size, rhs, out):
 def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads):
     n, k, d = X.shape
     labels = Y.shape[1]
+    # Scratch for the largest case (k distinct tokens), allocated once per worker:
+    # a dozen small allocations per sequence cost as much as the arithmetic.
+    group = np.empty(k, dtype=np.int64)
+    first = np.empty(k, dtype=np.int64)
+    count = np.empty(k)
+    values = np.empty((k, d))
+    width = max(k - 1, 1)
+    differences = np.empty((width, d))
+    gram = np.empty((width, width))
+    variance = np.empty(k)
+    unit = np.zeros(width)
+    column = np.empty(width)
+    ones = np.ones(width)
+    projected = np.empty(width)
+    solution = np.empty(width)
+    weights = np.empty(k)
     chunk = next_chunk(counter)
     while chunk < chunks:
         for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             # Identical tokens get identical attention: decode over distinct tokens.
-            group = np.empty(k, dtype=np.int64)
-            first = np.empty(k, dtype=np.int64)
-            count = np.zeros(k)
-            unique = 0
+            unique = group_identical_tokens(X[s], group, first)
+            count[:] = 0.0
             for j in range(k):
-                group[j] = -1
-                for u in range(unique):
-                    same = True
-                    for e in range(d):
-                        if X[s, first[u], e] != X[s, j, e]:
-                            same = False
-                            break
-                    if same:
-                        group[j] = u
-                        break
-                if group[j] < 0:
-                    group[j] = unique
-                    first[unique] = j
-                    unique += 1
                 count[group[j]] += 1.0
-            values = np.zeros((unique, d))  # x_u Ŵ_Σ
+            values[:unique] = 0.0  # x_u Ŵ_Σ
             for u in range(unique):
                 for a in range(d):
                     x = X[s, first[u], a]
@@ -109,11 +137,9 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
             # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
             # differences v_u − v_0, which needs the points affinely independent only.
             free = unique - 1
-            differences = np.empty((max(free, 1), d))
             for u in range(free):
                 for e in range(d):
                     differences[u, e] = values[u + 1, e] - values[0, e]
-            gram = np.empty((max(free, 1), max(free, 1)))
             for u in range(free):
                 for v in range(u + 1):
                     total = 0.0
@@ -131,10 +157,7 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
                 continue
             # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
             # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
-            variance = np.zeros(unique)
-            unit = np.zeros(max(free, 1))
-            column = np.empty(max(free, 1))
-            ones = np.ones(max(free, 1))
+            variance[:unique] = 0.0
             for u in range(free):
                 unit[u] = 1.0
                 _cholesky_solve(gram, free, unit, column)
@@ -147,9 +170,6 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
                     total += column[u]
                 variance[0] = max(total, 0.0)
             degrees = max(d - free, 1)
-            projected = np.empty(max(free, 1))
-            solution = np.empty(max(free, 1))
-            weights = np.empty(unique)
             for row in range(labels):
                 for u in range(free):
                     total = 0.0

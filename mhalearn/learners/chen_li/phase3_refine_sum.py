@@ -27,11 +27,13 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
+from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
 from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
 from .body import ConvexBody
-from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool
+from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool, group_identical_tokens
 from .settings import BodySettings
 
 
@@ -65,6 +67,76 @@ class MarginRows:
         return (queries[row][:, :, None] * differences[row, token][:, None, :]).reshape(-1, d * d), row
 
 
+@njit(cache=True, nogil=True)
+def _margin_mass_worker(X, theta, chunks, counter, top, mass):
+    n, k, d = X.shape
+    group = np.empty(k, dtype=np.int64)
+    first = np.empty(k, dtype=np.int64)
+    queries = np.empty((k, d))  # x_ℓ Θ for every row ℓ
+    weights = np.empty(k)
+    chunk = next_chunk(counter)
+    while chunk < chunks:
+        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            group_identical_tokens(X[s], group, first)
+            queries[:] = 0.0
+            for row in range(k):
+                for a in range(d):
+                    x = X[s, row, a]
+                    for e in range(d):
+                        queries[row, e] += x * theta[a, e]
+            for row in range(k):
+                # The k logits of a row accumulate side by side (independent sums pipeline).
+                weights[:] = 0.0
+                for e in range(d):
+                    q = queries[row, e]
+                    for j in range(k):
+                        weights[j] += q * X[s, j, e]
+                peak = weights.max()
+                total = 0.0
+                for j in range(k):
+                    weights[j] = exp_nonpositive(weights[j] - peak)
+                    total += weights[j]
+                best = 0
+                for j in range(k):
+                    weights[j] /= total
+                    if weights[j] > weights[best]:
+                        best = j
+                on_best = 0.0
+                for j in range(k):
+                    if group[j] == group[best]:
+                        on_best += weights[j]
+                top[s, row] = best
+                mass[s, row] = on_best
+        chunk = next_chunk(counter)
+
+
+_margin_mass_parallel = thread_driver(_margin_mass_worker)
+
+
+def margin_mass(X: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The top token of every row under Θ and the attention mass on its copies.
+
+    Parameters
+    ----------
+    X : (n, k, d) sequences.
+    theta : (d, d) the attention matrix Θ.
+
+    Returns
+    -------
+    top : (n, k) int64 — j*, the token of largest weight in softmax(x_ℓᵀ Θ Xᵀ)
+        (the first of equal weights).
+    mass : (n, k) — the weight of the tokens identical to x_{j*}.
+    """
+    n, k, d = X.shape
+    top = np.empty((n, k), dtype=np.int64)
+    mass = np.empty((n, k))
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, theta,
+                 chunk_count(n), new_counter(), top, mass)
+    return top, mass
+
+
 def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginRows:
     """Rows where softmax(x_ℓᵀ Θ Xᵀ) puts ≥ 1 − η on the copies of one token j*.
 
@@ -95,13 +167,7 @@ def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginR
 
 def _margin_block(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, eta: float, limit: int) -> MarginRows:
     """The first ``limit`` margin rows of one block (:func:`margin_rows`); ``scanned`` counts all its rows."""
-    logits = np.einsum("nkd,de,nje->nkj", X, theta, X)
-    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    weights /= weights.sum(axis=-1, keepdims=True)
-    top = weights.argmax(axis=-1)
-    equal = np.all(X[:, :, None, :] == X[:, None, :, :], axis=-1)  # token j == token j'
-    copies = np.take_along_axis(equal, top[:, :, None], axis=1)  # (n, k, k): x_j == x_{top}
-    mass = np.sum(weights * copies, axis=-1)
+    top, mass = margin_mass(X, theta)
     samples, rows = np.nonzero(mass >= 1.0 - eta)
     samples, rows = samples[:limit], rows[:limit]
     return MarginRows(tokens=X[samples], query=rows.astype(np.int64), top=top[samples, rows].astype(np.int64),

@@ -206,7 +206,7 @@ def descend_in_span(X, Y, basis: np.ndarray, coefficients: np.ndarray, max_iter:
 
     def objective(flat):
         thetas = np.einsum("ir,rab->iab", flat.reshape(heads, dim2), B)
-        ws, _ = solve_projections(X, Y, thetas, ridge=1e-10)
+        ws = solve_projections(X, Y, thetas, ridge=1e-10)
         loss, d_thetas, _ = kernels.loss_and_grad(X, Y, thetas, ws)
         return loss, np.einsum("iab,rab->ir", d_thetas, B).ravel()
 

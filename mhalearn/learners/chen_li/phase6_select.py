@@ -35,7 +35,7 @@ def least_squares_candidates(X, Y, X_val, Y_val, candidates) -> list[tuple[float
     """W by least squares for every candidate's Θ; (validation error, model), best first."""
     scored = []
     for thetas in candidates:
-        ws, _ = solve_projections(X, Y, thetas, ridge=1e-10)
+        ws = solve_projections(X, Y, thetas, ridge=1e-10)
         model = MultiHeadAttention(thetas, ws)
         scored.append((validation_error(model, X_val, Y_val), model))
     scored.sort(key=lambda item: item[0])
