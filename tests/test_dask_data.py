@@ -258,3 +258,15 @@ def test_npy_shards_load_as_one_dask_dataset(teacher, tmp_path):
     (tmp_path / "Y_002.npy").unlink()
     with pytest.raises(ValueError, match=r"^path: expected one Y_<name>.npy for every X_<name>.npy"):
         load_dataset(tmp_path)
+
+
+def test_zarr_store_loads_as_the_same_dask_dataset(teacher, tmp_path):
+    pytest.importorskip("zarr")
+    X, Y, _ = _lazy(teacher)
+    store = tmp_path / "examples.zarr"
+    for name, array in (("X", X), ("Y", Y)):
+        da.to_zarr(array, str(store), component=name)
+    X_disk, Y_disk = load_dataset(store)
+    assert X_disk.chunks == X.chunks
+    np.testing.assert_array_equal(X_disk.compute(), X.compute())
+    np.testing.assert_array_equal(Y_disk.compute(), Y.compute())

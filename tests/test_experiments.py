@@ -281,3 +281,20 @@ def test_figures_are_written_with_the_numbers_they_show(tmp_path):
                for line in heads_table)
     with pytest.raises(ValueError, match="run the sweep first"):
         plot_error_vs_samples([], tmp_path)
+
+
+def test_projection_extrapolates_the_rows_needed_and_divides_by_the_rate():
+    from mhalearn.experiments.sculpt_vs_m import projected_samples
+
+    def cell(heads, samples, rows, distance):
+        return {"heads": heads, "samples": samples, "agreement_rows": rows, "span_distance": distance,
+                "refused": None if distance is not None else "refused"}
+
+    rows = [cell(2, 10_000, 200, 0.3), cell(2, 30_000, 600, 0.05), cell(3, 10**6, 400, 0.9),
+            cell(3, 10**7, 6_000, 0.08), cell(4, 10**6, 2, None), cell(4, 10**7, 40, None)]
+    # R*_2 = 600, R*_3 = 6000: ten times per head, so R*_4 = 60 000; r_4 = 40 / 10⁷.
+    (heads, needed, rate, projected), = projected_samples(rows)
+    assert heads == 4
+    assert needed == pytest.approx(60_000) and rate == pytest.approx(4e-6)
+    assert projected == pytest.approx(1.5e10)
+    assert projected_samples([cell(3, 10**6, 10, None)]) == []

@@ -18,8 +18,15 @@ from .._validation import (
 )
 from ..attention.model import MultiHeadAttention
 from ..seeding import draw_seed
-from .dask_data import check_dask_pair, dask_statistics, in_memory_sample, split_blocks
-from .streams import DaskSource, is_dask_array
+from .dask_data import (
+    SAMPLE_TRAINING,
+    SAMPLE_VALIDATION,
+    check_dask_pair,
+    dask_statistics,
+    in_memory_sample,
+    split_blocks,
+)
+from .streams import ArraySource, DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
 from .report import FitStart, Notifier, ZeroLabelsReport
 
@@ -133,6 +140,12 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             self.label_bound_ = max(part["label_bound"] for part in bounds)
             self.token_norm_ = max(part["token_norm"] for part in bounds)
             data, extra = (X_train, Y_train, X_val, Y_val, rng, notify), {}
+            if self.streams_dask:
+                # Phases 1–4 stream over every training sequence; phases 5–6 see the same bounded
+                # sample as on a Dask dataset (the first sequences of the random split).
+                extra["source"] = ArraySource(X_train, Y_train)
+                data = (X_train[:SAMPLE_TRAINING], Y_train[:SAMPLE_TRAINING], X_val[:SAMPLE_VALIDATION],
+                        Y_val[:SAMPLE_VALIDATION], rng, notify)
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.

@@ -30,9 +30,10 @@ import numpy as np
 from .._memory import check_memory
 from .streams import DaskSource
 
-#: Training sequences phases 5–6 hold in memory on a Dask dataset (92 MB with the held-out ones at d = 12, k = 4).
+#: Training sequences SculptLearner's phases 5–6 use, on a Dask dataset or NumPy arrays alike (92 MB with the
+#: held-out ones at d = 12, k = 4).
 SAMPLE_TRAINING = 100_000
-#: Held-out sequences phase 6 selects and certifies on, on a Dask dataset.
+#: Held-out sequences SculptLearner's phase 6 selects and certifies on, on a Dask dataset or NumPy arrays alike.
 SAMPLE_VALIDATION = 20_000
 
 

@@ -53,6 +53,14 @@ class SculptLearner(SpanSearchLearner):
     and figures in ``report_``, and ``report_.selection.certificate`` holds
     the held-out bound of phase 6.
 
+    X and Y are NumPy arrays or Dask arrays chunked along n
+    (``make_dataset(..., chunks=...)``, ``load_dataset``).  Phases 1–4 pass
+    over every training sequence, block by block, wherever the active Dask
+    scheduler runs the blocks; phases 5–6 use the first 10⁵ training and
+    2·10⁴ held-out sequences of the random split
+    (:data:`~mhalearn.learners.dask_data.SAMPLE_TRAINING`,
+    :data:`~mhalearn.learners.dask_data.SAMPLE_VALIDATION`) either way.
+
     Parameters
     ----------
     heads : int
