@@ -240,9 +240,17 @@ def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.n
     return part
 
 
+#: Peak |entry| within which squares neither overflow nor underflow to zero, so the sum of squares
+#: can be taken directly (one pass, no scaled copy).
+_DIRECT_SQUARES = (1e-140, 1e140)
+
+
 def root_mean_square(array: np.ndarray) -> float:
-    """Root mean square of the entries, computed without underflow (0 for an all-zero array)."""
-    peak = float(np.max(np.abs(array)))
+    """Root mean square of the entries, computed without overflow or underflow (0 for an all-zero array)."""
+    peak = max(float(np.max(array)), -float(np.min(array)))
     if peak == 0.0:
         return 0.0
+    flat = array.reshape(-1)
+    if _DIRECT_SQUARES[0] <= peak <= _DIRECT_SQUARES[1]:
+        return math.sqrt(float(np.dot(flat, flat)) / flat.size)
     return peak * float(np.sqrt(np.mean((array / peak) ** 2)))

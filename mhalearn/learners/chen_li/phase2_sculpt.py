@@ -410,10 +410,18 @@ class SlabSystem:
     def equalities(self) -> int:
         return len(self.b)
 
+    def row_count(self) -> int:
+        """One more than the largest accepted row any constraint came from."""
+        return max(self.slab_row.max(initial=-1), self.halfspace_row.max(initial=-1)) + 1
+
+    def row_weights(self, rows: np.ndarray) -> np.ndarray:
+        """How often each slab is drawn when the accepted rows ``rows`` are (indices, repeats allowed)."""
+        return np.bincount(rows, minlength=self.row_count())[self.slab_row].astype(np.float64)
+
     def of_rows(self, rows: np.ndarray) -> "SlabSystem":
         """The constraints of the accepted rows ``rows`` (indices, repeats allowed: a row drawn twice
         gives its constraints twice)."""
-        counts = np.bincount(rows, minlength=max(self.slab_row.max(initial=-1), self.halfspace_row.max(initial=-1)) + 1)
+        counts = np.bincount(rows, minlength=self.row_count())
         slabs = np.repeat(np.arange(len(self.b)), counts[self.slab_row])
         halves = np.repeat(np.arange(len(self.g)), counts[self.halfspace_row])
         return SlabSystem(E=self.E[slabs], b=self.b[slabs], t=self.t[slabs], H=self.H[halves], g=self.g[halves],

@@ -27,7 +27,12 @@ from .phase2_sculpt import SlabSystem
 from .settings import BodySettings
 
 
-def read_affine_hull(slabs: SlabSystem, heads: int) -> tuple[np.ndarray, np.ndarray, dict]:
+#: Eigenvalues of the normal matrix below this share of the largest are rounding, not information.
+_EIGEN_FLOOR = 1e-13
+
+
+def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, dict]:
     """The affine hull of the Θ_i as the slab system sees it.
 
     Scaled to unit half-widths, the slabs read (E/t)θ ≈ b/t.  Its m − 1
@@ -39,15 +44,30 @@ def read_affine_hull(slabs: SlabSystem, heads: int) -> tuple[np.ndarray, np.ndar
     aff{Θ_i} up to the decoding's error (the minimum-norm point of K itself
     sits on K's boundary, pulled towards 0 by the slabs' half-widths).
 
+    ``weights`` (one per slab, default 1) weigh the slabs' equations: 0
+    leaves a slab out, 2 counts it twice (a bootstrap resample).  The right
+    singular vectors and values come from the eigendecomposition of the
+    d² × d² normal matrix (E/t)ᵀW(E/t): one matrix product over the slabs
+    instead of an SVD of the tall slab matrix, and exact enough for
+    singular values down to ~10⁻⁷ of the largest (the long directions sit at
+    10⁻³–10⁻¹).
+
     Returns the centre (d²,), the long directions (m − 1, d²) and the
     singular values relative to the largest (the last m + 2), with the gap
     σ_m / σ_{m−1} between the first thin and the last long direction,
     counted from the smallest (inf at m = 1).
     """
     scaled_E, scaled_b = slabs.weighted_equalities()
-    left, singular, right = np.linalg.svd(scaled_E, full_matrices=False)
+    weighted = scaled_E if weights is None else scaled_E * weights[:, None]
+    eigenvalues, vectors = np.linalg.eigh(weighted.T @ scaled_E)
+    singular = np.sqrt(np.maximum(eigenvalues[::-1], 0.0))
+    right = vectors[:, ::-1].T
     thin = len(singular) - (heads - 1)
-    centre = right[:thin].T @ ((left[:, :thin].T @ scaled_b) / singular[:thin])
+    # Minimum-norm least squares: directions the equations do not reach (eigenvalues below the
+    # normal matrix's rounding, as in a resample of few rows) get no component.
+    squares = singular[:thin] ** 2
+    inverse = np.divide(1.0, squares, out=np.zeros_like(squares), where=squares > _EIGEN_FLOOR * squares[0])
+    centre = right[:thin].T @ ((right[:thin] @ (weighted.T @ scaled_b)) * inverse)
     long_directions = right[thin:]
     relative = singular / singular[0]
     gap = float(relative[thin - 1] / relative[thin]) if heads > 1 and relative[thin] > 0 else math.inf
@@ -68,7 +88,7 @@ def hull_residuals(slabs: SlabSystem, centre: np.ndarray, long_directions: np.nd
     residual = np.abs(scaled_E @ centre - scaled_b)
     if len(long_directions):
         residual += np.linalg.norm(scaled_E @ long_directions.T, axis=1) * np.linalg.norm(centre)
-    rows = np.zeros(max(slabs.slab_row.max(initial=-1), slabs.halfspace_row.max(initial=-1)) + 1)
+    rows = np.zeros(slabs.row_count())
     np.maximum.at(rows, slabs.slab_row, residual)
     return rows
 
@@ -86,17 +106,17 @@ def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, rounds: i
     Returns the centre, the long directions, the singular-value figures
     (:func:`read_affine_hull`) and the indices of the kept rows.
     """
-    kept = np.unique(slabs.slab_row)
+    candidates = np.unique(slabs.slab_row)
+    kept = candidates
     for _ in range(rounds):
-        centre, long_directions, info = read_affine_hull(slabs.of_rows(kept), heads)
+        centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(kept))
         residual = hull_residuals(slabs, centre, long_directions)
-        candidates = np.unique(slabs.slab_row)
         survivors = candidates[residual[candidates] <= trim * np.median(residual[kept])]
-        if np.array_equal(survivors, kept) or slabs.of_rows(survivors).equalities < slabs.E.shape[1]:
+        if np.array_equal(survivors, kept) or np.sum(slabs.row_weights(survivors)) < slabs.E.shape[1]:
             break
         kept = survivors
     else:
-        centre, long_directions, info = read_affine_hull(slabs.of_rows(kept), heads)
+        centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(kept))
     return centre, long_directions, info, kept
 
 
@@ -112,7 +132,8 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
     """
     distances = []
     for _ in range(resamples):
-        centre, long_directions, _ = read_affine_hull(slabs.of_rows(rng.choice(rows, len(rows))), heads)
+        weights = slabs.row_weights(rng.choice(rows, len(rows)))
+        centre, long_directions, _ = read_affine_hull(slabs, heads, weights)
         estimate = span_basis(centre, long_directions, heads)
         distances.append(float(np.sin(np.max(subspace_angles(estimate.T, basis.T)))))
     return float(np.quantile(distances, level))

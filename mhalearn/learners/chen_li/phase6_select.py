@@ -66,8 +66,8 @@ def certificate_bounds(X: np.ndarray, Y: np.ndarray) -> dict:
     """The certificate's assumptions from the examples seen: ``label_bound``, the largest label norm
     ‖Y‖_F of a sequence, and ``token_norm``, the largest token norm ‖x_j‖ (keywords of
     :func:`select_candidate`)."""
-    return {"label_bound": float(np.sqrt(np.max(np.sum(Y ** 2, axis=(1, 2))))),
-            "token_norm": float(np.sqrt(np.max(np.sum(X ** 2, axis=2))))}
+    return {"label_bound": float(np.sqrt(np.max(np.einsum("nkd,nkd->n", Y, Y)))),
+            "token_norm": float(np.sqrt(np.max(np.einsum("nkd,nkd->nk", X, X))))}
 
 
 def _output_bound(model: MultiHeadAttention, token_norm: float, length: int) -> float:
