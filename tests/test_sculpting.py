@@ -261,3 +261,24 @@ def test_bootstrap_error_grows_with_the_noise_of_the_slabs(rng):
         estimates.append(phase4_span.bootstrap_span_error(slabs, np.arange(400), basis, 2, resamples=16, level=0.9,
                                                           rng=np.random.default_rng(6)))
     assert estimates[0] < 1e-8 < estimates[1] < estimates[2]
+
+
+def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
+    teacher = mhalearn.sample_teacher(2, 8, rng=31)
+    source = ArraySource(*mhalearn.make_dataset(teacher, 20_000, 3, rng=32), block_size=5000)
+    crude = phase1_crude_sum.crude_projection_sum(source).w_sum
+    draws = []
+    original = projection_sum.draw_pool
+    monkeypatch.setattr(projection_sum, "draw_pool", lambda *args, **kwargs: draws.append(1) or original(*args,
+                                                                                                          **kwargs))
+    errors = {}
+    for rounds in (1, 3):
+        draws.clear()
+        refined, history = projection_sum.alternating_projection_sum(
+            source, crude, quantile=0.02, iterations=200, rounds=rounds, pool_fraction=0.2, refit_rows=600)
+        assert len(draws) == history[-1]["round"] <= rounds
+        assert [entry["round"] for entry in history] == sorted(entry["round"] for entry in history)
+        assert all("stopped" in entry for entry in history if entry is history[-1] or entry["round"] <
+                   history[history.index(entry) + 1]["round"])  # every round says why it ended
+        errors[rounds] = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
+    assert errors[3] <= errors[1]
