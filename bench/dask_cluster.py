@@ -6,8 +6,8 @@ uses) labels ``--samples`` Boolean sequences drawn block by block on the
 workers (``make_dataset(..., chunks=--chunk)``).  The same fit runs on a
 ``LocalCluster(n_workers=1, threads_per_worker=1)``, then on
 ``LocalCluster(n_workers=2, threads_per_worker=1)``, then in this process
-(Dask's synchronous scheduler).  Printed: each wall time, the ratio of one
-worker's to two workers', the largest difference between the spans, the
+(Dask's synchronous scheduler).  Printed: each wall time, the ratio of two
+workers' to one worker's, the largest difference between the spans, the
 refined Ŵ_Σ and the learned Θ of the runs (0: the block passes give the same
 bits on any scheduler), and each worker's peak resident memory.
 
@@ -100,8 +100,8 @@ def main():
     with dask.config.set(scheduler="sync"):
         local, local_seconds = fit(X, Y, args.seed, "one process")
     print(f"route: {one['route']} (1 worker), {two['route']} (2 workers), {local['route']} (one process)")
-    print(f"wall time: 1 worker {one_seconds:.1f} s, 2 workers {two_seconds:.1f} s, ratio "
-          f"{one_seconds / two_seconds:.2f}; one process {local_seconds:.1f} s")
+    print(f"wall time: 1 worker {one_seconds:.1f} s, 2 workers {two_seconds:.1f} s (2 workers / 1 worker = "
+          f"{two_seconds / one_seconds:.2f}); one process {local_seconds:.1f} s")
     print(f"max |difference|, 2 workers vs 1: {difference(two, one)}")
     print(f"max |difference|, one process vs 1 worker: {difference(local, one)}")
     for label, memory in (("1 worker", one_memory), ("2 workers", two_memory)):

@@ -101,7 +101,10 @@ class SculptLearner(SpanSearchLearner):
         Pools our refit draws from the whole stream: it draws again under
         the new Ŵ_Σ when Ŵ_Σ has moved by more than 0.5 % since the last draw.
     pool_fraction : float
-        Share of rows (per block) kept as candidates during the alternating refit.
+        Candidates of the alternating refit: the best rows of every block by
+        residual, at most this share of them and about
+        ``max_rows · pool_fraction / quantile`` rows in all (a longer stream
+        gives a more selective pool).
     min_equalities : int or None
         K* must hold at least this many slabs to be read (default 2d², never
         fewer than d²); with fewer the body refuses and the moment route is used.
