@@ -31,6 +31,7 @@ specialisation per pattern of literal arguments.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -409,3 +410,23 @@ def chunk_count(n: int, limit: int = CHUNKS) -> int:
 def new_counter() -> np.ndarray:
     """A fresh chunk counter; a worker called directly with it runs every chunk on the calling thread."""
     return np.zeros(1, np.int64)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Numba's kernels (for the calling thread) and BLAS on one thread while inside.
+
+    A Dask worker runs as many tasks at once as it has threads, one per core
+    it was given; a kernel that started a thread per core in each task would
+    oversubscribe them.  The kernels' results do not depend on the thread
+    count (:data:`mhalearn._numba.DISPATCH`), so this changes the time only.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        numba.set_num_threads(threads)

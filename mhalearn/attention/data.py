@@ -7,6 +7,7 @@ import numpy as np
 from pathlib import Path
 
 from .._memory import check_memory
+from .._numba import one_thread
 from ..seeding import draw_seed
 from .._validation import as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real
 from .model import MultiHeadAttention
@@ -89,9 +90,14 @@ def labelled_block(teacher, length: int, law: str, noise: float, seed: int, inde
 
 def _stacked_block(teacher, length: int, law: str, noise: float, seed: int, samples: int, chunk: int,
                    block_id=None) -> np.ndarray:
-    """:func:`labelled_block` number ``block_id[0]`` as one array (size, 2, k, d): X and Y of one draw."""
+    """:func:`labelled_block` number ``block_id[0]`` as one array (size, 2, k, d): X and Y of one draw.
+
+    A Dask task: the teacher's kernels run on one thread (:func:`~mhalearn._numba.one_thread`), as
+    the learner's do, so a worker uses the cores it was given and no more.
+    """
     index = block_id[0]
-    X, Y = labelled_block(teacher, length, law, noise, seed, index, min(chunk, samples - index * chunk))
+    with one_thread():
+        X, Y = labelled_block(teacher, length, law, noise, seed, index, min(chunk, samples - index * chunk))
     return np.stack([X, Y], axis=1)
 
 

@@ -28,11 +28,11 @@ active (threads, processes or a ``distributed.Client``).
 
 from __future__ import annotations
 
-import contextlib
 from typing import Iterator
 
 import numpy as np
 
+from .._numba import one_thread
 from .._validation import check_positive_int
 from ..attention.data import labelled_block
 
@@ -195,27 +195,6 @@ def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int 
     """:func:`run_block` inside a Dask task, on one thread (:func:`one_thread`)."""
     with one_thread():
         return run_block(func, np.asarray(X), np.asarray(Y), args, index)
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Numba's kernels (for the calling thread) and BLAS on one thread while inside.
-
-    A Dask worker runs as many tasks at once as it has threads, one per core
-    it was given; a kernel that started a thread per core in each task would
-    oversubscribe them.  The kernels' results do not depend on the thread
-    count (:data:`mhalearn._numba.DISPATCH`), so this changes the time only.
-    """
-    import numba
-    from threadpoolctl import threadpool_limits
-
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    finally:
-        numba.set_num_threads(threads)
 
 
 def is_dask_array(value) -> bool:
