@@ -11,7 +11,7 @@ against K* and refits Ŵ_Σ on the certified rows; it prints the candidates,
 the certified rows and, where there are enough, the refitted Ŵ_Σ's error
 against the teacher next to our refit's.
 
-    python bench/recertify.py [--heads 3] [--samples 1e7] [--seed 10] [--margin-samples 2e6]
+    python bench/recertify.py [--heads 3] [--samples 1e7] [--seed 10] [--margin-samples 2e6] [--quick]
 """
 
 import argparse
@@ -38,7 +38,10 @@ def main():
     parser.add_argument("--seed", type=int, default=10)
     parser.add_argument("--margin-samples", type=float, default=2e6)
     parser.add_argument("--eta", type=float, nargs="+", default=[0.05, 0.2])
+    parser.add_argument("--quick", action="store_true", help="m = 2, n = 10⁵, 10⁶ margin sequences")
     args = parser.parse_args()
+    if args.quick:
+        args.heads, args.samples, args.margin_samples = 2, 1e5, 1e6
     heads, settings = args.heads, BodySettings()
     teacher = sample_teacher(heads, 12, rng=seeded_rng(20_251, heads, args.seed))
     observer = TeacherObserver(teacher)

@@ -12,7 +12,7 @@ relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
 the peak memory of the process.
 
-    python bench/sculpt_m3.py --samples 1e7 [--seeds 0 1 2] [--out runs/sculpt_m3.jsonl]
+    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--out runs/sculpt_m3.jsonl] [--quick]
 """
 
 import argparse
@@ -58,17 +58,18 @@ def fit_row(samples: int, seed: int) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=float, required=True)
+    parser.add_argument("--samples", type=float, default=1e7)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--quick", action="store_true", help="n = 3·10⁵, teacher 0 (a smoke run: the body refuses)")
     parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
     args = parser.parse_args()
-    samples = int(args.samples)
+    samples, seeds = (300_000, [0]) if args.quick else (int(args.samples), args.seeds)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     done = set()
     if os.path.exists(args.out):
         with open(args.out) as handle:
             done = {(row["samples"], row["seed"]) for row in map(json.loads, handle) if row}
-    for seed in args.seeds:
+    for seed in seeds:
         if (samples, seed) in done:
             continue
         row = fit_row(samples, seed)

@@ -11,7 +11,7 @@ chosen, whether the chosen route's span is the closer one and whether a body
 span ≤ 0.1 was refused; then the two shares the issue asks for.  Rows are
 appended to ``--out`` (JSON lines) as they finish; a rerun skips them.
 
-    python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl]
+    python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
 """
 
 import argparse
@@ -48,7 +48,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default="runs/span_refusal.jsonl")
+    parser.add_argument("--quick", action="store_true", help="seed 0 only")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds = [0]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     done = {(r["dim"], r["length"], r["samples"], r["seed"]): r for r in load_jsonl(args.out)}
     cells = [(d, k, n, s) for d, k, n in SHAPES for s in args.seeds]
