@@ -80,7 +80,7 @@ def hull_residuals(slabs: SlabSystem, centre: np.ndarray, long_directions: np.nd
     On a true agreement row every point of aff{Θ_i} satisfies the row's
     log-ratios, so its scaled slabs (E/t)θ ≈ b/t hold at the centre and do
     not change along the long directions.  A slab's residual is
-    |(E/t)·centre − b/t| plus ‖(E/t)Lᵀ‖·‖centre‖ (its change over a move as
+    ``|(E/t)·centre − b/t|`` plus ‖(E/t)Lᵀ‖·‖centre‖ (its change over a move as
     long as the centre's norm, the scale of the heads); a row's is the
     largest of its slabs' (0 for a row with none).
     """
