@@ -29,6 +29,7 @@ import resource
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..evaluation import TeacherObserver
 from ..learners.chen_li import BodySettings, SearchSettings, certificate_bounds, sculpt_span, search_and_select
@@ -80,6 +81,18 @@ def _peak_memory_mb() -> float:
 
 
 def run_sculpt_vs_m_cell(cell: dict) -> dict:
+    """One cell, with BLAS on one thread as inside the learners' fits (:func:`_run_cell`).
+
+    The Numba kernels own the cores, and OpenBLAS threads spinning after the
+    phases' small products (phase 4 reads its hull ~30 times) would steal
+    them: without this limit an m = 1 cell at n = 3000 took 80–160 s beside
+    another sweep.
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _run_cell(cell)
+
+
+def _run_cell(cell: dict) -> dict:
     """Phases 1–4 on a stream of ``samples`` sequences, then phases 5–6 with the least-squares choice.
 
     The teacher depends on (m, seed) only and the stream on the seed, so the
