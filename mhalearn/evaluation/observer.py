@@ -91,6 +91,11 @@ def certification_precision(margin, certified: np.ndarray, eta: float, teacher: 
 class TeacherObserver:
     """Measures every phase result of a fit against a planted teacher (pass it as ``callback``).
 
+    For phase 4 it reports the body's span distance (``distance``, also for
+    a span the body refused), the body's own estimate of it
+    (``estimated_error``) and the precision of the K* rows the trimmed hull
+    kept (``kept_precision``).
+
     Parameters
     ----------
     teacher : MultiHeadAttention
