@@ -20,7 +20,6 @@ is that of the block passes diluted by the rest.
 
 import argparse
 import os
-import resource
 import sys
 import time
 
@@ -33,6 +32,7 @@ import numpy as np  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import mhalearn  # noqa: E402
+from mhalearn._memory import peak_memory_mb  # noqa: E402
 from mhalearn._progress import progress_bar  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
 from mhalearn.learners.streams import BLOCK_SIZE  # noqa: E402
@@ -42,11 +42,6 @@ HEADS, DIM, LENGTH = 3, 12, 4
 #: What a fit tells its callback: the start, phases 1, 2, 3, 2 again, 4, the moment route when the body
 #: refuses, 5 and 6.
 FIT_PHASES = 9
-
-
-def peak_memory_mb() -> float:
-    """Peak resident memory of the calling process, in MB (Linux reports kB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def fit(X, Y, seed: int, label: str) -> tuple[dict, float]:

@@ -18,7 +18,6 @@ the peak memory of the process.
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
@@ -26,6 +25,7 @@ import time
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import mhalearn  # noqa: E402
+from mhalearn._memory import peak_memory_mb  # noqa: E402
 from mhalearn.attention.data import boolean_inputs  # noqa: E402
 from mhalearn.attention.model import relative_error  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
@@ -53,7 +53,7 @@ def fit_row(samples: int, seed: int) -> dict:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
-            "peak_memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            "peak_memory_mb": peak_memory_mb()}
 
 
 def main():

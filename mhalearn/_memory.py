@@ -146,3 +146,10 @@ def check_memory(nbytes: float, name: str, what: str) -> None:
 
 __all__ = ["ENVIRONMENT_VARIABLE", "MemoryBudgetError", "check_memory", "format_bytes", "get_memory_budget",
            "parse_bytes", "set_memory_budget", "usable_memory"]
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of the calling process so far, in MB (Linux reports ru_maxrss in kB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

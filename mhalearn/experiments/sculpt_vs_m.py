@@ -25,12 +25,12 @@ against n per m, and the samples the body needs to reach span distance
 from __future__ import annotations
 
 import math
-import resource
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from .._memory import peak_memory_mb
 from ..evaluation import TeacherObserver
 from ..learners.chen_li import BodySettings, SearchSettings, certificate_bounds, sculpt_span, search_and_select
 from ..learners.report import Notifier
@@ -73,11 +73,6 @@ def sculpt_vs_m_cells(table: dict) -> list[dict]:
             raise ValueError(f"grid: sculpt-vs-m needs dim > length (the body detects agreement rows only "
                              f"for d > k), received dim = {cell['dim']}, length = {cell['length']}")
     return cells
-
-
-def _peak_memory_mb() -> float:
-    """Peak resident memory of this process so far, in MB (an upper bound on the cell's own peak)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def run_sculpt_vs_m_cell(cell: dict) -> dict:
@@ -133,7 +128,8 @@ def _run_cell(cell: dict) -> dict:
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
         metrics.update(candidates=net.candidates, net_seconds=net.seconds,
                        test_error=relative_error(selection.least_squares_model, teacher, X_test))
-    metrics["peak_memory_mb"] = _peak_memory_mb()
+    # The process's peak so far: an upper bound on the cell's own.
+    metrics["peak_memory_mb"] = peak_memory_mb()
     # Undefined figures (no agreement row, no long direction at m = 1) are stored as None.
     return {key: None if isinstance(value, float) and not math.isfinite(value) else value
             for key, value in metrics.items()}
@@ -270,8 +266,8 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
                                     "peak_MB"], table),
             (f"samples for median span distance ≤ {SPAN_TARGET}", ["m", "n"],
              [(heads, needed[heads]) for heads in heads_values]),
-            (f"PROJECTION (not measured) where the target was not reached: agreement rows needed (log-linear in m "
-             f"from the m that reached it), rows per sequence at the largest n, and their ratio",
+            ("PROJECTION (not measured) where the target was not reached: agreement rows needed (log-linear in m "
+             "from the m that reached it), rows per sequence at the largest n, and their ratio",
              ["m", "rows_needed", "rows_per_sequence", "projected_n"], projected_samples(rows)),
         ]),
     ]

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numba import njit
@@ -428,7 +429,15 @@ class SlabSystem:
                           slab_row=self.slab_row[slabs], halfspace_row=self.halfspace_row[halves])
 
     def weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
-        """(E/t, b/t): the equality system with each slab scaled to unit half-width."""
+        """(E/t, b/t): the equality system with each slab scaled to unit half-width.
+
+        Computed once per system and shared (read-only): phase 4 reads its
+        hull from them some 35 times (trimming, residuals, bootstrap).
+        """
+        return self._weighted_equalities
+
+    @cached_property
+    def _weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
         return self.E / self.t[:, None], self.b / self.t
 
 

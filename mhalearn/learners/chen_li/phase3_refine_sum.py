@@ -237,10 +237,9 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
     Returns the final Ŵ_Σ and one dict per iteration (round, agreement fit,
     rows kept, relative change, why the last one stopped).
     """
-    history, drawn, drawn_at = [], 0, w_sum
-    stopped = "no iteration"
+    history, drawn = [], 0
     while len(history) < iterations:
-        if pool is None or drawn > 0 or history:
+        if pool is None or drawn > 0:
             pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=simplex_tol,
                              max_pool=max_pool, rng=rng)
         drawn += 1
@@ -256,21 +255,21 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
             entry = {"round": drawn, "agreement_fit": fit, "rows": len(kept)}
             history.append(entry)
             if fit > previous_fit:
-                stopped = entry["stopped"] = "worse"
+                entry["stopped"] = "worse"
                 break
             previous_fit = fit
             refit = agreement_refit(kept)
             if refit is None:
-                stopped = entry["stopped"] = "too few rows"
+                entry["stopped"] = "too few rows"
                 break
             entry["change"] = float(np.linalg.norm(refit - w_sum) / np.linalg.norm(w_sum))
             w_sum = refit
             if entry["change"] < tolerance:
-                stopped = entry["stopped"] = "converged"
+                entry["stopped"] = "converged"
                 break
         else:
-            stopped = history[-1]["stopped"] = "out of iterations"
-        if stopped == "too few rows" or drawn >= rounds or (
+            history[-1]["stopped"] = "out of iterations"
+        if history[-1]["stopped"] == "too few rows" or drawn >= rounds or (
                 np.linalg.norm(w_sum - drawn_at) <= redraw_tol * np.linalg.norm(drawn_at)):
             break
     return w_sum, history
