@@ -215,6 +215,25 @@ def test_pool_keeps_the_best_rows_of_each_block_within_its_budget():
     assert 600 <= len(pool) <= 800
 
 
+def test_first_pool_is_a_random_cap_of_the_least_selective_share():
+    teacher = mhalearn.sample_teacher(2, 7, rng=21)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
+    source = ArraySource(X, Y, block_size=1000)
+    w_sum = teacher.projection_sum * 1.2  # a crude Ŵ_Σ
+    pool = agreement.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800, min_share=0.2,
+                               rng=np.random.default_rng(3))
+    # The budget (5 % of the rows) is finer than min_share: every block keeps a random 200 of its best 20 %.
+    within_share, beyond_budget = [], 0
+    for index, start in enumerate(range(0, 4000, 1000)):
+        _, residuals, violations, _ = agreement.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
+        usable = residuals[violations <= 0.2]
+        block = pool.residual[np.isin(pool.residual, residuals)]
+        assert len(block) == 200
+        within_share.append(block.max() <= np.quantile(usable, 0.2))
+        beyond_budget += int(np.sum(block > np.quantile(usable, 0.05)))
+    assert all(within_share) and beyond_budget > 400
+
+
 def test_rows_of_a_slab_system_repeat_their_constraints(rng):
     E, H = rng.standard_normal((6, 4)), rng.standard_normal((3, 4))
     slabs = agreement.SlabSystem(E, np.arange(6.0), np.ones(6), H, np.arange(3.0), np.array([0, 0, 1, 2, 2, 3]),

@@ -105,6 +105,12 @@ class SculptLearner(SpanSearchLearner):
         residual, at most this share of them and about
         ``max_rows · pool_fraction / quantile`` rows in all (a longer stream
         gives a more selective pool).
+    first_pool_share : float
+        The most selective share of every block the first pool — drawn under
+        the crude Ŵ_Σ — keeps; on longer streams that share is randomly
+        capped instead, since a crude Ŵ_Σ cannot rank rows more finely.  The
+        default is the share at which the refit was developed (m = 3,
+        n = 10⁷: 2·10⁵ pool rows of 4·10⁷).
     min_equalities : int or None
         K* must hold at least this many slabs to be read (default 2d², never
         fewer than d²); with fewer the body refuses and the moment route is used.
@@ -200,6 +206,7 @@ class SculptLearner(SpanSearchLearner):
         "refit_rows": [Integer(1)],
         "refit_rounds": [Integer(1)],
         "pool_fraction": [Real(0.0, 1.0, low_open=True)],
+        "first_pool_share": [Real(0.0, 1.0)],
         "min_equalities": [None, Integer(1)],
         "min_gap": [Real(1.0)],
         "hull_trim": [Real(1.0, low_open=True)],
@@ -214,7 +221,7 @@ class SculptLearner(SpanSearchLearner):
                  simplex_tol: float = 0.02, w_min: float = 0.02, slab_width: float = 20.0,
                  slab_floor: float = 0.02, max_rows: int = 20_000, max_constraints: int = 1500,
                  eta: float = 0.05, refit_iterations: int = 100, refit_rows: int = 4000,
-                 refit_rounds: int = 4, pool_fraction: float = 0.1,
+                 refit_rounds: int = 4, pool_fraction: float = 0.1, first_pool_share: float = 0.005,
                  min_equalities: int | None = None, min_gap: float = 1.0, hull_trim: float = 3.0,
                  max_span_error: float = 0.15, bootstrap_resamples: int = 24, bootstrap_level: float = 0.9,
                  span_point: str = "centre",

@@ -487,22 +487,30 @@ def slab_constraints(rows: AgreementRows, *, w_min: float = 0.02, kappa: float =
 # ---------------------------------------------------------------- the phase
 
 def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
-              rng: np.random.Generator | None = None) -> AgreementRows:
+              min_share: float = 0.0, rng: np.random.Generator | None = None) -> AgreementRows:
     """Candidate agreement rows: the best rows of every block under Ŵ_Σ, about ``max_pool`` in all.
 
-    Each block keeps its best share min(``pool_fraction``, ``max_pool`` / rows
-    of the source) by relative residual, so a longer stream gives a more
-    selective pool rather than a random subsample of a loose one: at m = 3
-    agreement rows are ~10⁻⁴ of all rows, and a random cap would throw most
-    of them away.  With ``pool_fraction = 1`` (m = 1: every row agrees) the
-    pool is a random sample of ``max_pool`` rows instead, so that it is not
-    biased towards the rows the crude Ŵ_Σ happens to fit.  The simplex test
-    is ten times looser than for acceptance, since the patterns of a
-    candidate move as Ŵ_Σ is refined (phase 3).
+    Each block keeps its best share min(``pool_fraction``, max(``max_pool`` /
+    rows of the source, ``min_share``)) by relative residual.  Down to
+    ``min_share`` a longer stream gives a more selective pool rather than a
+    random subsample of a loose one: at m = 3 agreement rows are ~10⁻⁴ of all
+    rows, and a random cap would throw most of them away.  Below it — the
+    pool drawn under the crude Ŵ_Σ, which ranks rows too roughly for a finer
+    selection to hold more agreement rows — the best ``min_share`` is kept and
+    randomly capped at ``max_pool``, so the pool is distributed as on the
+    shortest stream that fills it.  With ``pool_fraction = 1`` (m = 1: every
+    row agrees) the pool is a random sample of ``max_pool`` rows, so that it
+    is not biased towards the rows the crude Ŵ_Σ happens to fit.  The
+    simplex test is ten times looser than for acceptance, since the patterns
+    of a candidate move as Ŵ_Σ is refined (phase 3).
     """
+    share = pool_fraction
     if pool_fraction < 1.0 and max_pool is not None:
-        pool_fraction, max_pool = min(pool_fraction, max_pool / (source.samples * source.length)), None
-    return find_agreement_rows(source, w_sum, quantile=pool_fraction, simplex_tol=10 * simplex_tol,
+        budget = max_pool / (source.samples * source.length)
+        share = min(pool_fraction, max(budget, min_share))
+        if share <= budget:
+            max_pool = None
+    return find_agreement_rows(source, w_sum, quantile=share, simplex_tol=10 * simplex_tol,
                                max_rows=max_pool, rng=rng)
 
 
@@ -546,7 +554,7 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     if rule == "quantile":
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
-                         max_pool=settings.max_pool_for(heads), rng=rng)
+                         max_pool=settings.max_pool_for(heads), min_share=settings.first_pool_share, rng=rng)
         rows = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows), simplex_tol=settings.simplex_tol)
     elif rule == "absolute":
         rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,

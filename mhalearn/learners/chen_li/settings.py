@@ -33,6 +33,7 @@ class BodySettings:
     refit_rows: int = 4000
     refit_rounds: int = 4
     pool_fraction: float = 0.1
+    first_pool_share: float = 0.005
     min_equalities: int | None = None
     min_gap: float = 1.0
     hull_trim: float = 3.0
