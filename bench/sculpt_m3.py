@@ -4,15 +4,16 @@ For each teacher seed, ``sample_teacher(3, 12, rng=seeded_rng(20_251, 3, seed))`
 (‖Θ_i‖_F = 2, the ``sculpt-vs-m`` teachers) labels ``--samples`` Boolean
 sequences drawn block by block (``make_dataset(..., chunks=...)``; nothing of
 size n is held), and ``SculptLearner(3, random_state=seed)`` fits them under
-the active Dask scheduler (threads by default), watched by a
+the active Dask scheduler (threads by default; with ``--workers N``, a
+``LocalCluster`` of N single-threaded worker processes), watched by a
 :class:`mhalearn.TeacherObserver`.  One JSON line per fit in ``--out``
 (a rerun skips the fits it holds): the route, the body's span distance and
 its bootstrap estimate, the refined Ŵ_Σ error, the kept rows' precision, the
 relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
-the peak memory of the process.
+the peak memory of the process (and of each worker).
 
-    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--out runs/sculpt_m3.jsonl] [--quick]
+    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--out runs/sculpt_m3.jsonl] [--quick]
 """
 
 import argparse
@@ -20,9 +21,12 @@ import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
 sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+from distributed import Client, LocalCluster  # noqa: E402
 
 import mhalearn  # noqa: E402
 from mhalearn._memory import peak_memory_mb  # noqa: E402
@@ -35,13 +39,17 @@ from mhalearn.seeding import seeded_rng  # noqa: E402
 HEADS, DIM, LENGTH = 3, 12, 4
 
 
-def fit_row(samples: int, seed: int) -> dict:
+def fit_row(samples: int, seed: int, workers: int | None = None) -> dict:
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "sculpt-m3"), chunks=1 << 16)
     observer = TeacherObserver(teacher)
-    start = time.perf_counter()
-    learner = mhalearn.SculptLearner(HEADS, random_state=seed).fit(X, Y, callback=observer)
-    seconds = time.perf_counter() - start
+    cluster = nullcontext() if workers is None else LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    with cluster, (nullcontext() if workers is None else Client(cluster)) as client:
+        start = time.perf_counter()
+        learner = mhalearn.SculptLearner(HEADS, random_state=seed).fit(X, Y, callback=observer)
+        seconds = time.perf_counter() - start
+        worker_memory = None if client is None else sorted(client.run(peak_memory_mb).values())
     X_test = boolean_inputs(4000, LENGTH, DIM, rng=seeded_rng(seed, "sculpt-m3-test"))
     report = learner.report_
     return {"samples": samples, "seed": seed, "route": report.route, "fallback": report.fallback,
@@ -53,13 +61,15 @@ def fit_row(samples: int, seed: int) -> dict:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
-            "peak_memory_mb": peak_memory_mb()}
+            "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=float, default=1e7)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--workers", type=int, default=None,
+                        help="fit on a LocalCluster of this many single-threaded workers")
     parser.add_argument("--quick", action="store_true", help="n = 3·10⁵, teacher 0 (a smoke run: the body refuses)")
     parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
     args = parser.parse_args()
@@ -72,7 +82,7 @@ def main():
     for seed in seeds:
         if (samples, seed) in done:
             continue
-        row = fit_row(samples, seed)
+        row = fit_row(samples, seed, args.workers)
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
