@@ -1,17 +1,24 @@
-"""When the body refuses: its estimated span error against the true one, and the route chosen, at m = 2.
+"""Which span route a fit chooses at m = 2, against the true span errors of both routes.
 
 For each shape (d, k, n) and seed, plants a random teacher with
 ``evaluation.plant_instance`` (m = 2), fits
 ``SculptLearner(2, refine="none")`` (phases 5–6 on a small net: the route is
-chosen in phase 4, before them) watched by a :class:`mhalearn.TeacherObserver`,
-and computes our moment route's span on the same data when the body was used
-(``evaluation.compare_moment_route``).  Prints per fit the body's span
-distance, its bootstrap estimate, the moment route's distance, the route
-chosen, whether the chosen route's span is the closer one and whether a body
-span ≤ 0.1 was refused; then the two shares the issue asks for.  Rows are
-appended to ``--out`` (JSON lines) as they finish; a rerun skips them.
+chosen before them) watched by a :class:`mhalearn.TeacherObserver`.  The
+moment route's span comes from the fit when the fit ran it (a refusal, or a
+body whose estimated error exceeds ``compare_routes_above``), otherwise from
+:func:`~mhalearn.learners.moment_route.moment_span` on the same standardised
+data.  Prints per fit the body's span distance and its bootstrap estimate,
+the moment route's distance and its estimate, the route chosen, whether the
+chosen route's span is the closer one and whether a body span ≤ 0.1 was not
+used; then the two shares the issue asks for.  Rows are appended to
+``--out`` (JSON lines) as they finish; a rerun skips them.
 
     python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
+        [--compare-above C]
+
+``--compare-above 0`` runs the moment route in every fit (for choosing
+``compare_routes_above`` on development seeds: every rule's route can then
+be read from the rows).
 """
 
 import argparse
@@ -19,27 +26,40 @@ import json
 import os
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from _common import load_jsonl, with_progress
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
-from mhalearn.evaluation.comparisons import compare_moment_route
+from mhalearn.evaluation.observer import span_distance
+from mhalearn.learners.moment_route import moment_span
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
 TARGET = 0.1
 
 
-def fit_row(dim, length, samples, seed):
+def fit_row(dim, length, samples, seed, compare_above):
     teacher, X, Y, _ = plant_instance(heads=2, dim=dim, length=length, samples=samples, seed=seed)
     observer = TeacherObserver(teacher)
-    learner = SculptLearner(2, refine="none", max_candidates=2000, random_state=seed).fit(X, Y, callback=observer)
-    span = learner.report_.span
-    moment = observer.span_distance("moment")
-    if moment is None:
-        moment = compare_moment_route(X, Y, 2, teacher, np.random.default_rng(seed))["moment_distance"]
-    return {"dim": dim, "length": length, "samples": samples, "seed": seed, "route": learner.report_.route,
+    options = {} if compare_above is None else {"compare_routes_above": compare_above}
+    learner = SculptLearner(2, refine="none", max_candidates=2000, random_state=seed, **options).fit(
+        X, Y, callback=observer)
+    report = learner.report_
+    moment = report.moment
+    if moment is not None:
+        moment_distance = observer.span_distance("moment")
+    else:  # the fit did not need it: the same route on the same data, in the learners' units
+        with threadpool_limits(limits=1, user_api="blas"):
+            moment = moment_span(X / np.sqrt(np.mean(X ** 2)), Y / np.sqrt(np.mean(Y ** 2)), 2,
+                                 rng=np.random.default_rng(seed))
+        moment_distance = span_distance(moment.basis, teacher)
+    span = report.span
+    return {"dim": dim, "length": length, "samples": samples, "seed": seed, "route": report.route,
+            "route_reason": report.route_reason, "moment_in_fit": report.moment is not None,
             "body_distance": observer.span_distance("body"), "estimated_error": span.estimated_error,
-            "moment_distance": moment, "refused": span.refused, "kept_rows": span.kept_rows, "rows": span.rows,
+            "moment_distance": moment_distance, "moment_estimate": moment.estimated_error,
+            "moment_seconds": moment.seconds, "fit_seconds": report.total_seconds,
+            "refused": span.refused, "kept_rows": span.kept_rows, "rows": span.rows,
             "kept_precision": observer.figure("span", "kept_precision"),
             "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error")}
 
@@ -49,6 +69,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default="runs/span_refusal.jsonl")
     parser.add_argument("--quick", action="store_true", help="seed 0 only")
+    parser.add_argument("--compare-above", type=float, default=None,
+                        help="SculptLearner's compare_routes_above (default: the learner's)")
     args = parser.parse_args()
     if args.quick:
         args.seeds = [0]
@@ -56,26 +78,29 @@ def main():
     done = {(r["dim"], r["length"], r["samples"], r["seed"]): r for r in load_jsonl(args.out)}
     cells = [(d, k, n, s) for d, k, n in SHAPES for s in args.seeds]
     for cell in with_progress([c for c in cells if c not in done], "span refusal"):
-        row = fit_row(*cell)
+        row = fit_row(*cell, args.compare_above)
         done[cell] = row
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
     rows = [done[c] for c in cells]
-    print("d  k  n       seed | body dist | estimate | moment dist | route  | chosen closer | body ≤ 0.1 refused")
-    closer = wrongly_refused = 0
+    print("d  k  n       seed | body dist | body est | moment dist | moment est | route  | chosen closer | "
+          "body ≤ 0.1 not used")
+    closer = not_used = 0
     for r in rows:
         body, moment = r["body_distance"], r["moment_distance"]
         chosen, other = (body, moment) if r["route"] == "body" else (moment, body)
         ok = other is None or chosen <= other
         bad = r["route"] != "body" and body is not None and body <= TARGET
         closer += ok
-        wrongly_refused += bad
-        fmt = lambda x: "   -  " if x is None else f"{x:.3f}"
+        not_used += bad
+        fmt = lambda x: "   -  " if x is None else f"{x:.3f}"  # noqa: E731
         print(f"{r['dim']:<2} {r['length']:<2} {r['samples']:<7} {r['seed']:>4} |   {fmt(body)}   |  "
-              f"{fmt(r['estimated_error'])}   |    {fmt(moment)}    | {r['route']:<6} | {'yes' if ok else 'NO':>13} | "
-              f"{'YES' if bad else 'no':>5}")
+              f"{fmt(r['estimated_error'])}   |    {fmt(moment)}    |   {fmt(r.get('moment_estimate'))}    | "
+              f"{r['route']:<6} | {'yes' if ok else 'NO':>13} | {'YES' if bad else 'no':>5}")
+    compared = sum(r.get("moment_in_fit", False) and r["refused"] is None for r in rows)
     print(f"chosen route's span ≤ the other's: {closer}/{len(rows)} ({closer / len(rows):.0%}); "
-          f"body spans ≤ {TARGET} refused: {wrongly_refused}")
+          f"body spans ≤ {TARGET} not used: {not_used}; moment route run to compare in {compared} of "
+          f"{len(rows)} fits")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import numpy as np
@@ -9,7 +10,8 @@ from mhalearn import GradientLearner, MomentLearner, SculptLearner
 from mhalearn.attention import kernels
 from mhalearn.evaluation import TeacherObserver, span_distance
 from mhalearn.learners import moment_route
-from mhalearn.learners.chen_li import body, phase5_net as net
+from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase5_net as net
+from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.least_squares import solve_projections
 
 
@@ -132,6 +134,57 @@ def test_moment_route_finds_span_in_linear_regime():
     assert span_distance(basis, teacher) < 0.1
     random_basis = np.linalg.qr(np.random.default_rng(0).standard_normal((16, 2)))[0].T
     assert span_distance(random_basis, teacher) > 0.5
+
+
+def test_moment_route_estimates_its_own_span_error():
+    # Beyond the linear regime the route's error is mostly the linearisation's bias, which a
+    # resampling bootstrap cannot see; the parametric replicate through the softmax does.
+    teacher = mhalearn.sample_teacher(2, 4, theta_norm=1.0, rng=9)
+    X, Y = mhalearn.make_dataset(teacher, 3000, 6, rng=10)
+    moment = moment_route.moment_span(X, Y, 2)
+    true_error = span_distance(moment.basis, teacher)
+    assert true_error > 0.1
+    assert abs(moment.estimated_error - true_error) < 0.05
+    unestimated = moment_route.moment_span(X, Y, 2, estimate_error=False)
+    assert unestimated.estimated_error is None
+    np.testing.assert_array_equal(unestimated.basis, moment.basis)
+
+
+def _span_reading(estimate, refused=None):
+    return SpanReading(seconds=0.0, refused=refused, estimated_error=estimate)
+
+
+def _moment_result(estimate):
+    return moment_route.MomentSpan(seconds=0.0, rows=1, features=1, singular_values=[], spectral_gap=1.0,
+                                   linearised_fit=0.0, polish_iterations=0, head_norm=1.0, estimated_error=estimate)
+
+
+def test_route_rule_prefers_the_body_unless_refused_or_estimated_worse():
+    settings = BodySettings(compare_routes_above=0.07)
+    route, reason = choose_route(_span_reading(0.05), None, settings)
+    assert route == "body" and "not run" in reason
+    route, reason = choose_route(_span_reading(0.13), _moment_result(0.09), settings)
+    assert route == "moment" and "0.090 < the body's 0.130" in reason
+    assert choose_route(_span_reading(0.13), _moment_result(0.14), settings)[0] == "body"
+    assert choose_route(_span_reading(0.10), _moment_result(0.10), settings)[0] == "body"
+    route, reason = choose_route(_span_reading(0.9, refused="estimated span error 0.9 > 0.15"), _moment_result(0.3),
+                                 settings)
+    assert route == "moment" and "refused" in reason
+
+
+def test_sculpt_learner_compares_routes_when_the_body_is_uncertain(monkeypatch):
+    teacher, X, Y, X_test = _data(1, 6, 3, 2000, 21)
+    report = SculptLearner(1, compare_routes_above=0.0, random_state=0).fit(X, Y).report_
+    assert report.moment is not None and report.moment.estimated_error > report.span.estimated_error
+    assert report.route == "body" and report.fallback is None and "moment route's" in report.route_reason
+    real = fit.moment_span
+    monkeypatch.setattr(fit, "moment_span", lambda *args, **kwargs: dataclasses.replace(
+        real(*args, **kwargs), estimated_error=0.0))
+    learner = SculptLearner(1, compare_routes_above=0.0, random_state=0).fit(X, Y)
+    assert learner.report_.route == "moment" and "used the moment route" in learner.report_.fallback
+    assert "span from the moment route" in learner.report_.table()
+    assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
+    assert SculptLearner(1, random_state=0).fit(X, Y).report_.moment is None  # the default does not compare here
 
 
 def test_net_scores_match_direct_least_squares():

@@ -3,8 +3,9 @@
 :func:`sculpt_span` runs phases 1–4 (examples in, span{Θ_i} or a refusal
 out) on a stream of examples, so an experiment can run them on 10⁶
 sequences in bounded memory; :func:`search_and_select` runs phases 5–6 on a
-span; :func:`sculpt_fit` chains both, falling back to our moment route
-(:mod:`mhalearn.learners.moment_route`) when the body refuses.
+span; :func:`sculpt_fit` chains both, using our moment route
+(:mod:`mhalearn.learners.moment_route`) when the body refuses or the moment
+route's estimated span error is the lower (:func:`choose_route`).
 :class:`~mhalearn.SculptLearner` calls :func:`sculpt_fit` and
 :class:`~mhalearn.MomentLearner` the moment route and
 :func:`search_and_select`.
@@ -44,13 +45,16 @@ class SpanSearchReport(LearnerReport):
     one), ``refined_sum`` (3), ``span`` (4, read from the body), ``moment``
     (our moment route, when it gave the span), ``net`` (5), ``selection``
     (6) — with ``route``, the route whose span phases 5–6 used (``"body"``:
-    the paper's; ``"moment"``: ours), and ``fallback``, why the body's span
-    was not used.  A phase that did not run is None (the moment learner runs
-    only ``moment``, ``net`` and ``selection``).
+    the paper's; ``"moment"``: ours), ``fallback``, why the body's span was
+    not used, and ``route_reason``, why ``route`` was chosen (the estimates
+    compared).  ``moment`` is also set when the moment route ran only to be
+    compared with the body.  A phase that did not run is None (the moment
+    learner runs only ``moment``, ``net`` and ``selection``).
     """
 
     route: str
     fallback: str | None = None
+    route_reason: str | None = None
     crude_sum: CrudeSum | None = None
     sculpt: tuple = ()
     refined_sum: RefinedSum | None = None
@@ -69,7 +73,8 @@ class SpanSearchReport(LearnerReport):
         return None if self.span is None else BodyPhases(self.crude_sum, self.sculpt, self.refined_sum, self.span)
 
     def footer(self) -> list[str]:
-        lines = [f"span from the {self.route} route" + ("" if self.fallback is None else f": {self.fallback}")]
+        reason = self.fallback or self.route_reason
+        lines = [f"span from the {self.route} route" + ("" if reason is None else f": {reason}")]
         if self.selection is not None:
             lines.append(certificate_line(self.selection.certificate))
         return lines
@@ -141,41 +146,74 @@ def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, head
     return net, selection
 
 
+def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySettings) -> tuple[str, str]:
+    """Which span phases 5–6 use, and why: ``("body" | "moment", reason)``.
+
+    The body's span is used unless it refused, or unless the moment route
+    was run to compare (the body's estimated error exceeds
+    ``settings.compare_routes_above``) and its own estimated error is lower
+    than the body's.  Both estimates come from the data alone: the body's is
+    the 90th percentile of its bootstrap distances
+    (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
+    the moment route's a parametric bootstrap through the softmax
+    (:func:`~mhalearn.learners.moment_route.moment_span`).
+    """
+    if span.refused is not None:
+        return "moment", f"the body refused ({span.refused}); used the moment route"
+    if moment is None:
+        return "body", (f"the body's estimated span error {span.estimated_error:.3f} <= "
+                        f"{settings.compare_routes_above}: the moment route was not run")
+    if moment.estimated_error < span.estimated_error:
+        return "moment", (f"the moment route's estimated span error {moment.estimated_error:.3f} < the body's "
+                          f"{span.estimated_error:.3f}; used the moment route")
+    return "body", (f"the body's estimated span error {span.estimated_error:.3f} <= the moment route's "
+                    f"{moment.estimated_error:.3f}")
+
+
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
                search: SearchSettings = SearchSettings(), span_route: str = "auto", rng: np.random.Generator,
                label_bound: float, token_norm: float, notify=Notifier(None), source=None) -> dict:
-    """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when the body refuses.
+    """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when it is the better bet.
 
-    ``span_route="auto"`` and ``"body"`` read the span from the body and
-    use the moment route only when it refuses (``"body"`` warns then);
-    ``"moment"`` skips phases 1–4.  ``source`` is the stream phases 1–4
-    read (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``),
-    e.g. a :class:`~mhalearn.learners.streams.DaskSource` of a dataset
-    larger than memory, of which X, Y are then an in-memory sample for
-    phases 5–6 and the moment route.  Returns the report's fields (the
-    phase results, ``route`` and ``fallback``) as a dict.
+    ``span_route="auto"`` reads the span from the body and runs the moment
+    route when the body refuses or its estimated span error exceeds
+    ``body.compare_routes_above``; the route with the lower estimated error
+    gives the span (:func:`choose_route`).  ``"body"`` uses the moment route
+    only when the body refuses, and warns then; ``"moment"`` skips phases
+    1–4.  ``source`` is the stream phases 1–4 read
+    (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``), e.g. a
+    :class:`~mhalearn.learners.streams.DaskSource` of a dataset larger than
+    memory, of which X, Y are then an in-memory sample for phases 5–6 and
+    the moment route.  Returns the report's fields (the phase results,
+    ``route``, ``fallback`` and ``route_reason``) as a dict.
     """
     fields = {}
+    span = moment = None
     if span_route != "moment":
         phases = sculpt_span(ArraySource(X, Y) if source is None else source, heads, body, rng, notify)
-        fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum,
-                      span=phases.span)
-    span = fields.get("span")
-    if span is not None and span.refused is None:
-        fields["route"] = "body"
-        basis, radius = span.basis, search.radius(span.head_norm, heads)
-    else:
+        span = phases.span
+        fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum, span=span)
+    compare = (span_route == "auto" and span is not None and span.refused is None
+               and span.estimated_error > body.compare_routes_above)
+    if span is None or span.refused is not None or compare:
         moment = moment_span(X, Y, heads, rng=rng)
         notify("moment", moment)
-        fields.update(route="moment", moment=moment)
+        fields["moment"] = moment
+    if span is None:
+        route, reason = "moment", "span_route='moment'"
+    else:
+        route, reason = choose_route(span, moment, body)
+    fields.update(route=route, route_reason=reason)
+    if route == "body":
+        basis, radius = span.basis, search.radius(span.head_norm, heads)
+    else:
         # SculptLearner's radius rule is the body's (√m times the norm the span was read from) on
         # either route; MomentLearner scales one head's norm (docs/design.md §4.1b).
         basis, radius = moment.basis, search.radius(moment.head_norm, heads)
         if span is not None:
-            fields["fallback"] = f"the body refused ({span.refused}); used the moment route"
+            fields["fallback"] = reason
             if span_route == "body":
-                warnings.warn(f"SculptLearner(span_route='body'): {fields['fallback']}", RuntimeWarning,
-                              stacklevel=4)
+                warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
     fields["net"], fields["selection"] = search_and_select(
         X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
         notify=notify)

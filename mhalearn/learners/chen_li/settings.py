@@ -40,6 +40,7 @@ class BodySettings:
     max_span_error: float = 0.15
     bootstrap_resamples: int = 24
     bootstrap_level: float = 0.9
+    compare_routes_above: float = 0.07
     span_point: str = "centre"
     norm_bound: float = 12.0
 
