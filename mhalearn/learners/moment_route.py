@@ -9,8 +9,8 @@ linear in the cubic features x_ℓ ⊗ S with a coefficient tensor that reshapes
 to Σ_i vec(Θ_i) vec(W_i)ᵀ, of rank m.  This is the first-order expansion of
 softmax, a cousin of the linear-attention regression of Yau et al.; it is
 what :class:`~mhalearn.MomentLearner` uses, and what
-:class:`~mhalearn.SculptLearner` falls back to when the body refuses
-(:func:`moment_span`).
+:class:`~mhalearn.SculptLearner` uses when the body refuses or its own
+estimated span error is the lower (:func:`moment_span`).
 """
 
 from __future__ import annotations
