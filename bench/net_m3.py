@@ -211,28 +211,35 @@ def rows_for(seed: int, distances, budgets, done):
             yield row
 
 
+def power_of_ten(value: float) -> str:
+    """``value`` as 1.3·10⁵ (two significant digits)."""
+    mantissa, exponent = f"{value:.1e}".split("e")
+    superscript = str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return f"{mantissa.removesuffix('.0')}·10{superscript}"
+
+
 def markdown_tables(rows) -> str:
     """The rows as two Markdown tables: the searches, and the spacing ladder of each (seed, distance)."""
-    lines = ["| teacher | span distance | max_candidates | spacing | tuples scored | net s | paper's output "
+    lines = ["| teacher | span distance | max_candidates | spacing | triples scored | net s | paper's output "
              "| best corner | nearest point | span floor |", "|" + "---|" * 10]
     for row in sorted(rows, key=lambda row: (row["seed"], row["distance"], row["budget"])):
-        head = f"| {row['seed']} | {row['distance']:g} | {row['budget']:.0e} "
+        head = f"| {row['seed']} | {row['distance']:g} | {power_of_ten(row['budget'])} "
         if "refused" in row:
             lines.append(head + "| refused: " + row["refused"].split(":")[0] + " |" + " |" * 6)
             continue
-        lines.append(head + f"| {row['resolution']:.2f} | {row['candidates']:.2g} | {row['net_seconds']:.0f} "
-                     f"| {row['paper_output_error']:.4f} | {row['best_corner_error']:.4f} "
-                     f"| {row['nearest_error']:.4f} | {row['span_floor_error']:.4f} |")
+        lines.append(head + f"| {row['resolution']:.2f} | {power_of_ten(row['candidates'])} | {row['net_seconds']:.0f} "
+                     f"| {100 * row['paper_output_error']:.2f} % | {100 * row['best_corner_error']:.2f} % "
+                     f"| {100 * row['nearest_error']:.2f} % | {100 * row['span_floor_error']:.2f} % |")
     ladders = {(row["seed"], row["distance"]): row for row in rows}
     first = next(iter(ladders.values()), None)
     if first is None:
         return "\n".join(lines)
     lines += ["", "| teacher | span distance | span floor | " + " | ".join(
-        f"spacing ≈ {step['resolution']:.2f} ({step['tuples']:.1e} tuples)" for step in first["ladder"]) + " |",
-        "|" + "---|" * (3 + len(first["ladder"]))]
+        f"spacing radius/2^{(3 + index) / 2:g} ({power_of_ten(step['tuples'])} triples)"
+        for index, step in enumerate(first["ladder"])) + " |", "|" + "---|" * (3 + len(first["ladder"]))]
     for (seed, distance), row in sorted(ladders.items()):
-        lines.append(f"| {seed} | {distance:g} | {row['span_floor_error']:.4f} | "
-                     + " | ".join(f"{step['best_corner_error']:.4f}" for step in row["ladder"]) + " |")
+        lines.append(f"| {seed} | {distance:g} | {100 * row['span_floor_error']:.2f} % | "
+                     + " | ".join(f"{100 * step['best_corner_error']:.2f} %" for step in row["ladder"]) + " |")
     return "\n".join(lines)
 
 

@@ -349,7 +349,8 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     Every head is Θ_i = Σ_r C_ir B_r in the orthonormal ``basis`` (r, d²).
     ``settings.search="net"`` scores every unordered m-tuple of grid points
     of spacing ``net_resolution`` in the ball of ``radius`` (the finest
-    spacing within ``max_candidates`` when None; cost ~ (net size)^m);
+    spacing within ``max_candidates`` when None; cost ~ (net size)^m), a
+    block of tuples at a time (:func:`best_of_net`);
     ``"multistart"`` scores ``max_candidates`` random tuples and runs local
     descent inside the span from the best ``keep``.  A resolution whose
     tuples exceed ``max_candidates`` is scored on ``max_candidates`` random
