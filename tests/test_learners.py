@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -218,6 +219,49 @@ def test_net_scores_of_a_few_candidates_use_only_their_points(monkeypatch):
 def test_net_points_fill_the_ball():
     points = net.net_points(2, 1.0, 0.5)
     assert len(points) == 13 and np.all(np.linalg.norm(points, axis=1) <= 1.0 + 1e-12)
+
+
+def test_candidates_sharing_their_first_points_score_as_if_alone():
+    # Lexicographic triples share the factor of their first two points' block; scored one by one
+    # they share nothing.  A point whose features vanish makes every tuple holding it singular.
+    rng = np.random.default_rng(3)
+    points, d = 7, 3
+    features = rng.standard_normal((40, points * d))
+    features[:, 4 * d:5 * d] = 0.0
+    gram = (features.T @ features).reshape(points, d, points, d)
+    cross = (features.T @ rng.standard_normal((40, d))).reshape(points, d, d)
+    candidates = net.candidate_tuples(points, 3)
+    together = net.score_candidates(gram, cross, candidates, ridge=0.0)
+    alone = [net.score_candidates(gram, cross, candidate[None], ridge=0.0)[0] for candidate in candidates]
+    assert np.array_equal(together, alone)
+    singular = np.any(candidates == 4, axis=1)
+    assert np.all(together[singular] == -1.0) and np.all(together[~singular] > 0)
+    for candidate, reduction in zip(candidates[~singular][:5], together[~singular][:5]):
+        H = np.block([[gram[p, :, q, :] for q in candidate] for p in candidate])
+        B = np.vstack([cross[p] for p in candidate])
+        assert reduction == pytest.approx(np.trace(B.T @ np.linalg.solve(H, B)), rel=1e-10)
+
+
+def test_the_best_of_a_net_scored_block_by_block_are_the_best_of_all_its_tuples(monkeypatch):
+    rng = np.random.default_rng(1)
+    X = mhalearn.boolean_inputs(50, 4, 3, rng=2)
+    Y = rng.standard_normal(X.shape)
+    points = rng.standard_normal((9, 3, 3))
+    monkeypatch.setattr(net, "TUPLE_BLOCK", 10)  # 84 triples in 9 blocks
+    best, scores = net.best_of_net(X, Y, points, 3, keep=4)
+    every = net.candidate_tuples(9, 3)
+    direct = net.score_net(X, Y, points, every)
+    order = np.argsort(direct)[:4]
+    assert np.array_equal(best, every[order]) and np.allclose(scores, direct[order], rtol=1e-12)
+
+
+def test_a_full_net_holds_one_block_of_tuples_however_many_it_scores():
+    for points in (300, 900):  # 4.5·10⁶ and 1.2·10⁸ triples
+        of_points = 8 * (2 * 1024 * points * 12 + (points * 12) ** 2 + 2 * points * 12 * 12)
+        full = net.net_memory(points, math.comb(points, 3), 3, 1024, 12)
+        assert of_points < full < of_points + 100 * 2 ** 20
+    # A random sample of the tuples is held whole.
+    assert net.net_memory(900, 10 ** 7, 3, 1024, 12) > 8 * 4 * 10 ** 7
 
 
 # ------------------------------------------------------------ the typed report_

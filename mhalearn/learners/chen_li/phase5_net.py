@@ -5,7 +5,8 @@ is Θ_i = Σ_r C_ir B_r.  The net enumerates unordered m-tuples of coefficient
 rows from a grid in a ball, solves W by least squares for each (variable
 projection: F is linear in W), and keeps the best few.  Its cost grows like
 (net size)^m — the exponential-in-m part of the algorithm, measured in
-``report_.net.candidates``, not hidden.
+``report_.net.candidates``, not hidden; its memory does not, since the
+tuples are enumerated and scored a block at a time (:func:`best_of_net`).
 
 :func:`search_net` is the phase; :func:`score_candidates` is its Numba
 kernel, run by the dispatcher of :mod:`mhalearn._numba`.
@@ -34,43 +35,91 @@ from .settings import SearchSettings
 
 
 @njit(inline="always", cache=True)
-def _cholesky_reduction(matrix, rhs, size, cols):
-    """trace(rhsᵀ matrix⁻¹ rhs) by an in-place Cholesky factorisation (−1 if not PD)."""
-    if not cholesky_in_place(matrix, size, 0.0):
-        return -1.0
-    total = 0.0
-    for c in range(cols):  # forward substitution L z = rhs[:, c]; reduction = ‖z‖²
-        for j in range(size):
-            value = rhs[j, c]
+def _extend_cholesky(matrix, start, size):
+    """Rows ``start`` to ``size`` of the lower Cholesky factor of matrix[:size, :size], in place.
+
+    Rows before ``start`` must hold the factor of matrix[:start, :start]
+    (:func:`cholesky_in_place`); only the lower triangle of the new rows is
+    read.  The sums run in the order of a factorisation from row 0, so the
+    factor is the same to the bit.  Returns False if the matrix is not
+    positive definite.
+    """
+    for j in range(size):
+        if j >= start:
+            diagonal = matrix[j, j]
             for t in range(j):
-                value -= matrix[j, t] * rhs[t, c]
-            value /= matrix[j, j]
+                diagonal -= matrix[j, t] * matrix[j, t]
+            if diagonal <= 0.0:
+                return False
+            matrix[j, j] = np.sqrt(diagonal)
+        for r in range(max(j + 1, start), size):
+            value = matrix[r, j]
+            for t in range(j):
+                value -= matrix[r, t] * matrix[j, t]
+            matrix[r, j] = value / matrix[j, j]
+    return True
+
+
+@njit(inline="always", cache=True)
+def _forward_substitute(matrix, rhs, start, size, cols):
+    """Rows ``start`` to ``size`` of z = L⁻¹ rhs in place (rows before ``start`` hold z); returns their ‖z‖²."""
+    total = 0.0
+    for j in range(start, size):  # all columns at once: the innermost loop is contiguous
+        for t in range(j):
+            factor = matrix[j, t]
+            for c in range(cols):
+                rhs[j, c] -= factor * rhs[t, c]
+        for c in range(cols):
+            value = rhs[j, c] / matrix[j, j]
             rhs[j, c] = value
             total += value * value
     return total
+
+
+@njit(inline="always", cache=True)
+def _fill_block_rows(matrix, rhs, gram, cross, candidates, c, i, ridge):
+    """Block row i of a candidate's normal equations (columns of heads 0..i) and of its right-hand side."""
+    d = gram.shape[1]
+    p = candidates[c, i]
+    for a in range(d):
+        for j in range(i + 1):
+            q = candidates[c, j]
+            for b in range(d):
+                matrix[i * d + a, j * d + b] = gram[p, a, q, b]
+        matrix[i * d + a, i * d + a] += ridge
+        for e in range(d):
+            rhs[i * d + a, e] = cross[p, a, e]
 
 
 @njit(cache=True, nogil=True)
 def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, reductions):
     points, d, _, _ = gram.shape
     count, m = candidates.shape
-    size = m * d
-    matrix = np.empty((size, size))  # every entry is written for each candidate
+    size, prefix = m * d, (m - 1) * d
+    matrix = np.empty((size, size))  # the lower triangle of every row used is written for each candidate
     rhs = np.empty((size, d))
     chunk = next_chunk(counter)
     while chunk < chunks:
+        # Tuples in lexicographic order share their first m − 1 points with their predecessor
+        # most of the time: that block's factor is kept and only the last point's rows are added.
+        prefix_total = -1.0
         for c in range(chunk * count // chunks, (chunk + 1) * count // chunks):
-            for i in range(m):
-                p = candidates[c, i]
-                for a in range(d):
-                    for j in range(m):
-                        q = candidates[c, j]
-                        for b in range(d):
-                            matrix[i * d + a, j * d + b] = gram[p, a, q, b]
-                    matrix[i * d + a, i * d + a] += ridge
-                    for e in range(d):
-                        rhs[i * d + a, e] = cross[p, a, e]
-            reductions[c] = _cholesky_reduction(matrix, rhs, size, d)
+            same = c > chunk * count // chunks
+            for i in range(m - 1):
+                same = same and candidates[c, i] == candidates[c - 1, i]
+            if not same:
+                for i in range(m - 1):
+                    _fill_block_rows(matrix, rhs, gram, cross, candidates, c, i, ridge)
+                prefix_total = (_forward_substitute(matrix, rhs, 0, prefix, d)
+                                if cholesky_in_place(matrix, prefix, 0.0) else -1.0)
+            if prefix_total < 0.0:
+                reductions[c] = -1.0
+                continue
+            _fill_block_rows(matrix, rhs, gram, cross, candidates, c, m - 1, ridge)
+            if _extend_cholesky(matrix, prefix, size):
+                reductions[c] = prefix_total + _forward_substitute(matrix, rhs, prefix, size, d)
+            else:
+                reductions[c] = -1.0
         chunk = next_chunk(counter)
 
 
@@ -85,7 +134,10 @@ def score_candidates(gram: np.ndarray, cross: np.ndarray, candidates: np.ndarray
     Φ_pᵀ Φ_q and ``cross[p]`` = Φ_pᵀ Y.  A candidate (p_1, …, p_m) explains
     ‖Y‖² − trace(Bᵀ H⁻¹ B) of the labels' energy with H, B its blocks: the
     residual of W solved by least squares (variable projection), without
-    forming W.  Returns the reductions (−1 where H is not positive definite).
+    forming W.  Consecutive candidates that share their first m − 1 points
+    (as tuples in lexicographic order mostly do) share the factor of that
+    block of H: only the last point's rows are factored again.  Returns the
+    reductions (−1 where H is not positive definite).
     """
     candidates = np.ascontiguousarray(candidates, dtype=np.int64)
     count, m = candidates.shape
@@ -121,17 +173,27 @@ def net_points(dimension: int, radius: float, resolution: float) -> np.ndarray:
     return grid[np.linalg.norm(grid, axis=1) <= radius + 1e-12]
 
 
+#: Tuples a full net scores at once: it enumerates them block by block and keeps the best few.
+TUPLE_BLOCK = 1 << 20
+
+
 def net_memory(points: int, candidates: int, heads: int, score_rows: int, dim: int) -> int:
     """Bytes phase 5 holds at once for ``candidates`` m-tuples of ``points`` net points.
 
-    The tuples (and the random draws they are taken from), one score each,
-    and for the points the tuples use (at most m per tuple): their features
-    on ``score_rows`` output rows (twice: the kernel's output and its
-    reshaped copy), their Gram blocks (P·d)² and their cross-products.
+    When ``candidates`` covers every tuple, they are enumerated and scored
+    :data:`TUPLE_BLOCK` at a time (one block of tuples and its scores);
+    otherwise the random tuples (and the draws they are taken from) and one
+    score each are held together.  Either way, for the points the tuples use
+    (at most m per tuple): their features on ``score_rows`` output rows
+    (twice: the kernel's output and its reshaped copy), their Gram blocks
+    (P·d)² and their cross-products.
     """
     used = min(points, heads * candidates)
-    return 8 * (3 * candidates * heads + candidates + 2 * score_rows * used * dim + (used * dim) ** 2
-                + 2 * used * dim * dim)
+    if candidates >= math.comb(points, heads):
+        tuples = 2 * min(candidates, TUPLE_BLOCK) * (heads + 1)  # a block, its scores, the running best
+    else:
+        tuples = 3 * candidates * heads + candidates
+    return 8 * (tuples + 2 * score_rows * used * dim + (used * dim) ** 2 + 2 * used * dim * dim)
 
 
 def choose_resolution(dimension: int, heads: int, radius: float, max_candidates: int,
@@ -164,10 +226,44 @@ def candidate_tuples(points: int, heads: int, *, limit: int | None = None,
     """Unordered m-tuples of distinct net points (all, or ``limit`` random ones)."""
     total = math.comb(points, heads)
     if limit is None or total <= limit:
-        return np.array(list(itertools.combinations(range(points), heads)), dtype=np.int64).reshape(-1, heads)
+        return next(tuple_blocks(points, heads, max(total, 1)), np.empty((0, heads), dtype=np.int64))
     draws = np.sort(rng.integers(0, points, size=(2 * limit, heads)), axis=1)
     distinct = np.all(np.diff(draws, axis=1) > 0, axis=1)
     return np.unique(draws[distinct], axis=0)[:limit]
+
+
+def tuple_blocks(points: int, heads: int, block: int | None = None):
+    """Every unordered m-tuple of distinct net points, in lexicographic order, ``block`` rows at a time
+    (default :data:`TUPLE_BLOCK`)."""
+    block = TUPLE_BLOCK if block is None else block
+    flat = itertools.chain.from_iterable(itertools.combinations(range(points), heads))
+    while True:
+        rows = np.fromiter(itertools.islice(flat, block * heads), dtype=np.int64).reshape(-1, heads)
+        if not len(rows):
+            return
+        yield rows
+
+
+def net_gram(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Gram blocks Φ_pᵀΦ_q (P, d, P, d), cross-products Φ_pᵀY (P, d, d) and ‖Y‖² of the net's points.
+
+    Φ_p are the features of point p (head p's attention times X, one row
+    per output token): a candidate's least-squares fit needs only these.
+    """
+    n, k, d = X.shape
+    P = heads_points.shape[0]
+    features = kernels.head_features(X, heads_points).transpose(0, 2, 1, 3).reshape(n * k, P * d)
+    targets = Y.reshape(n * k, d)
+    gram = (features.T @ features).reshape(P, d, P, d)
+    cross = (features.T @ targets).reshape(P, d, d)
+    return gram, cross, float(np.sum(targets ** 2))
+
+
+def relative_residuals(gram: np.ndarray, cross: np.ndarray, energy: float, candidates: np.ndarray,
+                       ridge: float) -> np.ndarray:
+    """Relative residual of each candidate from :func:`net_gram`'s blocks (inf where not positive definite)."""
+    reductions = score_candidates(gram, cross, candidates, ridge)
+    return np.maximum(np.where(reductions >= 0, (energy - reductions) / energy, np.inf), 0.0)
 
 
 def score_net(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray, candidates: np.ndarray,
@@ -179,19 +275,34 @@ def score_net(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray, candidates
     are computed once, their pairwise Gram blocks with one BLAS product, and
     each candidate's normal equations are solved in Numba.
     """
-    n, k, d = X.shape
+    n, k, _ = X.shape
     used, inverse = np.unique(candidates.ravel(), return_inverse=True)
-    candidates = inverse.reshape(candidates.shape)
-    heads_points = heads_points[used]
-    P = heads_points.shape[0]
-    features = kernels.head_features(X, heads_points).transpose(0, 2, 1, 3).reshape(n * k, P * d)
-    targets = Y.reshape(n * k, d)
-    gram = (features.T @ features).reshape(P, d, P, d)
-    cross = (features.T @ targets).reshape(P, d, d)
-    energy = float(np.sum(targets ** 2))
-    reductions = score_candidates(gram, cross, candidates, ridge * n * k)
-    residual = np.where(reductions >= 0, (energy - reductions) / energy, np.inf)
-    return np.maximum(residual, 0.0)
+    gram, cross, energy = net_gram(X, Y, heads_points[used])
+    return relative_residuals(gram, cross, energy, inverse.reshape(candidates.shape), ridge * n * k)
+
+
+def best_of_net(X: np.ndarray, Y: np.ndarray, heads_points: np.ndarray, heads: int, keep: int,
+                ridge: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
+    """The ``keep`` best of every m-tuple of the net's points: (tuples, relative residuals), best first.
+
+    The tuples are enumerated and scored :data:`TUPLE_BLOCK` at a time
+    against one Gram matrix of all points, keeping the best so far, so
+    memory does not grow with the number of tuples; the scores are those
+    of :func:`score_net`.
+    """
+    n, k, _ = X.shape
+    gram, cross, energy = net_gram(X, Y, heads_points)
+    best_tuples, best_scores = np.empty((0, heads), dtype=np.int64), np.empty(0)
+    for block in tuple_blocks(len(heads_points), heads):
+        scores = relative_residuals(gram, cross, energy, block, ridge * n * k)
+        if len(scores) > keep:  # only the block's best few can enter the best so far
+            few = np.sort(np.argpartition(scores, keep)[:keep])
+            block, scores = block[few], scores[few]
+        best_tuples = np.concatenate([best_tuples, block])
+        best_scores = np.concatenate([best_scores, scores])
+        order = np.argsort(best_scores, kind="stable")[:keep]
+        best_tuples, best_scores = best_tuples[order], best_scores[order]
+    return best_tuples, best_scores
 
 
 def descend_in_span(X, Y, basis: np.ndarray, coefficients: np.ndarray, max_iter: int = 100):
@@ -248,7 +359,8 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     Every head is Θ_i = Σ_r C_ir B_r in the orthonormal ``basis`` (r, d²).
     ``settings.search="net"`` scores every unordered m-tuple of grid points
     of spacing ``net_resolution`` in the ball of ``radius`` (the finest
-    spacing within ``max_candidates`` when None; cost ~ (net size)^m);
+    spacing within ``max_candidates`` when None; cost ~ (net size)^m), a
+    block of tuples at a time (:func:`best_of_net`);
     ``"multistart"`` scores ``max_candidates`` random tuples and runs local
     descent inside the span from the best ``keep``.  A resolution whose
     tuples exceed ``max_candidates`` is scored on ``max_candidates`` random
@@ -286,14 +398,21 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
                  f"a net of {len(coefficients):,} points (spacing {resolution:.3g}) scored on "
                  f"{min(math.comb(len(coefficients), heads), settings.max_candidates):,} {heads}-tuples")
     points = np.einsum("pr,rab->pab", coefficients, B)
-    candidates = candidate_tuples(len(points), heads, limit=settings.max_candidates, rng=rng)
+    total = math.comb(len(points), heads)
+    sampled = total > settings.max_candidates
+    if sampled:
+        candidates = candidate_tuples(len(points), heads, limit=settings.max_candidates, rng=rng)
     use = rng.permutation(X.shape[0])[:settings.score_samples]
     Xs, Ys = X[use], Y[use]
-    scores = score_net(Xs, Ys, points, candidates)
-    order = np.argsort(scores)[:settings.keep]
+    if not sampled:
+        best, best_scores = best_of_net(Xs, Ys, points, heads, settings.keep)
+        scored = total
+    else:
+        scores = score_net(Xs, Ys, points, candidates)
+        order = np.argsort(scores, kind="stable")[:settings.keep]
+        best, best_scores, scored = candidates[order], scores[order], len(candidates)
     kept = []
-    for index in order:
-        chosen = candidates[index]
+    for chosen in best:
         if settings.search == "multistart":
             refined, _ = descend_in_span(Xs, Ys, basis, coefficients[chosen])
             kept.append(np.einsum("ir,rab->iab", refined, B))
@@ -301,5 +420,5 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
             kept.append(points[chosen])
     return NetSearch(seconds=time.perf_counter() - start, search=settings.search, radius=float(radius),
                      resolution=float(resolution), limited_by=limited_by, net_points=int(len(points)),
-                     candidates=int(len(candidates)),
-                     score_samples=int(len(use)), best_scores=[float(scores[i]) for i in order], kept=tuple(kept))
+                     candidates=int(scored), score_samples=int(len(use)),
+                     best_scores=[float(score) for score in best_scores], kept=tuple(kept))
