@@ -172,7 +172,7 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     span{P_i}.  The route's error is mostly the linearisation's bias, which
     resampling the data cannot see (a bootstrap of the polish spreads by
     0.04 where the span is 0.08–0.1 off, at m = 2, d = 10–12, 2·10⁴ rows);
-    a teacher near the fitted one has nearly the same bias.  The replicate
+    a layer near the fitted one has nearly the same bias.  The replicate
     reuses the Gram matrix's factor, so it costs one pass over the design and a
     polish.  Its labels carry no noise: label noise's share of the error is
     left out.
