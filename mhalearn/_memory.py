@@ -149,7 +149,22 @@ __all__ = ["ENVIRONMENT_VARIABLE", "MemoryBudgetError", "check_memory", "format_
 
 
 def peak_memory_mb() -> float:
-    """Peak resident memory of the calling process so far, in MB (Linux reports ru_maxrss in kB)."""
-    import resource
+    """Peak resident memory of the calling process so far, in MB.
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    Linux's high-water mark of the process's own memory (``VmHWM``): the
+    ``ru_maxrss`` of ``getrusage`` survives ``exec``, so a worker process
+    spawned by a large one would report its parent's peak.  Elsewhere
+    ``ru_maxrss`` (kB on Linux, bytes on macOS).
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2 ** 20 if sys.platform == "darwin" else peak / 1024.0

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import mhalearn
@@ -127,3 +128,14 @@ def test_oversized_requests_are_refused_naming_the_argument_under_an_address_spa
     assert message.startswith(f"{argument}: ")
     assert " would take " in message and ", more than the memory budget of " in message
     assert f"lower {argument}, or raise the budget with mhalearn.set_memory_budget" in message
+
+
+def test_peak_memory_of_a_spawned_process_is_its_own():
+    # A worker spawned by a process that once held a large array must not report that peak as its own.
+    from mhalearn._memory import peak_memory_mb
+
+    held = np.ones(300 * 2 ** 17)  # 300 MB, touched
+    parent = peak_memory_mb()
+    child = float(subprocess.run([sys.executable, "-c", "from mhalearn._memory import peak_memory_mb; "
+                                  "print(peak_memory_mb())"], capture_output=True, text=True, check=True).stdout)
+    assert held[-1] == 1.0 and parent >= 300 and child < parent - 200
