@@ -144,10 +144,6 @@ def check_memory(nbytes: float, name: str, what: str) -> None:
             f"mhalearn.set_memory_budget(nbytes) or the environment variable {ENVIRONMENT_VARIABLE}")
 
 
-__all__ = ["ENVIRONMENT_VARIABLE", "MemoryBudgetError", "check_memory", "format_bytes", "get_memory_budget",
-           "parse_bytes", "set_memory_budget", "usable_memory"]
-
-
 def peak_memory_mb() -> float:
     """Peak resident memory of the calling process so far, in MB.
 
@@ -163,8 +159,12 @@ def peak_memory_mb() -> float:
                     return int(line.split()[1]) / 1024.0
     except OSError:
         pass
-    import resource
+    import resource  # not on Windows: imported only where /proc is missing
     import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2 ** 20 if sys.platform == "darwin" else peak / 1024.0
+
+
+__all__ = ["ENVIRONMENT_VARIABLE", "MemoryBudgetError", "check_memory", "format_bytes", "get_memory_budget",
+           "parse_bytes", "set_memory_budget", "usable_memory"]
