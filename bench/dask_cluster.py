@@ -6,7 +6,10 @@ uses) labels ``--samples`` Boolean sequences drawn block by block on the
 workers (``make_dataset(..., chunks=--chunk)``).  The same fit runs on a
 ``LocalCluster(n_workers=1, threads_per_worker=1)``, then on
 ``LocalCluster(n_workers=2, threads_per_worker=1)``, then in this process
-(Dask's synchronous scheduler).  Printed: each wall time, the ratio of two
+(Dask's synchronous scheduler).  Each run's figures are saved in ``--out``
+(one ``.npz`` per run, named by samples, chunk, seed and run), so an
+interrupted comparison resumes where it stopped and ``--runs`` can run the
+configurations one at a time on idle cores.  Printed: each wall time, the ratio of two
 workers' to one worker's, the largest difference between the spans, the
 refined Ŵ_Σ and the learned Θ of the runs (0: the block passes give the same
 bits on any scheduler), and each worker's peak resident memory.
@@ -15,10 +18,11 @@ Phases 1–4 stream over the blocks on the workers; phases 5–6 run in this
 process on an in-memory sample (mhalearn.learners.dask_data), so the speed-up
 is that of the block passes diluted by the rest.
 
-    python bench/dask_cluster.py [--samples 200000] [--chunk 65536] [--seed 0]
+    python bench/dask_cluster.py [--samples 200000] [--chunk 65536] [--seed 0] [--runs 1 2 local] [--out runs/dask_cluster]
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -79,29 +83,73 @@ def on_cluster(X, Y, seed: int, workers: int) -> tuple[dict, float, dict]:
     return figures, seconds, memory
 
 
+RUNS = ("1", "2", "local")
+LABELS = {"1": "1 worker", "2": "2 workers", "local": "one process"}
+
+
+def run(X, Y, seed: int, name: str) -> dict:
+    """One configuration's fit: its figures, wall time and (on a cluster) each worker's peak memory."""
+    if name == "local":
+        with dask.config.set(scheduler="sync"):
+            figures, seconds = fit(X, Y, seed, LABELS[name])
+        memory = {}
+    else:
+        figures, seconds, memory = on_cluster(X, Y, seed, int(name))
+    return {**figures, "seconds": seconds, "memory": memory}
+
+
+def save(path: str, result: dict) -> None:
+    """Write one run's figures atomically (a run interrupted while saving leaves no file)."""
+    arrays = {name: result[name] for name in ("w_sum", "thetas", "basis") if result[name] is not None}
+    meta = json.dumps({"route": result["route"], "seconds": result["seconds"],
+                       "memory": {str(key): value for key, value in result["memory"].items()}})
+    with open(path + ".partial", "wb") as handle:
+        np.savez(handle, meta=np.array(meta), **arrays)
+    os.replace(path + ".partial", path)
+
+
+def load(path: str) -> dict:
+    with np.load(path) as saved:
+        result = json.loads(str(saved["meta"]))
+        for name in ("w_sum", "thetas", "basis"):
+            result[name] = saved[name] if name in saved.files else None
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200_000)
     parser.add_argument("--chunk", type=int, default=BLOCK_SIZE, help="sequences per block")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS),
+                        help="configurations to run now (those already saved in --out are read, not rerun)")
+    parser.add_argument("--out", default="runs/dask_cluster", help="folder of the saved runs")
     args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, args.seed))
     X, Y = mhalearn.make_dataset(teacher, args.samples, LENGTH, rng=seeded_rng(args.seed, "dask-cluster"),
                                  chunks=args.chunk)
     print(f"m = {HEADS}, d = {DIM}, k = {LENGTH}, n = {args.samples:,} in {X.numblocks[0]} blocks of "
           f"{args.chunk:,}, seed {args.seed}")
-    one, one_seconds, one_memory = on_cluster(X, Y, args.seed, 1)
-    two, two_seconds, two_memory = on_cluster(X, Y, args.seed, 2)
-    with dask.config.set(scheduler="sync"):
-        local, local_seconds = fit(X, Y, args.seed, "one process")
-    print(f"route: {one['route']} (1 worker), {two['route']} (2 workers), {local['route']} (one process)")
-    print(f"wall time: 1 worker {one_seconds:.1f} s, 2 workers {two_seconds:.1f} s (2 workers / 1 worker = "
-          f"{two_seconds / one_seconds:.2f}); one process {local_seconds:.1f} s")
-    print(f"max |difference|, 2 workers vs 1: {difference(two, one)}")
-    print(f"max |difference|, one process vs 1 worker: {difference(local, one)}")
-    for label, memory in (("1 worker", one_memory), ("2 workers", two_memory)):
-        print(f"peak memory per worker ({label}): "
-              + ", ".join(f"{value:.0f} MB" for value in memory.values()))
+    results = {}
+    for name in RUNS:
+        path = os.path.join(args.out, f"n{args.samples}_chunk{args.chunk}_seed{args.seed}_{name}.npz")
+        if os.path.exists(path):
+            results[name] = load(path)
+        elif name in args.runs:
+            results[name] = run(X, Y, args.seed, name)
+            save(path, results[name])
+    for name, result in results.items():
+        memory = ", ".join(f"{value:.0f} MB" for value in result["memory"].values())
+        print(f"{LABELS[name]}: route {result['route']}, wall time {result['seconds']:.1f} s"
+              + (f", peak memory per worker {memory}" if memory else ""))
+    if "1" in results and "2" in results:
+        print(f"2 workers / 1 worker = {results['2']['seconds'] / results['1']['seconds']:.2f}")
+    reference = next((name for name in RUNS if name in results), None)
+    for name in results:
+        if name != reference:
+            print(f"max |difference|, {LABELS[name]} vs {LABELS[reference]}: "
+                  f"{difference(results[name], results[reference])}")
 
 
 if __name__ == "__main__":
