@@ -39,6 +39,7 @@ from sklearn.utils.estimator_checks import (
 )
 
 import mhalearn
+from mhalearn._validation import check_boolean
 from mhalearn._estimator import pooled_r2
 
 # ----------------------------------------------------------------- the data
@@ -299,3 +300,13 @@ def test_learner_defaults_are_those_of_its_phase_settings(learner):
     assert len(shared) >= (10 if learner is mhalearn.MomentLearner else 30)
     for name, default in shared:
         assert parameters[name].default == default, name
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, np.nan, np.inf, -1.0000000000000002])
+@pytest.mark.parametrize("where", [0, 4095, 4096, 3 * 4 * 1000 - 1])
+def test_boolean_check_finds_one_bad_entry_anywhere(bad, where):
+    X = np.where(np.arange(3 * 4 * 1000) % 3 == 0, 1.0, -1.0).reshape(1000, 3, 4)
+    check_boolean(X)
+    X.reshape(-1)[where] = bad
+    with pytest.raises(ValueError, match=r"^X: expected Boolean entries"):
+        check_boolean(X)

@@ -71,10 +71,11 @@ def test_bad_budgets_are_refused_naming_where_they_came_from(budget, value):
 
 
 def test_command_line_reports_a_size_over_the_budget_as_bad_input(budget, capsys, tmp_path):
-    budget.setenv(_memory.ENVIRONMENT_VARIABLE, "1MiB")
+    # 100 MiB holds the learner's moment route at d = 12 (73 MiB, checked first) but not the data.
+    budget.setenv(_memory.ENVIRONMENT_VARIABLE, "100MiB")
     assert main(["demo", "--quiet", "--samples", "100000", "--out", str(tmp_path)]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err.startswith("mhalearn: error: samples: 100000 labelled sequences of 4 × 12 "
-                                              "entries would take 110 MiB, more than the memory budget of 1 MiB")
+                                              "entries would take 110 MiB, more than the memory budget of 100 MiB")
 
 
 # Each call asks for a size far beyond the machine (24 GiB).  The child process may
@@ -139,3 +140,16 @@ def test_peak_memory_of_a_spawned_process_is_its_own():
     child = float(subprocess.run([sys.executable, "-c", "from mhalearn._memory import peak_memory_mb; "
                                   "print(peak_memory_mb())"], capture_output=True, text=True, check=True).stdout)
     assert held[-1] == 1.0 and parent >= 300 and child < parent - 200
+
+
+@pytest.mark.parametrize("span_route", ["auto", "body", "moment"])
+def test_sculpt_learner_refuses_a_moment_route_over_budget_before_any_phase(budget, span_route):
+    # Every route may fall back to the moment route, whose Gram matrix grows like d⁶: a fit that could
+    # only fail after phases 1–4 must fail before them.
+    budget.setenv(_memory.ENVIRONMENT_VARIABLE, "128MiB")
+    X = np.ones((50, 4, 16))
+    seen = []
+    with pytest.raises(MemoryBudgetError, match=r"^X: the moment route at token dimension d = 16"):
+        mhalearn.SculptLearner(2, span_route=span_route).fit(X, X, callback=lambda *event: seen.append(event))
+    assert seen == []
+    mhalearn.SculptLearner(2, span_route=span_route)._check_shape(50, 4, 12)  # 73 MiB at d = 12: within the budget

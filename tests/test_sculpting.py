@@ -35,6 +35,29 @@ def test_decoded_patterns_match_kkt_solution(rng):
             assert violations[s, row] == pytest.approx(max(0.0, -expected.min(), expected.max() - 1.0), abs=1e-12)
 
 
+def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_patterns():
+    # The acceptance pass decodes residuals only and the kept rows in full afterwards: both must be the
+    # bits of one full decoding, including identical and opposite tokens and a singular Ŵ_Σ.
+    teacher = mhalearn.sample_teacher(2, 7, rng=11)
+    X, Y = mhalearn.make_dataset(teacher, 300, 4, rng=12)
+    X[:20, 2] = X[:20, 0]
+    X[20:40, 1] = -X[20:40, 3]
+    w_sum = teacher.projection_sum + 0.05 * np.random.default_rng(13).standard_normal((7, 7))
+    for matrix in (w_sum, np.outer(w_sum[0], w_sum[0])):
+        patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, matrix)
+        lean_residuals, lean_violations = agreement.decoding_residuals(X, Y, matrix)
+        np.testing.assert_array_equal(lean_residuals, residuals)
+        np.testing.assert_array_equal(lean_violations, violations)
+    patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, w_sum)
+    block = agreement._agreement_block(X, Y, w_sum, 0.3, None, 0.2, 50, 300, 7, 0)
+    assert 0 < len(block) <= 50 and block.found > len(block)
+    for row in range(len(block)):
+        s = next(s for s in range(300) if np.array_equal(X[s], block.tokens[row]))
+        np.testing.assert_array_equal(block.pattern[row], patterns[s, block.query[row]])
+        np.testing.assert_array_equal(block.spread[row], spreads[s, block.query[row]])
+        assert block.residual[row] == residuals[s, block.query[row]]
+
+
 def test_decoding_is_exact_on_agreement_rows_and_splits_copies():
     # One head: every row is an agreement row, so the exact W_Σ decodes the
     # teacher's pattern with zero residual, and identical tokens share weight.

@@ -108,7 +108,8 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             statistics = dask_statistics(X, Y, boolean=boolean)
             x_scale, y_scale = statistics.x_scale, statistics.y_scale
         else:
-            y_scale, x_scale = root_mean_square(Y), root_mean_square(X)
+            # Entries ±1 (checked above) have a root mean square of exactly 1: no pass needed.
+            y_scale, x_scale = root_mean_square(Y), 1.0 if boolean else root_mean_square(X)
         check_representable_units(x_scale, y_scale)
         if y_scale == 0.0:
             for name in self._layers:
@@ -236,7 +237,8 @@ def check_representable_units(x_scale: float, y_scale: float) -> None:
 def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.ndarray:
     """``(array / scale)[rows]``, gathered first and divided in place: one new array, the same values."""
     part = np.take(array, rows, axis=0)
-    part /= scale
+    if scale != 1.0:  # dividing by 1 changes no bit: skip the pass
+        part /= scale
     return part
 
 

@@ -247,8 +247,9 @@ class SculptLearner(SpanSearchLearner):
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
         super()._check_shape(samples, length, dim)
-        if self.span_route == "moment":  # otherwise the moment route runs only if the body refuses
-            check_moment_memory(length, dim)
+        # Every route may run the moment route (the body refuses, or its estimate is the higher), so its
+        # memory is checked before the phases 1–4 that would otherwise run first, for hours at 10⁸.
+        check_moment_memory(length, dim)
 
     def _fit(self, X, Y, X_val, Y_val, rng, notify, source=None):
         fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),

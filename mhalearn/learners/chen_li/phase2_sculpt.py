@@ -102,7 +102,9 @@ def _cholesky_solve(L, size, rhs, out):
 
 
 @njit(cache=True, nogil=True)
-def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, violations, spreads):
+def _decode_patterns_worker(X, Y, w_sum, full, chunks, counter, patterns, residuals, violations, spreads):
+    # ``full`` False: residuals and violations only (the acceptance test needs no more; the rows it
+    # keeps are decoded in full afterwards, with the same arithmetic, hence the same bits).
     n, k, d = X.shape
     labels = Y.shape[1]
     # Scratch for the largest case (k distinct tokens), allocated once per worker:
@@ -152,19 +154,20 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
                 for row in range(labels):
                     residuals[s, row] = np.inf
                     violations[s, row] = np.inf
-                    for j in range(k):
-                        patterns[s, row, j] = np.nan
-                        spreads[s, row, j] = np.inf
+                    if full:
+                        for j in range(k):
+                            patterns[s, row, j] = np.nan
+                            spreads[s, row, j] = np.inf
                 continue
             # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
             # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
             variance[:unique] = 0.0
-            for u in range(free):
+            for u in range(free if full else 0):
                 unit[u] = 1.0
                 _cholesky_solve(gram, free, unit, column)
                 unit[u] = 0.0
                 variance[u + 1] = max(column[u], 0.0)
-            if free > 0:
+            if full and free > 0:
                 _cholesky_solve(gram, free, ones, column)
                 total = 0.0
                 for u in range(free):
@@ -198,7 +201,7 @@ def _decode_patterns_worker(X, Y, w_sum, chunks, counter, patterns, residuals, v
                 for u in range(unique):
                     violation = max(violation, -weights[u] / count[u], weights[u] / count[u] - 1.0)
                 violations[s, row] = violation
-                for j in range(k):
+                for j in range(k if full else 0):
                     u = group[j]
                     patterns[s, row, j] = weights[u] / count[u]
                     spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
@@ -230,18 +233,33 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
         were white noise of the same size: ‖residual‖/√(d − k + 1) times the
         square root of â_j's variance per unit noise.
     """
+    return _decode(X, Y, w_sum, full=True)
+
+
+def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``residuals`` and ``violations`` of :func:`decode_patterns`, bit for bit, without the patterns.
+
+    What the acceptance test of every row needs: it skips the spreads'
+    solves and the (n, r, k) outputs, so a pass over the data decodes in
+    full only the rows it keeps.
+    """
+    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False)
+    return residuals, violations
+
+
+def _decode(X, Y, w_sum, *, full: bool):
     n, k, _ = X.shape
     labels = Y.shape[1]
-    patterns = np.empty((n, labels, k))
+    outputs = (n, labels, k) if full else (0, 0, 0)
+    patterns, spreads = np.empty(outputs), np.empty(outputs)
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
-    spreads = np.empty((n, labels, k))
     X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, Y, w_sum, chunks, new_counter(), patterns, residuals,
+                 _decode_patterns_parallel, X, Y, w_sum, full, chunks, new_counter(), patterns, residuals,
                  violations, spreads)
     return patterns, residuals, violations, spreads
 
@@ -375,7 +393,7 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, quantile: 
     sequences / samples⌉`` rows, chosen with ``default_rng([seed, index])``).
     ``scanned`` and ``found`` count the block's decoded and accepted rows.
     """
-    patterns, residuals, violations, spreads = decode_patterns(X, Y, w_sum)
+    residuals, violations = decoding_residuals(X, Y, w_sum)
     samples_kept, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
     found = len(samples_kept)
     if max_rows is not None:
@@ -383,9 +401,12 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, quantile: 
         if found > share:
             pick = np.sort(np.random.default_rng([seed, index]).choice(found, share, replace=False))
             samples_kept, rows = samples_kept[pick], rows[pick]
-    return AgreementRows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows],
-                         patterns[samples_kept, rows], spreads[samples_kept, rows], residuals[samples_kept, rows],
-                         violations[samples_kept, rows], residuals.size, found)
+    kept = AgreementRows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows], np.empty((0, X.shape[1])),
+                         np.empty((0, X.shape[1])), residuals[samples_kept, rows], violations[samples_kept, rows],
+                         residuals.size, found)
+    decoded = kept.redecode(w_sum)
+    kept.pattern, kept.spread = decoded.pattern, decoded.spread
+    return kept
 
 
 # ---------------------------------------------------------------- slabs

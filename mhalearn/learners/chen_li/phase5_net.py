@@ -400,6 +400,8 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     points = np.einsum("pr,rab->pab", coefficients, B)
     total = math.comb(len(points), heads)
     sampled = total > settings.max_candidates
+    # Two tests of ``sampled``: the random tuples must be drawn before the scoring sequences (that
+    # order of rng's draws fixes what a random_state gives), and the full net is scored after both.
     if sampled:
         candidates = candidate_tuples(len(points), heads, limit=settings.max_candidates, rng=rng)
     use = rng.permutation(X.shape[0])[:settings.score_samples]
