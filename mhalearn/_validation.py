@@ -96,7 +96,9 @@ def _all_plus_minus_one(flat: np.ndarray) -> bool:
 
 def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_non_boolean=True") -> None:
     """Raise unless every entry of ``X`` is +1 or -1; the message names the ``opt_in`` parameter if any."""
-    flat = np.ascontiguousarray(X, dtype=np.float64).reshape(-1)
+    flat = np.asarray(X).reshape(-1)  # in X's own dtype: int8 bits stay one byte each
+    if flat.dtype == np.bool_:
+        flat = flat.view(np.uint8)
     if not _all_plus_minus_one(flat):
         hint = f" (pass {opt_in} to opt in)" if opt_in else ""
         raise ValueError(

@@ -307,6 +307,11 @@ def test_learner_defaults_are_those_of_its_phase_settings(learner):
 def test_boolean_check_finds_one_bad_entry_anywhere(bad, where):
     X = np.where(np.arange(3 * 4 * 1000) % 3 == 0, 1.0, -1.0).reshape(1000, 3, 4)
     check_boolean(X)
+    bits = X.astype(np.int8)  # bits are checked in their own dtype (no float64 copy)
+    check_boolean(bits)
+    bits.reshape(-1)[where] = 0
+    with pytest.raises(ValueError, match=r"^X: expected Boolean entries"):
+        check_boolean(bits)
     X.reshape(-1)[where] = bad
     with pytest.raises(ValueError, match=r"^X: expected Boolean entries"):
         check_boolean(X)
