@@ -58,6 +58,19 @@ def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_pat
         assert block.residual[row] == residuals[s, block.query[row]]
 
 
+def test_best_rows_under_a_new_estimate_are_those_of_a_full_redecoding():
+    teacher = mhalearn.sample_teacher(2, 7, rng=14)
+    source = ArraySource(*mhalearn.make_dataset(teacher, 400, 4, rng=15))
+    crude = teacher.projection_sum + 0.1 * np.random.default_rng(16).standard_normal((7, 7))
+    pool = agreement.find_agreement_rows(source, crude, quantile=0.5, simplex_tol=0.2)
+    refined = teacher.projection_sum + 0.01 * np.random.default_rng(17).standard_normal((7, 7))
+    expected = pool.redecode(refined).best(60, simplex_tol=0.2)
+    chosen = pool.best_under(refined, 60, simplex_tol=0.2)
+    assert len(chosen) == 60 and not np.array_equal(chosen.query, pool.best(60, simplex_tol=0.2).query)
+    for name in ("tokens", "query", "label", "pattern", "spread", "residual", "violation"):
+        np.testing.assert_array_equal(getattr(chosen, name), getattr(expected, name))
+
+
 def test_decoding_is_exact_on_agreement_rows_and_splits_copies():
     # One head: every row is an agreement row, so the exact W_Σ decodes the
     # teacher's pattern with zero residual, and identical tokens share weight.

@@ -317,6 +317,18 @@ class AgreementRows:
         return AgreementRows(self.tokens, self.query, self.label, patterns[:, 0], spreads[:, 0],
                              residuals[:, 0], violations[:, 0], self.scanned)
 
+    def best_under(self, w_sum: np.ndarray, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
+        """``self.redecode(w_sum).best(count)``, bit for bit, with only the chosen rows decoded in full.
+
+        The ranking needs each row's residual and violation alone
+        (:func:`decoding_residuals`); the patterns and spreads are computed for
+        the ``count`` rows kept.
+        """
+        residuals, violations = decoding_residuals(self.tokens, self.label[:, None, :], w_sum)
+        ranked = AgreementRows(self.tokens, self.query, self.label, self.pattern, self.spread, residuals[:, 0],
+                               violations[:, 0], self.scanned)  # stale patterns: only the ranking is read
+        return ranked.best(count, simplex_tol=simplex_tol).redecode(w_sum)
+
     def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
                simplex_tol: float = 0.02) -> "AgreementRows":
         """Rows within ``simplex_tol`` of the simplex whose relative residual is at

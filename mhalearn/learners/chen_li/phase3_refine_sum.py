@@ -246,9 +246,10 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
         drawn_at, previous_fit = w_sum, math.inf
         count = min(math.ceil(quantile * pool.scanned), refit_rows)
         while len(history) < iterations:
-            if len(history) and history[-1]["round"] == drawn:
-                pool = pool.redecode(w_sum)
-            kept = pool.best(count, simplex_tol=simplex_tol)
+            if len(history) and history[-1]["round"] == drawn:  # the pool was decoded under an older Ŵ_Σ
+                kept = pool.best_under(w_sum, count, simplex_tol=simplex_tol)
+            else:
+                kept = pool.best(count, simplex_tol=simplex_tol)
             fit = float(np.median(kept.residual)) if len(kept) else math.inf
             if callback is not None:
                 callback(len(history), w_sum, kept)
