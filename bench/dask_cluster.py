@@ -12,7 +12,8 @@ interrupted comparison resumes where it stopped and ``--runs`` can run the
 configurations one at a time on idle cores.  Printed: each wall time, the ratio of two
 workers' to one worker's, the largest difference between the spans, the
 refined Ŵ_Σ and the learned Θ of the runs (0: the block passes give the same
-bits on any scheduler), and each worker's peak resident memory.
+bits on any scheduler), each worker's peak resident memory and the body's
+span distance to the teacher (read from the saved span after the fit).
 
 Phases 1–4 stream over the blocks on the workers; phases 5–6 run in this
 process on an in-memory sample (mhalearn.learners.dask_data), so the speed-up
@@ -39,6 +40,7 @@ import mhalearn  # noqa: E402
 from mhalearn._memory import peak_memory_mb  # noqa: E402
 from mhalearn._progress import progress_bar  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
+from mhalearn.evaluation import span_distance  # noqa: E402
 from mhalearn.learners.streams import BLOCK_SIZE  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
 
@@ -141,7 +143,9 @@ def main():
             save(path, results[name])
     for name, result in results.items():
         memory = ", ".join(f"{value:.0f} MB" for value in result["memory"].values())
-        print(f"{LABELS[name]}: route {result['route']}, wall time {result['seconds']:.1f} s"
+        # The teacher only observes: the distance is read from the saved span after the fit.
+        distance = "" if result["basis"] is None else f", span distance {span_distance(result['basis'], teacher):.3f}"
+        print(f"{LABELS[name]}: route {result['route']}{distance}, wall time {result['seconds']:.1f} s"
               + (f", peak memory per worker {memory}" if memory else ""))
     if "1" in results and "2" in results:
         print(f"2 workers / 1 worker = {results['2']['seconds'] / results['1']['seconds']:.2f}")
