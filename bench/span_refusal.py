@@ -10,7 +10,9 @@ body whose estimated error exceeds ``compare_routes_above``), otherwise from
 data.  Prints per fit the body's span distance and its bootstrap estimate,
 the moment route's distance and its estimate, the route chosen, whether the
 chosen route's span is the closer one and whether a body span ≤ 0.1 was not
-used; then the two shares the issue asks for.  Rows are appended to
+used; then the two shares the issue asks for.  Each row also records
+``spans_apart``, the distance between the two routes' spans (the route
+rule's contradiction check).  Rows are appended to
 ``--out`` (JSON lines) as they finish; a rerun skips them.
 
     python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
@@ -32,7 +34,7 @@ from _common import load_jsonl, with_progress
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance
-from mhalearn.learners.moment_route import moment_span
+from mhalearn.learners.moment_route import moment_span, sine_distance
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
 TARGET = 0.1
@@ -58,6 +60,7 @@ def fit_row(dim, length, samples, seed, compare_above):
             "route_reason": report.route_reason, "moment_in_fit": report.moment is not None,
             "body_distance": observer.span_distance("body"), "estimated_error": span.estimated_error,
             "moment_distance": moment_distance, "moment_estimate": moment.estimated_error,
+            "spans_apart": None if span.basis is None else sine_distance(span.basis, moment.basis),
             "moment_seconds": moment.seconds, "fit_seconds": report.total_seconds,
             "refused": span.refused, "kept_rows": span.kept_rows, "rows": span.rows,
             "kept_precision": observer.figure("span", "kept_precision"),

@@ -151,13 +151,30 @@ def test_moment_route_estimates_its_own_span_error():
     np.testing.assert_array_equal(unestimated.basis, moment.basis)
 
 
-def _span_reading(estimate, refused=None):
-    return SpanReading(seconds=0.0, refused=refused, estimated_error=estimate)
+_SPAN = np.eye(9)[:2]  # span{e_0, e_1} of a 9-dimensional space (m = 2, d = 3)
 
 
-def _moment_result(estimate):
+def _span_reading(estimate, refused=None, basis=_SPAN):
+    return SpanReading(seconds=0.0, refused=refused, estimated_error=estimate, basis=basis)
+
+
+def _moment_result(estimate, basis=_SPAN):
     return moment_route.MomentSpan(seconds=0.0, rows=1, features=1, singular_values=[], spectral_gap=1.0,
-                                   linearised_fit=0.0, polish_iterations=0, head_norm=1.0, estimated_error=estimate)
+                                   linearised_fit=0.0, polish_iterations=0, head_norm=1.0, estimated_error=estimate,
+                                   basis=basis)
+
+
+def test_route_rule_distrusts_a_body_whose_span_the_moment_route_contradicts():
+    # Tilt e_1 towards e_2 by an angle of sine 0.5: the spans are 0.5 apart.
+    tilted = np.array([np.eye(9)[0], np.sqrt(0.75) * np.eye(9)[1] + 0.5 * np.eye(9)[2]])
+    assert moment_route.sine_distance(_SPAN, tilted) == pytest.approx(0.5)
+    settings = BodySettings(compare_routes_above=0.07)
+    route, reason = choose_route(_span_reading(0.1), _moment_result(0.15, basis=tilted), settings)
+    assert route == "moment" and "0.500 apart, more than the body's estimated error 0.100 plus twice" in reason
+    # Within the body's estimate plus twice the moment route's, the lower estimate decides.
+    assert choose_route(_span_reading(0.1), _moment_result(0.25, basis=tilted), settings)[0] == "body"
+    # The body's low estimate alone does not run the comparison, so nothing contradicts it.
+    assert choose_route(_span_reading(0.05), None, settings)[0] == "body"
 
 
 def test_route_rule_prefers_the_body_unless_refused_or_estimated_worse():

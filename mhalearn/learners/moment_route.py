@@ -144,8 +144,12 @@ def _span_of(P: np.ndarray) -> np.ndarray:
     return np.linalg.svd(P.reshape(len(P), -1), full_matrices=False)[2]
 
 
-def _sine_distance(basis: np.ndarray, other: np.ndarray) -> float:
-    """sin of the largest principal angle between two spans given by orthonormal rows."""
+def sine_distance(basis: np.ndarray, other: np.ndarray) -> float:
+    """sin of the largest principal angle between two spans given by orthonormal rows.
+
+    Between spans of one dimension it is ‖P − P′‖₂ (P, P′ the orthogonal
+    projections), a metric: it obeys the triangle inequality.
+    """
     return float(np.sin(np.max(subspace_angles(basis.T, other.T))))
 
 
@@ -214,7 +218,7 @@ def moment_span(X: np.ndarray, Y: np.ndarray, heads: int, *, max_rows: int = 200
     if estimate_error:
         simulated = MultiHeadAttention(P, Q).predict(X)
         replicate = fit_rank_m(_design_moment(X, mean, S, simulated), simulated)[0]
-        estimate = _sine_distance(_span_of(replicate), basis)
+        estimate = sine_distance(_span_of(replicate), basis)
     vectors = P.reshape(heads, -1)
     gap = float(singular[heads - 1] / singular[heads]) if len(singular) > heads and singular[heads] > 0 else np.inf
     return MomentSpan(seconds=time.perf_counter() - began, rows=int(n * k), features=features,

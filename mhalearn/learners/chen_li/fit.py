@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..moment_route import MomentSpan, moment_span
+from ..moment_route import MomentSpan, moment_span, sine_distance
 from ..report import LearnerReport, Notifier, certificate_line
 from ..streams import ArraySource
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
@@ -151,8 +151,11 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
 
     The body's span is used unless it refused, or unless the moment route
     was run to compare (the body's estimated error exceeds
-    ``settings.compare_routes_above``) and its own estimated error is lower
-    than the body's.  Both estimates come from the data alone: the body's is
+    ``settings.compare_routes_above``) and either its own estimated error is
+    lower than the body's or the two spans lie farther apart than the body's
+    estimate plus twice the moment route's — which two spans within those
+    distances of the truth cannot, the distance being a metric — since the
+    body's bootstrap is blind to a bias its resamples share.  Both estimates come from the data alone: the body's is
     the 90th percentile of its bootstrap distances
     (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
     the moment route's a parametric bootstrap through the softmax
@@ -163,6 +166,16 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     if moment is None:
         return "body", (f"the body's estimated span error {span.estimated_error:.3f} <= "
                         f"{settings.compare_routes_above}: the moment route was not run")
+    # sin of the largest principal angle is a metric on m-dimensional spans (‖P − P'‖₂), so two spans
+    # within e and e' of the truth lie within e + e' of each other.  The moment route's estimate reads
+    # up to 1.2× low on the development fits (m = 2), hence room of 2e'; farther apart than that, the
+    # body's estimate is the one to distrust, blind as it is to a bias its resamples share
+    # (docs/design.md §4.1b).
+    apart = sine_distance(span.basis, moment.basis)
+    if apart > span.estimated_error + 2.0 * moment.estimated_error:
+        return "moment", (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
+                          f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
+                          f"allow: the body's estimate is not trusted; used the moment route")
     if moment.estimated_error < span.estimated_error:
         return "moment", (f"the moment route's estimated span error {moment.estimated_error:.3f} < the body's "
                           f"{span.estimated_error:.3f}; used the moment route")
