@@ -20,7 +20,8 @@ functions in :mod:`mhalearn.learners.chen_li`, one module each:
    (phase 2 again, under the refined Ŵ_Σ), span{Θ_i} = span{centre of K*}
    + its m − 1 long directions, or a refusal, after which our moment route
    (:mod:`~mhalearn.learners.moment_route`) gives the span — as it does
-   when its estimated span error is the lower of the two;
+   when its estimated span error is the lower of the two, or its span
+   contradicts the body's (:func:`~mhalearn.learners.chen_li.choose_route`);
 5. :func:`~mhalearn.learners.chen_li.search_net` — a net over m-tuples of
    heads in the span, W by least squares;
 6. :func:`~mhalearn.learners.chen_li.select_candidate` — the held-out
@@ -136,7 +137,10 @@ class SculptLearner(SpanSearchLearner):
         With ``span_route="auto"``, when the body's estimated span error
         exceeds this (and the body does not refuse) the moment route is run
         too, and its span is used if its own estimated error (a parametric
-        bootstrap through the softmax) is the lower.  1 never compares.
+        bootstrap through the softmax) is the lower, or if the two spans lie
+        farther apart than the body's estimate plus twice the moment
+        route's (the estimates contradict each other; the body's bootstrap
+        is the one blind to a shared bias).  1 never compares.
         0.07 is just below the lowest estimate the moment route gave on
         development fits (m = 2, seeds 10–13, three shapes: 0.073–0.113):
         below it the moment route was never the lower, so running it only
@@ -150,8 +154,8 @@ class SculptLearner(SpanSearchLearner):
         and of the net.
     span_route : {"auto", "body", "moment"}
         ``"auto"`` reads the span from the body and uses our moment route when
-        the body refuses or the moment route's estimated error is the lower
-        (see ``compare_routes_above``); ``"body"`` uses the moment route only
+        the body refuses, or the moment route's estimated error is the lower
+        or its span contradicts the body's (see ``compare_routes_above``); ``"body"`` uses the moment route only
         when the body refuses, and warns then; ``"moment"`` skips the
         sculpting phases.
     search : {"net", "multistart"}

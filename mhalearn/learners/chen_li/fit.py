@@ -5,7 +5,8 @@ out) on a stream of examples, so an experiment can run them on 10⁶
 sequences in bounded memory; :func:`search_and_select` runs phases 5–6 on a
 span; :func:`sculpt_fit` chains both, using our moment route
 (:mod:`mhalearn.learners.moment_route`) when the body refuses or the moment
-route's estimated span error is the lower (:func:`choose_route`).
+route's estimated span error is the lower or its span contradicts the
+body's (:func:`choose_route`).
 :class:`~mhalearn.SculptLearner` calls :func:`sculpt_fit` and
 :class:`~mhalearn.MomentLearner` the moment route and
 :func:`search_and_select`.
