@@ -156,8 +156,9 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     lower than the body's or the two spans lie farther apart than the body's
     estimate plus twice the moment route's — which two spans within those
     distances of the truth cannot, the distance being a metric — since the
-    body's bootstrap is blind to a bias its resamples share.  Both estimates come from the data alone: the body's is
-    the 90th percentile of its bootstrap distances
+    body's bootstrap is blind to a bias its resamples share.  Both
+    estimates come from the data alone: the body's is the 90th percentile
+    of its bootstrap distances
     (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
     the moment route's a parametric bootstrap through the softmax
     (:func:`~mhalearn.learners.moment_route.moment_span`).
