@@ -22,12 +22,12 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from scipy.linalg import subspace_angles
 
 from ..attention.model import MultiHeadAttention, parameter_error
 from ..learners.chen_li.body import ConvexBody
 from ..learners.chen_li.phase3_refine_sum import CertifiedRefit
 from ..learners.chen_li.phase4_span import span_basis
+from ..learners.moment_route import sine_distance
 from ..learners.report import figures_text, phase_table
 
 #: ℓ1 distance within which a head's pattern counts as the decoded one (agreement-row precision).
@@ -42,9 +42,7 @@ def span_distance(basis: np.ndarray, teacher: MultiHeadAttention) -> float:
     ``basis`` has shape (r, d, d) or (r, d²); 0 means the spans agree, 1 that
     some teacher direction is orthogonal to the estimate.
     """
-    estimate = np.asarray(basis).reshape(len(basis), -1).T
-    truth = teacher.thetas.reshape(teacher.heads, -1).T
-    return float(np.sin(np.max(subspace_angles(estimate, truth))))
+    return sine_distance(np.asarray(basis).reshape(len(basis), -1), teacher.thetas.reshape(teacher.heads, -1))
 
 
 def w_sum_error(w_sum: np.ndarray, teacher: MultiHeadAttention) -> float:

@@ -145,7 +145,7 @@ def _span_of(P: np.ndarray) -> np.ndarray:
 
 
 def sine_distance(basis: np.ndarray, other: np.ndarray) -> float:
-    """sin of the largest principal angle between two spans given by orthonormal rows.
+    """sin of the largest principal angle between the spans of two matrices' rows (any bases).
 
     Between spans of one dimension it is ‖P − P′‖₂ (P, P′ the orthogonal
     projections), a metric: it obeys the triangle inequality.

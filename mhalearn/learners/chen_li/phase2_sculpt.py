@@ -313,9 +313,7 @@ class AgreementRows:
 
     def redecode(self, w_sum: np.ndarray) -> "AgreementRows":
         """The same rows decoded again with another Ŵ_Σ."""
-        patterns, residuals, violations, spreads = decode_patterns(self.tokens, self.label[:, None, :], w_sum)
-        return AgreementRows(self.tokens, self.query, self.label, patterns[:, 0], spreads[:, 0],
-                             residuals[:, 0], violations[:, 0], self.scanned)
+        return decoded_rows(self.tokens, self.query, self.label, w_sum, self.scanned)
 
     def best_under(self, w_sum: np.ndarray, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
         """``self.redecode(w_sum).best(count)``, bit for bit, with only the chosen rows decoded in full.
@@ -325,9 +323,8 @@ class AgreementRows:
         the ``count`` rows kept.
         """
         residuals, violations = decoding_residuals(self.tokens, self.label[:, None, :], w_sum)
-        ranked = AgreementRows(self.tokens, self.query, self.label, self.pattern, self.spread, residuals[:, 0],
-                               violations[:, 0], self.scanned)  # stale patterns: only the ranking is read
-        return ranked.best(count, simplex_tol=simplex_tol).redecode(w_sum)
+        keep = best_rows(residuals[:, 0], violations[:, 0], count, simplex_tol)
+        return decoded_rows(self.tokens[keep], self.query[keep], self.label[keep], w_sum, self.scanned)
 
     def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
                simplex_tol: float = 0.02) -> "AgreementRows":
@@ -338,10 +335,7 @@ class AgreementRows:
 
     def best(self, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
         """The ``count`` rows within ``simplex_tol`` of the simplex with the smallest relative residuals."""
-        usable = np.flatnonzero((self.violation <= simplex_tol) & np.isfinite(self.residual))
-        if len(usable) > count:
-            usable = usable[np.argsort(self.residual[usable], kind="stable")[:count]]
-        return self.subset(np.sort(usable))
+        return self.subset(best_rows(self.residual, self.violation, count, simplex_tol))
 
     def mixed_tokens(self) -> np.ndarray:
         """âᵀ X for every row, shape (c, d): y_ℓ = (âᵀX) W_Σ on a true agreement row."""
@@ -350,6 +344,22 @@ class AgreementRows:
     def queries(self) -> np.ndarray:
         """The query token x_ℓ of every row, shape (c, d)."""
         return self.tokens[np.arange(len(self)), self.query]
+
+
+def decoded_rows(tokens: np.ndarray, query: np.ndarray, label: np.ndarray, w_sum: np.ndarray, scanned: int,
+                 found: int | None = None) -> AgreementRows:
+    """The rows (``tokens``, ``query``, ``label``) decoded with Ŵ_Σ (:func:`decode_patterns`), as AgreementRows."""
+    patterns, residuals, violations, spreads = decode_patterns(tokens, label[:, None, :], w_sum)
+    return AgreementRows(tokens, query, label, patterns[:, 0], spreads[:, 0], residuals[:, 0], violations[:, 0],
+                         scanned, found)
+
+
+def best_rows(residual: np.ndarray, violation: np.ndarray, count: int, simplex_tol: float) -> np.ndarray:
+    """Indices, ascending, of the ``count`` rows within ``simplex_tol`` of the simplex with the smallest residuals."""
+    usable = np.flatnonzero((violation <= simplex_tol) & np.isfinite(residual))
+    if len(usable) > count:
+        usable = usable[np.argsort(residual[usable], kind="stable")[:count]]
+    return np.sort(usable)
 
 
 def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> np.ndarray:
@@ -413,12 +423,8 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, quantile: 
         if found > share:
             pick = np.sort(np.random.default_rng([seed, index]).choice(found, share, replace=False))
             samples_kept, rows = samples_kept[pick], rows[pick]
-    kept = AgreementRows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows], np.empty((0, X.shape[1])),
-                         np.empty((0, X.shape[1])), residuals[samples_kept, rows], violations[samples_kept, rows],
-                         residuals.size, found)
-    decoded = kept.redecode(w_sum)
-    kept.pattern, kept.spread = decoded.pattern, decoded.spread
-    return kept
+    # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
+    return decoded_rows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows], w_sum, residuals.size, found)
 
 
 # ---------------------------------------------------------------- slabs

@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import subspace_angles
-
+from ..moment_route import sine_distance
 from ..report import PhaseResult, data_field
 from .body import ConvexBody
 from .phase2_sculpt import SlabSystem
@@ -135,7 +134,7 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
         weights = slabs.row_weights(rng.choice(rows, len(rows)))
         centre, long_directions, _ = read_affine_hull(slabs, heads, weights)
         estimate = span_basis(centre, long_directions, heads)
-        distances.append(float(np.sin(np.max(subspace_angles(estimate.T, basis.T)))))
+        distances.append(sine_distance(estimate, basis))
     return float(np.quantile(distances, level))
 
 
