@@ -50,7 +50,7 @@ from .random_features import (
 )
 from .sparse_variables import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "get_memory_budget",

@@ -261,6 +261,16 @@ class Seed:
         return "None, an integer seed >= 0 or a numpy.random.Generator"
 
 
+class PathLike:
+    """Constraint: a path, as ``str`` or ``os.PathLike`` (whether it can be written is checked apart)."""
+
+    def holds(self, value) -> bool:
+        return isinstance(value, (str, os.PathLike)) and str(value) != ""
+
+    def __str__(self) -> str:
+        return "a path (str or os.PathLike)"
+
+
 class RealSequence:
     """Constraint: a non-empty list or tuple whose every entry satisfies ``entry`` (a :class:`Real`)."""
 

@@ -74,7 +74,7 @@ def code_provenance() -> dict:
     import numba
     import numpy
 
-    from . import __version__
+    from ._version import __version__
 
     commit, dirty = git_state()
     return {

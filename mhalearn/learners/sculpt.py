@@ -39,7 +39,7 @@ observer's business (``fit(X, Y, callback=TeacherObserver(teacher))``).
 from __future__ import annotations
 
 from .._estimator import store_parameters
-from .._validation import Integer, Options, Real
+from .._validation import Integer, Options, PathLike, Real, check_output_directory
 from .chen_li.fit import sculpt_fit
 from .chen_li.settings import BodySettings, settings_from
 from .moment_route import check_moment_memory
@@ -183,6 +183,13 @@ class SculptLearner(SpanSearchLearner):
         Share of examples held out for the selection and its certificate.
     allow_non_boolean : bool
         The phases assume Boolean tokens; set True to run on other inputs anyway.
+    checkpoint : str, path or None
+        A directory where phases 1–4 and the moment route keep their
+        results as they end; a fit of the same data with the same ``heads``,
+        body settings, integer ``random_state`` and code resumes after the
+        last phase kept, and computes what an uninterrupted fit computes
+        (:mod:`mhalearn.learners.checkpoint`; the net's settings may differ).
+        Files are pickles: point it only at directories you wrote.
     random_state : None, int or Generator
 
     Attributes
@@ -232,6 +239,7 @@ class SculptLearner(SpanSearchLearner):
         "compare_routes_above": [Real(0.0, 1.0)],
         "span_point": [Options("centre", "min_norm")],
         "span_route": [Options("auto", "body", "moment")],
+        "checkpoint": [None, PathLike()],
     }
 
     def __init__(self, heads: int, *, quantile: float | None = None, residual_tol: float = 0.02,
@@ -246,7 +254,8 @@ class SculptLearner(SpanSearchLearner):
                  net_radius: float | None = None, net_resolution: float | None = None,
                  max_candidates: int = 200_000, score_samples: int = 256, keep: int = 4,
                  refine: str = "lbfgs", refine_iter: int = 2000, delta: float = 0.05,
-                 validation_fraction: float = 0.2, allow_non_boolean: bool = False, random_state=None):
+                 validation_fraction: float = 0.2, allow_non_boolean: bool = False, checkpoint=None,
+                 random_state=None):
         store_parameters(self, locals())
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
@@ -255,8 +264,14 @@ class SculptLearner(SpanSearchLearner):
         # memory is checked before the phases 1–4 that would otherwise run first, for hours at 10⁸.
         check_moment_memory(length, dim)
 
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.checkpoint is not None:
+            check_output_directory(self.checkpoint, "checkpoint")
+
     def _fit(self, X, Y, X_val, Y_val, rng, notify, source=None):
         fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),
                             search=self._search_settings(), span_route=self.span_route, rng=rng,
-                            notify=notify, source=source, **self._certificate_bounds())
+                            notify=notify, source=source, checkpoint_dir=self.checkpoint,
+                            **self._certificate_bounds())
         return self._layers_of(fields), fields

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checkpoint import NoCheckpoint, PhaseCheckpoint, checkpoint_key
 from ..moment_route import MomentSpan, moment_span, sine_distance
 from ..report import LearnerReport, Notifier, certificate_line
 from ..streams import ArraySource
@@ -48,14 +49,17 @@ class SpanSearchReport(LearnerReport):
     (6) — with ``route``, the route whose span phases 5–6 used (``"body"``:
     the paper's; ``"moment"``: ours), ``fallback``, why the body's span was
     not used, and ``route_reason``, why ``route`` was chosen (the estimates
-    compared).  ``moment`` is also set when the moment route ran only to be
-    compared with the body.  A phase that did not run is None (the moment
+    compared), and ``resumed``, the phases loaded from a checkpoint
+    (``SculptLearner(checkpoint=...)``; their ``seconds`` are those of the
+    run that computed them).  ``moment`` is also set when the moment route
+    ran only to be compared with the body.  A phase that did not run is None (the moment
     learner runs only ``moment``, ``net`` and ``selection``).
     """
 
     route: str
     fallback: str | None = None
     route_reason: str | None = None
+    resumed: tuple = ()
     crude_sum: CrudeSum | None = None
     sculpt: tuple = ()
     refined_sum: RefinedSum | None = None
@@ -76,6 +80,9 @@ class SpanSearchReport(LearnerReport):
     def footer(self) -> list[str]:
         reason = self.fallback or self.route_reason
         lines = [f"span from the {self.route} route" + ("" if reason is None else f": {reason}")]
+        if self.resumed:
+            lines.append(f"loaded from the checkpoint (their seconds are the run's that computed them): "
+                         f"{', '.join(self.resumed)}")
         if self.selection is not None:
             lines.append(certificate_line(self.selection.certificate))
         return lines
@@ -98,7 +105,7 @@ class BodyPhases:
 
 
 def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Generator,
-                notify=Notifier(None)) -> BodyPhases:
+                notify=Notifier(None), checkpoint=NoCheckpoint()) -> BodyPhases:
     """Phases 1–4 of Chen & Li's learner: from examples to span{Θ_i}, or a refusal.
 
     Parameters
@@ -108,6 +115,8 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     settings : the phases' hyper-parameters.
     rng : random generator (subsamples of rows and constraints).
     notify : told ``(phase, result)`` after each phase.
+    checkpoint : keeps each phase's result as it ends, or gives the one a
+        previous run kept (:class:`~mhalearn.learners.checkpoint.PhaseCheckpoint`).
 
     Returns
     -------
@@ -122,15 +131,18 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
                                                 f"residual cannot detect agreement rows (needs d > k)")
         notify("span", span)
         return BodyPhases(None, (), None, span)
-    crude = crude_projection_sum(source)
+    crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(source))
     notify("crude_sum", crude)
-    first = sculpt_body(source, crude.w_sum, heads, settings, rng, rule="quantile")
+    first = checkpoint.run("2_sculpt", rng,
+                           lambda: sculpt_body(source, crude.w_sum, heads, settings, rng, rule="quantile"))
     notify("sculpt", first)
-    refined = refine_projection_sum(source, heads, first, crude.w_sum, settings, rng)
+    refined = checkpoint.run("3_refined_sum", rng,
+                             lambda: refine_projection_sum(source, heads, first, crude.w_sum, settings, rng))
     notify("refined_sum", refined)
-    final = sculpt_body(source, refined.w_sum, heads, settings, rng, rule="absolute")
+    final = checkpoint.run("4_sculpt", rng,
+                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule="absolute"))
     notify("sculpt", final)
-    span = read_span(final.slabs, heads, settings, rng)
+    span = checkpoint.run("4_span", rng, lambda: read_span(final.slabs, heads, settings, rng))
     notify("span", span)
     return BodyPhases(crude, (first, final), refined, span)
 
@@ -187,7 +199,8 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
 
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
                search: SearchSettings = SearchSettings(), span_route: str = "auto", rng: np.random.Generator,
-               label_bound: float, token_norm: float, notify=Notifier(None), source=None) -> dict:
+               label_bound: float, token_norm: float, notify=Notifier(None), source=None,
+               checkpoint_dir=None) -> dict:
     """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when it is the better bet.
 
     ``span_route="auto"`` reads the span from the body and runs the moment
@@ -199,26 +212,33 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``), e.g. a
     :class:`~mhalearn.learners.streams.DaskSource` of a dataset larger than
     memory, of which X, Y are then an in-memory sample for phases 5–6 and
-    the moment route.  Returns the report's fields (the phase results,
-    ``route``, ``fallback`` and ``route_reason``) as a dict.
+    the moment route.  With ``checkpoint_dir`` phases 1–4 and the moment
+    route keep their results there as they end, and a rerun resumes after
+    the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns the
+    report's fields (the phase results, ``route``, ``fallback``,
+    ``route_reason`` and ``resumed``, the phases loaded from the checkpoint)
+    as a dict.
     """
     fields = {}
     span = moment = None
+    source = ArraySource(X, Y) if source is None else source
+    checkpoint = (NoCheckpoint() if checkpoint_dir is None
+                  else PhaseCheckpoint(checkpoint_dir, checkpoint_key(source, heads, body, rng)))
     if span_route != "moment":
-        phases = sculpt_span(ArraySource(X, Y) if source is None else source, heads, body, rng, notify)
+        phases = sculpt_span(source, heads, body, rng, notify, checkpoint)
         span = phases.span
         fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum, span=span)
     compare = (span_route == "auto" and span is not None and span.refused is None
                and span.estimated_error > body.compare_routes_above)
     if span is None or span.refused is not None or compare:
-        moment = moment_span(X, Y, heads, rng=rng)
+        moment = checkpoint.run("moment", rng, lambda: moment_span(X, Y, heads, rng=rng))
         notify("moment", moment)
         fields["moment"] = moment
     if span is None:
         route, reason = "moment", "span_route='moment'"
     else:
         route, reason = choose_route(span, moment, body)
-    fields.update(route=route, route_reason=reason)
+    fields.update(route=route, route_reason=reason, resumed=tuple(checkpoint.resumed))
     if route == "body":
         basis, radius = span.basis, search.radius(span.head_norm, heads)
     else:

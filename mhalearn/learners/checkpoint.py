@@ -1,0 +1,78 @@
+"""Phase checkpoints: a long fit keeps each phase's result as it ends, and a rerun resumes after the last kept.
+
+At m = 3 and n = 10⁸, phases 1–4 of :class:`~mhalearn.SculptLearner` take
+20–40 minutes, most of it in passes over the data.  With
+``SculptLearner(checkpoint=DIR)`` each of them (and our moment route) saves
+its result, with the state of the fit's random generator after it, to
+``DIR/<key>/<phase>.pickle`` as soon as it ends.  A later fit with the same
+key loads the saved phases instead of running them, restores the generator
+and runs the rest: it computes what an uninterrupted fit computes, bit for
+bit (tests/test_checkpoint.py).
+
+The key is a hash of everything phases 1–4 and the moment route read: the
+code (:func:`mhalearn.provenance.code_id`), the training stream
+(:meth:`fingerprint` of its source: a hash of in-memory arrays, the graph
+names of Dask arrays), m, the body's settings and the generator's state at
+the start of the phases (so ``random_state`` must be fixed for a rerun to
+find it).  Phases 5–6 are not kept and their settings are not in the key:
+a rerun with another net budget reuses phases 1–4.
+
+The files are pickles: load only checkpoint directories you wrote.  Each is
+written to a temporary name and renamed, so an interrupted save leaves no
+partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+
+class PhaseCheckpoint:
+    """The saved phase results of one fit: ``run(name, rng, compute)`` loads or computes and saves.
+
+    ``resumed`` lists, in order, the phases that were loaded.
+    """
+
+    def __init__(self, directory, key: str):
+        self.path = Path(directory) / key
+        self.resumed: list[str] = []
+
+    def run(self, name: str, rng: np.random.Generator, compute):
+        """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved."""
+        file = self.path / f"{name}.pickle"
+        if file.exists():
+            with open(file, "rb") as handle:
+                result, state = pickle.load(handle)
+            rng.bit_generator.state = state
+            self.resumed.append(name)
+            return result
+        result = compute()
+        self.path.mkdir(parents=True, exist_ok=True)
+        partial = file.with_name(f"{file.name}.{os.getpid()}.partial")
+        with open(partial, "wb") as handle:
+            pickle.dump((result, rng.bit_generator.state), handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(partial, file)
+        return result
+
+
+class NoCheckpoint:
+    """Nothing kept: ``run`` computes (``SculptLearner(checkpoint=None)``)."""
+
+    resumed: tuple = ()
+
+    @staticmethod
+    def run(name: str, rng: np.random.Generator, compute):
+        return compute()
+
+
+def checkpoint_key(source, heads: int, settings, rng: np.random.Generator) -> str:
+    """The hash that names a fit's checkpoint (see the module docstring for what it covers)."""
+    from dask.base import tokenize
+
+    from ..provenance import code_id
+
+    return tokenize(code_id(), source.fingerprint(), heads, settings, rng.bit_generator.state)

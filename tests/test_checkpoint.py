@@ -1,0 +1,105 @@
+"""Phase checkpoints (mhalearn.learners.checkpoint): an interrupted fit resumes and computes what an uninterrupted one does.
+
+The reference is the same fit run without a checkpoint: a resumed fit must
+give its parameters to the bit, and a checkpoint must never be reused for
+other data or other body settings.
+"""
+
+import numpy as np
+import pytest
+
+import mhalearn
+from mhalearn.learners.chen_li.settings import BodySettings
+from mhalearn.learners.checkpoint import checkpoint_key
+from mhalearn.learners.streams import ArraySource, DaskSource
+
+HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
+# Small budgets keep each fit to a second or two; the phases and the route logic are the ones of the defaults.
+SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0, random_state=3)
+
+
+class StopAfter:
+    """A callback that interrupts the fit once ``phase`` has ended (as Ctrl-C would)."""
+
+    def __init__(self, phase):
+        self.phase = phase
+
+    def __call__(self, phase, result):
+        if phase == self.phase:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def data():
+    teacher = mhalearn.sample_teacher(HEADS, DIM, rng=4)
+    return mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=5)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data):
+    return mhalearn.SculptLearner(HEADS, **SMALL).fit(*data)
+
+
+def _same_fit(fitted, reference):
+    np.testing.assert_array_equal(fitted.model_.thetas, reference.model_.thetas)
+    np.testing.assert_array_equal(fitted.model_.ws, reference.model_.ws)
+    assert fitted.report_.route == reference.report_.route
+    assert fitted.report_.route_reason == reference.report_.route_reason
+
+
+@pytest.mark.parametrize("stop", ["crude_sum", "refined_sum", "span", "moment"])
+def test_interrupted_fit_resumes_to_the_same_bits(data, uninterrupted, tmp_path, stop):
+    with pytest.raises(KeyboardInterrupt):
+        mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data, callback=StopAfter(stop))
+    resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    order = ["1_crude_sum", "2_sculpt", "3_refined_sum", "4_sculpt", "4_span", "moment"]
+    saved = {"crude_sum": 1, "refined_sum": 3, "span": 5, "moment": 6}[stop]
+    assert resumed.report_.resumed == tuple(order[:saved])
+    _same_fit(resumed, uninterrupted)
+    # A third fit finds every phase kept and still computes the same.
+    again = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    assert again.report_.resumed == tuple(order)
+    _same_fit(again, uninterrupted)
+
+
+def test_other_data_or_body_settings_do_not_reuse_a_checkpoint(data, tmp_path):
+    X, Y = data
+    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(X, Y)
+    flipped = X.copy()
+    flipped[0, 0, 0] *= -1
+    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(flipped, Y).report_.resumed == ()
+    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **{**SMALL, "max_rows": 5000}
+                                  ).fit(X, Y).report_.resumed == ()
+    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **{**SMALL, "random_state": 4}
+                                  ).fit(X, Y).report_.resumed == ()
+
+
+def test_other_net_settings_reuse_phases_1_to_4(data, tmp_path):
+    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    settings = {**SMALL, "max_candidates": 1000}
+    resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **settings).fit(*data)
+    assert "4_span" in resumed.report_.resumed
+    _same_fit(resumed, mhalearn.SculptLearner(HEADS, **settings).fit(*data))
+
+
+def test_dask_data_are_named_by_their_graph(tmp_path):
+    teacher = mhalearn.sample_teacher(HEADS, DIM, rng=4)
+    first = DaskSource(*mhalearn.make_dataset(teacher, 3000, LENGTH, rng=5, chunks=700))
+    same = DaskSource(*mhalearn.make_dataset(teacher, 3000, LENGTH, rng=5, chunks=700))
+    other = DaskSource(*mhalearn.make_dataset(teacher, 3000, LENGTH, rng=6, chunks=700))
+    rng = np.random.default_rng(0)
+    keys = [checkpoint_key(source, HEADS, BodySettings(), rng) for source in (first, same, other)]
+    assert keys[0] == keys[1] != keys[2]
+    X, Y = first.head(3000)
+    assert ArraySource(X, Y).fingerprint() != ArraySource(X, -Y).fingerprint()
+
+
+def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_work(data, tmp_path):
+    path = tmp_path / "file"
+    path.write_text("")
+    seen = []
+    with pytest.raises(ValueError, match="checkpoint: expected a directory"):
+        mhalearn.SculptLearner(HEADS, checkpoint=path, **SMALL).fit(*data, callback=lambda *a: seen.append(a))
+    assert seen == []
+    with pytest.raises(ValueError, match="checkpoint: expected None or a path"):
+        mhalearn.SculptLearner(HEADS, checkpoint=3, **SMALL).fit(*data)
