@@ -245,6 +245,9 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
                             "(default 120)")
     sweep.add_argument("--worker-timeout", type=float, default=None, metavar="SECONDS",
                        help="with --backend dask: stop after this long without any worker (default 120)")
+    sweep.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
+                       help="keep each running cell's long phases here, so that a cell interrupted mid-way "
+                            "resumes after them (sculpt-vs-m; a stored cell's are removed)")
 
     plot = commands.add_parser("plot", parents=[common], help="figures of an experiment from its results",
                                description="Render an experiment's PNG figures (and a table of the numbers "
@@ -393,7 +396,8 @@ def command_sweep(args) -> int:
                         backend=args.backend, scheduler=args.scheduler, progress=not args.quiet,
                         retry_failed=args.retry_failed, allow_mixed=args.allow_mixed,
                         write_timeout=WRITE_TIMEOUT if args.write_timeout is None else args.write_timeout,
-                        worker_timeout=WORKER_TIMEOUT if args.worker_timeout is None else args.worker_timeout)
+                        worker_timeout=WORKER_TIMEOUT if args.worker_timeout is None else args.worker_timeout,
+                        checkpoints=args.checkpoints)
     print(summary)
     return EXIT_FAILURE if summary.failed else 0
 
@@ -509,6 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Arguments without the program name (default: ``sys.argv[1:]``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = None
     try:
         parser = build_parser(_learner_requested(argv))
         args = parser.parse_args(argv)
@@ -524,9 +529,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mhalearn: error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print("mhalearn: interrupted (finished sweep cells are saved; run the same command to resume)",
-              file=sys.stderr)
+        print(f"mhalearn: interrupted ({_what_was_kept(args)})", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _what_was_kept(args) -> str:
+    """What an interrupted command leaves to resume from."""
+    if args is None:
+        return "nothing was saved"
+    if args.command == "sweep":
+        kept = "" if getattr(args, "checkpoints", None) is None else f", the running cells' finished phases in {args.checkpoints}"
+        return f"finished sweep cells are saved{kept}; run the same command to resume"
+    checkpoint = getattr(args, "hp_checkpoint", None)
+    if args.command == "learn" and checkpoint is not None:
+        return f"finished phases are kept in {checkpoint}; run the same command to resume"
+    return "nothing was saved"
 
 
 if __name__ == "__main__":  # pragma: no cover

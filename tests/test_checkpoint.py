@@ -103,3 +103,52 @@ def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_work(data, tmp_p
     assert seen == []
     with pytest.raises(ValueError, match="checkpoint: expected None or a path"):
         mhalearn.SculptLearner(HEADS, checkpoint=3, **SMALL).fit(*data)
+
+
+# ---------------------------------------------------------------- sweeps
+
+CELL = {"heads": 2, "dim": 8, "length": 3, "samples": 8000, "seed": 1}
+# Figures a rerun measures afresh (times, the process's memory); every other figure must be the same.
+TIMED = {"net_seconds", "peak_memory_mb"}
+
+
+def test_an_interrupted_sculpt_vs_m_cell_resumes_to_the_same_row(tmp_path, monkeypatch):
+    from mhalearn.experiments import sculpt_vs_m
+    from mhalearn.learners.chen_li import fit
+
+    reference = sculpt_vs_m.run_sculpt_vs_m_cell(dict(CELL))
+    read_span = fit.read_span
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fit, "read_span", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sculpt_vs_m.run_sculpt_vs_m_cell(dict(CELL), checkpoint_dir=tmp_path)
+    monkeypatch.setattr(fit, "read_span", read_span)
+    [kept] = list(tmp_path.iterdir())
+    assert sorted(path.name for path in kept.iterdir()) == ["1_crude_sum.pickle", "2_sculpt.pickle",
+                                                             "3_refined_sum.pickle", "4_sculpt.pickle"]
+    resumed = sculpt_vs_m.run_sculpt_vs_m_cell(dict(CELL), checkpoint_dir=tmp_path)
+    assert {key: value for key, value in resumed.items() if key not in TIMED | {"body_seconds"}} == \
+        {key: value for key, value in reference.items() if key not in TIMED | {"body_seconds"}}
+
+
+def test_a_sweep_removes_a_stored_cells_checkpoint(tmp_path):
+    from mhalearn.experiments.runner import run_sweep
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[full]\nheads = 1\ndim = 8\nlength = 3\nsamples = 2000\nseed = 0\n")
+    summary = run_sweep("sculpt-vs-m", tmp_path / "rows.db", grid=grid, workers=1, progress=False,
+                        checkpoints=tmp_path / "kept")
+    assert (summary.computed, summary.failed) == (1, 0)
+    assert list((tmp_path / "kept").iterdir()) == []
+
+
+def test_a_sweep_whose_cells_keep_no_checkpoints_refuses_them_before_any_work(tmp_path):
+    from mhalearn.experiments.runner import run_sweep
+
+    with pytest.raises(ValueError, match="checkpoints: experiment 'error-vs-samples' keeps no checkpoints"):
+        run_sweep("error-vs-samples", tmp_path / "rows.db", quick=True, progress=False,
+                  checkpoints=tmp_path / "kept")
+    assert not (tmp_path / "rows.db").exists()

@@ -277,3 +277,18 @@ def test_progress_lines_come_at_most_every_interval_and_at_the_end(interval, exp
     lines.close()
     lines.close()
     assert stream.getvalue().splitlines() == expected
+
+
+@pytest.mark.parametrize("checkpoint", [None, "kept"])
+def test_an_interrupted_learn_says_what_it_kept(capsys, tmp_path, monkeypatch, checkpoint):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "learn", interrupted)
+    extra = [] if checkpoint is None else ["--checkpoint", str(tmp_path / checkpoint)]
+    assert cli.main(["learn", "--learner", "sculpt", *extra]) == cli.EXIT_INTERRUPTED
+    message = capsys.readouterr().err
+    if checkpoint is None:
+        assert message == "mhalearn: interrupted (nothing was saved)\n"
+    else:
+        assert f"finished phases are kept in {tmp_path / checkpoint}; run the same command to resume" in message

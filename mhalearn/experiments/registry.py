@@ -75,6 +75,9 @@ class Experiment:
     run_cell: Callable[[dict], dict]
     plot: Callable[[list[dict], Path], list[Path]]
     grid_file: str | Path | None = None
+    #: Whether ``run_cell`` takes ``checkpoint_dir=``, where it keeps its long phases so that a cell
+    #: interrupted mid-way resumes after them (``mhalearn sweep --checkpoints DIR``).
+    checkpoints: bool = False
 
     def grid(self, quick: bool = False, path: str | Path | None = None) -> Grid:
         """The grid table to sweep: ``[quick]`` or ``[full]`` of ``path`` (default: the experiment's file)."""

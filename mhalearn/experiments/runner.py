@@ -37,8 +37,10 @@ Faults, each stopping with a clear ``ValueError`` (before any work) or
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
+import shutil
 import socket
 import sqlite3
 import threading
@@ -48,13 +50,14 @@ import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
 from .._progress import progress_bar
-from .._validation import check_choice, check_positive_int, check_real
+from .._validation import check_choice, check_output_directory, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
-from .registry import Grid, get_experiment
+from .registry import EXPERIMENTS, Grid, get_experiment
 from .store import STATUS_FAILED, STATUS_OK, ResultStore, cell_key
 from .writer_lock import WriterLock, describe_write_error
 
@@ -117,14 +120,16 @@ class SweepSummary:
         return text
 
 
-def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | None = None) -> CellOutcome:
+def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | None = None,
+                 checkpoint_dir: str | None = None) -> CellOutcome:
     """Run one cell in a worker and capture its metrics or its error, and the worker's provenance.
 
     Module-level so it pickles to worker processes and Dask workers, as does
     ``run_cell`` (the experiment's module-level function, pickled by
     reference).  With ``threads``, the cell's Numba and BLAS thread pools are
     limited to that many threads first (Dask runs one cell per worker
-    thread, so it passes 1).
+    thread, so it passes 1).  With ``checkpoint_dir`` (an experiment whose
+    ``checkpoints`` is True) the cell keeps its long phases there.
     """
     if threads is not None:
         limit_threads(threads)
@@ -132,7 +137,7 @@ def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | No
     start = time.perf_counter()
     host = socket.gethostname()
     try:
-        metrics = run_cell(dict(cell))
+        metrics = run_cell(dict(cell)) if checkpoint_dir is None else run_cell(dict(cell), checkpoint_dir=checkpoint_dir)
         return CellOutcome(cell, STATUS_OK, dict(metrics), None, time.perf_counter() - start, host, provenance)
     except Exception as error:  # a failing cell is recorded, not fatal to the sweep
         message = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
@@ -222,7 +227,17 @@ def check_code_versions(store: ResultStore, experiment_name: str, current: str, 
     warnings.warn(f"{message}; mixing them as asked (--allow-mixed)", SweepWarning, stacklevel=3)
 
 
-def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int):
+def cell_checkpoint(root, experiment_name: str, cell: dict) -> str | None:
+    """The directory where ``cell`` keeps its phases under the sweep's ``root`` (None: no checkpoints).
+
+    Named by a hash of the cell's key, so a resumed sweep finds it again.
+    """
+    if root is None:
+        return None
+    return str(Path(root) / hashlib.sha256(cell_key(experiment_name, cell).encode()).hexdigest()[:16])
+
+
+def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int, checkpoints: list):
     """Yield outcomes as local worker processes finish them."""
     threads = max(1, available_cores() // workers)
     context = multiprocessing.get_context("spawn")  # fork is unsafe with Numba's thread pools
@@ -230,7 +245,8 @@ def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int
                                initargs=(threads, os.getpid()))
     finished = False
     try:
-        futures = {pool.submit(execute_cell, run_cell, cell) for cell in cells}
+        futures = {pool.submit(execute_cell, run_cell, cell, None, checkpoint)
+                   for cell, checkpoint in zip(cells, checkpoints)}
         while futures:
             done, futures = wait(futures, return_when=FIRST_COMPLETED)
             for future in done:
@@ -272,7 +288,8 @@ def check_scheduler_address(scheduler: str, timeout: float = 5.0) -> None:
                          "(`dask scheduler`) or check the address") from None
 
 
-def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: str, worker_timeout: float):
+def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: str, worker_timeout: float,
+              checkpoints: list):
     """Yield outcomes as the Dask cluster at ``scheduler`` finishes them.
 
     Stops with ``RuntimeError`` when the cluster has had no worker for
@@ -288,7 +305,8 @@ def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: st
         raise ValueError(f"scheduler: could not connect to a Dask scheduler at {scheduler!r}: {error}") from None
     futures = []
     try:
-        futures = [client.submit(execute_cell, run_cell, cell, 1, pure=False) for cell in cells]
+        futures = [client.submit(execute_cell, run_cell, cell, 1, checkpoint, pure=False)
+                   for cell, checkpoint in zip(cells, checkpoints)]
         pending = set(futures)
         workerless_since = None
         while pending:
@@ -346,7 +364,7 @@ class _StoreUnavailable(Exception):
 def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, workers: int | None = None,
               backend: str = "local", scheduler: str | None = None, progress: bool = True,
               retry_failed: bool = False, allow_mixed: bool = False, write_timeout: float = WRITE_TIMEOUT,
-              worker_timeout: float = WORKER_TIMEOUT) -> SweepSummary:
+              worker_timeout: float = WORKER_TIMEOUT, checkpoints=None) -> SweepSummary:
     """Compute the cells of a named experiment that ``db_path`` lacks, storing each as it finishes.
 
     Parameters
@@ -384,6 +402,13 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
         Seconds to retry writing a row (disk full, file locked) before stopping.
     worker_timeout : float
         Seconds a Dask sweep waits with no worker before stopping.
+    checkpoints : str or os.PathLike, optional
+        A directory where each running cell of an experiment that keeps
+        checkpoints (``sculpt-vs-m``) saves its long phases as they end, in a
+        subdirectory named by the cell; a cell interrupted mid-way resumes
+        after them on the next sweep, and its subdirectory is removed once
+        its row is stored.  With the Dask backend it must be a path the
+        workers can write.
 
     Returns
     -------
@@ -419,6 +444,12 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     write_timeout = check_real(write_timeout, "write_timeout", low=0.0)
     worker_timeout = check_real(worker_timeout, "worker_timeout", low=0.0)
     experiment = get_experiment(experiment_name)  # unknown names fail before the store is touched
+    if checkpoints is not None:
+        if not experiment.checkpoints:
+            keeping = ", ".join(name for name, other in EXPERIMENTS.items() if other.checkpoints)
+            raise ValueError(f"checkpoints: experiment {experiment_name!r} keeps no checkpoints (its cells have no "
+                             f"long phases to keep; those that do: {keeping})")
+        checkpoints = check_output_directory(checkpoints, "checkpoints")
     chosen_grid = experiment.grid(quick, grid)
     cells = grid_cells(experiment_name, chosen_grid)
     if backend == "dask":
@@ -437,13 +468,14 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
             raise ValueError(f"db: cannot write to {str(db_path)!r}: "
                              f"{describe_write_error(error, min(write_timeout, 5.0))}; nothing was computed") from None
         if todo:
+            kept = [cell_checkpoint(checkpoints, experiment_name, cell) for cell in todo]
             if backend == "local":
                 summary.workers = _worker_count(workers, len(todo))
-                outcomes = _run_local(experiment.run_cell, todo, summary.workers)
+                outcomes = _run_local(experiment.run_cell, todo, summary.workers, kept)
             else:
-                outcomes = _run_dask(experiment.run_cell, todo, scheduler, worker_timeout)
+                outcomes = _run_dask(experiment.run_cell, todo, scheduler, worker_timeout, kept)
             _collect(outcomes, store, summary, replace=retry_failed, allow_mixed=allow_mixed,
-                     write_timeout=write_timeout, progress=progress)
+                     write_timeout=write_timeout, progress=progress, checkpoints=checkpoints)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -460,8 +492,11 @@ def _worker_count(requested: int | None, pending: int) -> int:
 
 
 def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bool, allow_mixed: bool,
-             write_timeout: float, progress: bool) -> None:
-    """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable."""
+             write_timeout: float, progress: bool, checkpoints=None) -> None:
+    """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable.
+
+    A stored cell's checkpoint (under ``checkpoints``) is removed: its row is what a resumed sweep reads.
+    """
     bar = progress_bar(summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
                        enabled=progress)
     try:
@@ -480,6 +515,8 @@ def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bo
                     f"{summary.computed} cells (every row written is kept). Fix that and run the same command "
                     "to resume") from None
             summary.computed += 1
+            if checkpoints is not None:
+                shutil.rmtree(cell_checkpoint(checkpoints, summary.experiment, outcome.cell), ignore_errors=True)
             if outcome.status == STATUS_FAILED:
                 summary.failed += 1
                 if len(summary.errors) < 3:
