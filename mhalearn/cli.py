@@ -124,7 +124,8 @@ def _say(args, *lines: str) -> None:
 def _parameter_help(cls: type) -> dict[str, str]:
     """One-line help per hyper-parameter, read from the class's NumPy docstring."""
     doc = inspect.getdoc(cls) or ""
-    section = re.search(r"Parameters\n-+\n(.*?)(?:\n\S.*\n-+\n|\Z)", doc, re.S)
+    # The section ends at the next heading: one line, then a line of dashes ([^\n], not ".": re.S).
+    section = re.search(r"Parameters\n-+\n(.*?)(?:\n\S[^\n]*\n-+\n|\Z)", doc, re.S)
     helps: dict[str, str] = {}
     if not section:
         return helps

@@ -292,3 +292,12 @@ def test_an_interrupted_learn_says_what_it_kept(capsys, tmp_path, monkeypatch, c
         assert message == "mhalearn: interrupted (nothing was saved)\n"
     else:
         assert f"finished phases are kept in {tmp_path / checkpoint}; run the same command to resume" in message
+
+
+def test_learn_help_describes_every_hyperparameter_of_the_sculpt_learner(capsys):
+    from mhalearn import SculptLearner
+
+    helps = cli._parameter_help(SculptLearner)
+    names = [parameter.name for parameter in learner_hyperparameters(SculptLearner)]
+    assert [name for name in names if not helps.get(name)] == []
+    assert helps["checkpoint"].startswith("A directory where phases 1–4")
