@@ -13,7 +13,11 @@ relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
 the peak memory of the process (and of each worker).
 
-    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--out runs/sculpt_m3.jsonl] [--quick]
+With ``--checkpoint DIR`` phases 1–4 are kept, so a rerun with another
+``--max-candidates`` (the net's budget) resumes after them.
+
+    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--max-candidates 2e5]
+                              [--checkpoint DIR] [--out runs/sculpt_m3.jsonl] [--quick]
 """
 
 import argparse
@@ -39,7 +43,8 @@ from mhalearn.seeding import seeded_rng  # noqa: E402
 HEADS, DIM, LENGTH = 3, 12, 4
 
 
-def fit_row(samples: int, seed: int, workers: int | None = None) -> dict:
+def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates: int = 200_000,
+            checkpoint: str | None = None) -> dict:
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "sculpt-m3"), chunks=1 << 16)
     observer = TeacherObserver(teacher)
@@ -47,12 +52,15 @@ def fit_row(samples: int, seed: int, workers: int | None = None) -> dict:
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, (nullcontext() if workers is None else Client(cluster)) as client:
         start = time.perf_counter()
-        learner = mhalearn.SculptLearner(HEADS, random_state=seed).fit(X, Y, callback=observer)
+        learner = mhalearn.SculptLearner(HEADS, random_state=seed, max_candidates=max_candidates,
+                                         checkpoint=checkpoint).fit(X, Y, callback=observer)
         seconds = time.perf_counter() - start
         worker_memory = None if client is None else sorted(client.run(peak_memory_mb).values())
     X_test = boolean_inputs(4000, LENGTH, DIM, rng=seeded_rng(seed, "sculpt-m3-test"))
     report = learner.report_
-    return {"samples": samples, "seed": seed, "route": report.route, "fallback": report.fallback,
+    return {"samples": samples, "seed": seed, "max_candidates": max_candidates, "resumed": list(report.resumed),
+            "candidates": report.net.candidates, "net_resolution": report.net.resolution,
+            "route": report.route, "fallback": report.fallback,
             "body_distance": observer.span_distance("body"), "estimated_error": report.span.estimated_error,
             "moment_distance": observer.span_distance("moment"),
             "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
@@ -71,6 +79,9 @@ def main():
     parser.add_argument("--workers", type=int, default=None,
                         help="fit on a LocalCluster of this many single-threaded workers")
     parser.add_argument("--quick", action="store_true", help="n = 3·10⁵, teacher 0 (a smoke run: the body refuses)")
+    parser.add_argument("--max-candidates", type=float, default=200_000, help="the net's budget of tuples")
+    parser.add_argument("--checkpoint", default=None, metavar="DIR",
+                        help="keep phases 1–4 here; a rerun (e.g. with another --max-candidates) resumes after them")
     parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
     args = parser.parse_args()
     samples, seeds = (300_000, [0]) if args.quick else (int(args.samples), args.seeds)
@@ -78,11 +89,13 @@ def main():
     done = set()
     if os.path.exists(args.out):
         with open(args.out) as handle:
-            done = {(row["samples"], row["seed"]) for row in map(json.loads, handle) if row}
+            done = {(row["samples"], row["seed"], row.get("max_candidates", 200_000))
+                    for row in map(json.loads, handle) if row}
+    budget = int(args.max_candidates)
     for seed in seeds:
-        if (samples, seed) in done:
+        if (samples, seed, budget) in done:
             continue
-        row = fit_row(samples, seed, args.workers)
+        row = fit_row(samples, seed, args.workers, budget, args.checkpoint)
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
