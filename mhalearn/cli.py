@@ -163,10 +163,14 @@ def learner_hyperparameters(cls: type) -> list[inspect.Parameter]:
 
 
 def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> None:
-    from .learners import get_learner
+    from .learners import LEARNERS, get_learner
 
     cls = get_learner(learner)
     helps = _parameter_help(cls)
+    # A learner whose docstring refers to another's parameters (MomentLearner: SculptLearner's phases
+    # 5–6) takes their text from there: the learners share those parameters (SEARCH_CONSTRAINTS).
+    for other in LEARNERS.values():
+        helps = {**_parameter_help(other), **helps}
     group = parser.add_argument_group(f"hyper-parameters of the {learner!r} learner ({cls.__name__})")
     for parameter in learner_hyperparameters(cls):
         flag = "--" + parameter.name.replace("_", "-")

@@ -301,3 +301,10 @@ def test_learn_help_describes_every_hyperparameter_of_the_sculpt_learner(capsys)
     names = [parameter.name for parameter in learner_hyperparameters(SculptLearner)]
     assert [name for name in names if not helps.get(name)] == []
     assert helps["checkpoint"].startswith("A directory where phases 1–4")
+
+
+def test_learn_help_describes_the_moment_learners_shared_hyperparameters(capsys):
+    with pytest.raises(SystemExit):
+        main(["learn", "--learner", "moment", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-candidates MAX_CANDIDATES Budget of candidate tuples scored." in text
