@@ -19,7 +19,8 @@ a rerun with another net budget reuses phases 1–4.
 
 The files are pickles: load only checkpoint directories you wrote.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
-partial file.
+partial file.  They hold the phases' data (rows, slabs, the first pool):
+0.35 GB at m = 3, n = 10⁸, two thirds of it the first pool.
 """
 
 from __future__ import annotations
