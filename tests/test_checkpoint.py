@@ -152,3 +152,12 @@ def test_a_sweep_whose_cells_keep_no_checkpoints_refuses_them_before_any_work(tm
         run_sweep("error-vs-samples", tmp_path / "rows.db", quick=True, progress=False,
                   checkpoints=tmp_path / "kept")
     assert not (tmp_path / "rows.db").exists()
+
+
+def test_span_route_names_the_checkpoint(data, tmp_path):
+    # The moment route runs after phases 1–4 with span_route="auto" and first with "moment": the
+    # generator it draws from differs, so a moment route kept by one must not serve the other.
+    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    moment_only = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, span_route="moment", **SMALL).fit(*data)
+    assert moment_only.report_.resumed == ()
+    _same_fit(moment_only, mhalearn.SculptLearner(HEADS, span_route="moment", **SMALL).fit(*data))

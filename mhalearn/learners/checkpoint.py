@@ -12,9 +12,9 @@ bit (tests/test_checkpoint.py).
 The key is a hash of everything phases 1–4 and the moment route read: the
 code (:func:`mhalearn.provenance.code_id`), the training stream
 (:meth:`fingerprint` of its source: a hash of in-memory arrays, the graph
-names of Dask arrays), m, the body's settings and the generator's state at
-the start of the phases (so ``random_state`` must be fixed for a rerun to
-find it).  Phases 5–6 are not kept and their settings are not in the key:
+names of Dask arrays), the in-memory sample the moment route reads, m, the
+body's settings, ``span_route`` and the generator's state at the start of
+the phases (so ``random_state`` must be fixed for a rerun to find it).  Phases 5–6 are not kept and their settings are not in the key:
 a rerun with another net budget reuses phases 1–4.
 
 The files are pickles: load only checkpoint directories you wrote.  Each is
@@ -70,10 +70,13 @@ class NoCheckpoint:
         return compute()
 
 
-def checkpoint_key(source, heads: int, settings, rng: np.random.Generator) -> str:
-    """The hash that names a fit's checkpoint (see the module docstring for what it covers)."""
+def checkpoint_key(source, heads: int, settings, rng: np.random.Generator, *extra) -> str:
+    """The hash that names a fit's checkpoint (see the module docstring for what it covers).
+
+    ``extra``: anything else the kept phases read, hashed as Dask tokenizes it.
+    """
     from dask.base import tokenize
 
     from ..provenance import code_id
 
-    return tokenize(code_id(), source.fingerprint(), heads, settings, rng.bit_generator.state)
+    return tokenize(code_id(), source.fingerprint(), heads, settings, rng.bit_generator.state, *extra)

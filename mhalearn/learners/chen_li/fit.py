@@ -221,9 +221,12 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     """
     fields = {}
     span = moment = None
+    # The moment route reads X, Y (hashed apart when they are not the source's own arrays), and
+    # span_route decides which phases run before it, so both name the checkpoint too.
+    sample = () if source is None else (X, Y)
     source = ArraySource(X, Y) if source is None else source
-    checkpoint = (NoCheckpoint() if checkpoint_dir is None
-                  else PhaseCheckpoint(checkpoint_dir, checkpoint_key(source, heads, body, rng)))
+    checkpoint = (NoCheckpoint() if checkpoint_dir is None else
+                  PhaseCheckpoint(checkpoint_dir, checkpoint_key(source, heads, body, rng, span_route, *sample)))
     if span_route != "moment":
         phases = sculpt_span(source, heads, body, rng, notify, checkpoint)
         span = phases.span
