@@ -14,8 +14,9 @@ code (:func:`mhalearn.provenance.code_id`), the training stream
 (:meth:`fingerprint` of its source: a hash of in-memory arrays, the graph
 names of Dask arrays), the in-memory sample the moment route reads, m, the
 body's settings, ``span_route`` and the generator's state at the start of
-the phases (so ``random_state`` must be fixed for a rerun to find it).  Phases 5–6 are not kept and their settings are not in the key:
-a rerun with another net budget reuses phases 1–4.
+the phases (so ``random_state`` must be fixed for a rerun to find it).
+Phases 5–6 are not kept and their settings are not in the key: a rerun
+with another net budget reuses phases 1–4.
 
 The files are pickles: load only checkpoint directories you wrote.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
