@@ -161,3 +161,29 @@ def test_span_route_names_the_checkpoint(data, tmp_path):
     moment_only = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, span_route="moment", **SMALL).fit(*data)
     assert moment_only.report_.resumed == ()
     _same_fit(moment_only, mhalearn.SculptLearner(HEADS, span_route="moment", **SMALL).fit(*data))
+
+
+def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
+    from mhalearn.learners.checkpoint import CheckpointWarning
+
+    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    [kept] = list(tmp_path.iterdir())
+    (kept / "3_refined_sum.pickle").write_bytes(b"not a pickle")
+    with pytest.warns(CheckpointWarning, match="3_refined_sum.pickle could not be read"):
+        resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    assert resumed.report_.resumed == ("1_crude_sum", "2_sculpt", "4_sculpt", "4_span", "moment")
+    _same_fit(resumed, uninterrupted)
+
+
+def test_a_phase_that_cannot_be_saved_leaves_the_fit_whole(data, uninterrupted, tmp_path, monkeypatch):
+    from mhalearn.learners import checkpoint
+    from mhalearn.learners.checkpoint import CheckpointWarning
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.pickle, "dump", disk_full)
+    with pytest.warns(CheckpointWarning, match="No space left on device"):
+        fitted = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+    _same_fit(fitted, uninterrupted)
+    assert [path.name for path in tmp_path.rglob("*") if path.is_file()] == []

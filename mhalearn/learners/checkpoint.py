@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,21 +45,43 @@ class PhaseCheckpoint:
         self.resumed: list[str] = []
 
     def run(self, name: str, rng: np.random.Generator, compute):
-        """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved."""
+        """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved.
+
+        A file that cannot be read is computed again, and a result that
+        cannot be saved (disk full) is not kept: each with a
+        :class:`CheckpointWarning`, since the fit itself need not fail.
+        """
         file = self.path / f"{name}.pickle"
         if file.exists():
-            with open(file, "rb") as handle:
-                result, state = pickle.load(handle)
-            rng.bit_generator.state = state
-            self.resumed.append(name)
-            return result
+            try:
+                with open(file, "rb") as handle:
+                    result, state = pickle.load(handle)
+            except Exception as error:  # damaged, or pickled by other library versions
+                warnings.warn(f"checkpoint: {file} could not be read ({type(error).__name__}: {error}); "
+                              f"computing {name} again", CheckpointWarning, stacklevel=2)
+            else:
+                rng.bit_generator.state = state
+                self.resumed.append(name)
+                return result
         result = compute()
-        self.path.mkdir(parents=True, exist_ok=True)
-        partial = file.with_name(f"{file.name}.{os.getpid()}.partial")
-        with open(partial, "wb") as handle:
-            pickle.dump((result, rng.bit_generator.state), handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(partial, file)
+        self._save(file, result, rng)
         return result
+
+    def _save(self, file: Path, result, rng: np.random.Generator) -> None:
+        partial = file.with_name(f"{file.name}.{os.getpid()}.partial")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with open(partial, "wb") as handle:
+                pickle.dump((result, rng.bit_generator.state), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(partial, file)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            warnings.warn(f"checkpoint: could not keep {file.stem} in {self.path} ({error}); the fit goes on "
+                          f"without it", CheckpointWarning, stacklevel=3)
+
+
+class CheckpointWarning(RuntimeWarning):
+    """A phase could not be loaded from or saved to the checkpoint; the fit goes on."""
 
 
 class NoCheckpoint:
