@@ -134,15 +134,25 @@ def test_an_interrupted_sculpt_vs_m_cell_resumes_to_the_same_row(tmp_path, monke
         {key: value for key, value in reference.items() if key not in TIMED | {"body_seconds"}}
 
 
-def test_a_sweep_removes_a_stored_cells_checkpoint(tmp_path):
+@pytest.mark.parametrize("backend", ["local", "dask"])
+def test_a_sweep_removes_a_stored_cells_checkpoint(tmp_path, backend):
+    from contextlib import nullcontext
+
+    import distributed
+
     from mhalearn.experiments.runner import run_sweep
 
     grid = tmp_path / "grid.toml"
     grid.write_text("[full]\nheads = 1\ndim = 8\nlength = 3\nsamples = 2000\nseed = 0\n")
-    summary = run_sweep("sculpt-vs-m", tmp_path / "rows.db", grid=grid, workers=1, progress=False,
-                        checkpoints=tmp_path / "kept")
+    cluster = nullcontext() if backend == "local" else distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+        dashboard_address=None)
+    with cluster:
+        where = {"workers": 1} if backend == "local" else {"backend": "dask", "scheduler": cluster.scheduler_address}
+        summary = run_sweep("sculpt-vs-m", tmp_path / "rows.db", grid=grid, progress=False,
+                            checkpoints=tmp_path / "kept", **where)
     assert (summary.computed, summary.failed) == (1, 0)
-    assert list((tmp_path / "kept").iterdir()) == []
+    assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
 
 
 def test_a_sweep_whose_cells_keep_no_checkpoints_refuses_them_before_any_work(tmp_path):
