@@ -46,6 +46,11 @@ class StopAfter:
             raise KeyboardInterrupt
 
 
+def _parameters(layer):
+    """Θ and W of a learned layer."""
+    return layer.thetas, layer.ws
+
+
 def timed_fit(X, Y, seed: int, **options):
     start = time.perf_counter()
     learner = mhalearn.SculptLearner(HEADS, random_state=seed, **options).fit(X, Y)
@@ -82,10 +87,9 @@ def main():
     resumed, resumed_seconds = timed_fit(X, Y, seed, checkpoint=args.dir)
     print(f"3. resumed: {resumed_seconds:.1f} s, loaded {', '.join(resumed.report_.resumed)}", flush=True)
 
-    difference = max(float(np.max(np.abs(getattr(resumed, name).thetas - getattr(reference, name).thetas)))
-                     for name in ("model_", "least_squares_model_"))
-    difference = max(difference, *(float(np.max(np.abs(getattr(resumed, name).ws - getattr(reference, name).ws)))
-                                   for name in ("model_", "least_squares_model_")))
+    difference = max(float(np.max(np.abs(mine - theirs))) for model in ("model_", "least_squares_model_")
+                     for mine, theirs in zip(_parameters(getattr(resumed, model)),
+                                             _parameters(getattr(reference, model))))
     lost = interrupted_seconds + resumed_seconds - reference_seconds
     print(f"seconds the interruption cost: {lost:.1f} (run 2 + run 3 − run 1; "
           f"{lost / reference_seconds:.1%} of a fit)")

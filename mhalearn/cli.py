@@ -543,8 +543,8 @@ def _what_was_kept(args) -> str:
     if args is None:
         return "nothing was saved"
     if args.command == "sweep":
-        kept = "" if getattr(args, "checkpoints", None) is None else f", the running cells' finished phases in {args.checkpoints}"
-        return f"finished sweep cells are saved{kept}; run the same command to resume"
+        phases = "" if args.checkpoints is None else f", the running cells' finished phases in {args.checkpoints}"
+        return f"finished sweep cells are saved{phases}; run the same command to resume"
     checkpoint = getattr(args, "hp_checkpoint", None)
     if args.command == "learn" and checkpoint is not None:
         return f"finished phases are kept in {checkpoint}; run the same command to resume"

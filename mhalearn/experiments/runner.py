@@ -137,7 +137,8 @@ def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | No
     start = time.perf_counter()
     host = socket.gethostname()
     try:
-        metrics = run_cell(dict(cell)) if checkpoint_dir is None else run_cell(dict(cell), checkpoint_dir=checkpoint_dir)
+        keep = {} if checkpoint_dir is None else {"checkpoint_dir": checkpoint_dir}
+        metrics = run_cell(dict(cell), **keep)
         return CellOutcome(cell, STATUS_OK, dict(metrics), None, time.perf_counter() - start, host, provenance)
     except Exception as error:  # a failing cell is recorded, not fatal to the sweep
         message = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"

@@ -32,7 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from .._memory import peak_memory_mb
 from ..evaluation import TeacherObserver
-from ..learners.checkpoint import NoCheckpoint, PhaseCheckpoint, checkpoint_key
+from ..learners.checkpoint import open_checkpoint
 from ..learners.chen_li import BodySettings, SearchSettings, certificate_bounds, sculpt_span, search_and_select
 from ..learners.report import Notifier
 from ..learners.streams import TeacherSource
@@ -108,8 +108,7 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
     observer = TeacherObserver(teacher)
     notify = Notifier(observer)
     body_settings, search_settings = BodySettings(), SearchSettings(refine="none")
-    checkpoint = (NoCheckpoint() if checkpoint_dir is None
-                  else PhaseCheckpoint(checkpoint_dir, checkpoint_key(source, heads, body_settings, rng)))
+    checkpoint = open_checkpoint(checkpoint_dir, source, heads, body_settings, rng)
     phases = sculpt_span(source, heads, body_settings, rng, notify, checkpoint)
     span, final = phases.span, phases.sculpt[-1]
     metrics = {

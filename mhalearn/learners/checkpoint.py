@@ -94,6 +94,13 @@ class NoCheckpoint:
         return compute()
 
 
+def open_checkpoint(directory, source, heads: int, settings, rng: np.random.Generator, *extra):
+    """The checkpoint of a fit in ``directory`` (:func:`checkpoint_key`), or :class:`NoCheckpoint` when it is None."""
+    if directory is None:
+        return NoCheckpoint()
+    return PhaseCheckpoint(directory, checkpoint_key(source, heads, settings, rng, *extra))
+
+
 def checkpoint_key(source, heads: int, settings, rng: np.random.Generator, *extra) -> str:
     """The hash that names a fit's checkpoint (see the module docstring for what it covers).
 

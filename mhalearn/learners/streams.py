@@ -58,6 +58,9 @@ class BlockSource:
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
 
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The blocks ``(X, Y)`` in order, the same on every pass."""
         for index in range(self.block_count):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpoint import NoCheckpoint, PhaseCheckpoint, checkpoint_key
+from ..checkpoint import NoCheckpoint, open_checkpoint
 from ..moment_route import MomentSpan, moment_span, sine_distance
 from ..report import LearnerReport, Notifier, certificate_line
 from ..streams import ArraySource
@@ -225,8 +225,7 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     # span_route decides which phases run before it, so both name the checkpoint too.
     sample = () if source is None else (X, Y)
     source = ArraySource(X, Y) if source is None else source
-    checkpoint = (NoCheckpoint() if checkpoint_dir is None else
-                  PhaseCheckpoint(checkpoint_dir, checkpoint_key(source, heads, body, rng, span_route, *sample)))
+    checkpoint = open_checkpoint(checkpoint_dir, source, heads, body, rng, span_route, *sample)
     if span_route != "moment":
         phases = sculpt_span(source, heads, body, rng, notify, checkpoint)
         span = phases.span

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+
 from ..moment_route import sine_distance
 from ..report import PhaseResult, data_field
 from .body import ConvexBody
