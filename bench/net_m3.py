@@ -9,15 +9,19 @@ aff{Θ_i} and the affine hull's directions, :func:`span_basis`), then tilted
 by a random rotation out of it so that every principal angle has sine
 ``distance`` (the span distance of :func:`mhalearn.evaluation.span_distance`).
 The net's radius is ``SearchSettings.radius`` of that point's norm, as
-``sculpt_fit`` computes it.  For each budget ``search_and_select`` runs with
-``SearchSettings(refine="none", max_candidates=budget)`` and the row gives
+``sculpt_fit`` computes it; the hull (that point and the long directions)
+is tilted with the span, by the same rotation.  For each budget and
+``net_slab`` (``--net-slabs``; ``none`` is the whole ball)
+``search_and_select`` runs with ``SearchSettings(refine="none",
+max_candidates=budget, net_slab=...)`` on that hull and the row gives
 the net (resolution, points, tuples scored, what set the spacing, seconds)
 and the relative test error on 4000 fresh sequences of
 
 - ``paper_output_error``: the least-squares model phase 6 selects (the paper's output);
 - ``nearest_error``: the tuple of net points nearest to the true heads' projections;
 - ``best_corner_error``: the best tuple of corners of the net cells holding those
-  projections (ranked by residual on 2·10⁴ training sequences);
+  projections (ranked by residual on 2·10⁴ training sequences); this and
+  ``nearest_error`` are of the whole ball's grid, so only its rows have them;
 - ``projection_error``: the true heads' projections onto the span (a net of spacing 0);
 - ``span_floor_error``: local descent inside the span from those projections (the
   best the span allows; ours, not the paper's);
@@ -34,7 +38,7 @@ rerun skips the rows it holds; the rows of the seeds, distances and
 budgets asked for are printed at the end as Markdown tables.
 
     python bench/net_m3.py [--seeds 0 1 2] [--distances 0 0.05 0.1 0.15] [--budgets 2e5 4e6 8e7]
-                           [--memory-budget 6GiB] [--out runs/net_m3.jsonl] [--quick]
+                           [--net-slabs none 0.15] [--memory-budget 6GiB] [--out runs/net_m3.jsonl] [--quick]
 """
 
 import argparse
@@ -71,14 +75,15 @@ TEST_SAMPLES = 4000
 RANKING_SAMPLES = 20_000
 
 
-def true_span(teacher: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray]:
-    """The teacher's span as phase 4 reads it: (orthonormal basis (m, d²), minimum-norm point of aff{Θ_i})."""
+def true_span(teacher: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The teacher's span as phase 4 reads it: (orthonormal basis (m, d²), minimum-norm point of aff{Θ_i},
+    the hull's long directions (m − 1, d²))."""
     vectors = teacher.thetas.reshape(teacher.heads, -1)
     differences = vectors[1:] - vectors[0]
     step = np.linalg.lstsq(differences.T, -vectors[0], rcond=None)[0]
     centre = vectors[0] + step @ differences
     long_directions = np.linalg.svd(differences, full_matrices=False)[2] if len(differences) else differences
-    return span_basis(centre, long_directions, teacher.heads), centre
+    return span_basis(centre, long_directions, teacher.heads), centre, long_directions
 
 
 def tilted(basis: np.ndarray, distance: float, rng: np.random.Generator) -> np.ndarray:
@@ -165,8 +170,8 @@ def span_reference(X, Y, teacher, X_test, basis) -> dict:
             "projection_theta_error": theta_error(projected, teacher)}
 
 
-def rows_for(seed: int, distances, budgets, done):
-    """One row per (distance, budget) not in ``done`` for teacher ``seed``, yielded as measured."""
+def rows_for(seed: int, distances, budgets, slabs, done):
+    """One row per (distance, budget, net_slab) not in ``done`` for teacher ``seed``, yielded as measured."""
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     X_all, Y_all = mhalearn.make_dataset(teacher, SAMPLE_TRAINING + SAMPLE_VALIDATION, LENGTH,
                                          rng=seeded_rng(seed, "net-m3"))
@@ -174,28 +179,31 @@ def rows_for(seed: int, distances, budgets, done):
     X_val, Y_val = X_all[SAMPLE_TRAINING:], Y_all[SAMPLE_TRAINING:]
     X_test = boolean_inputs(TEST_SAMPLES, LENGTH, DIM, rng=seeded_rng(seed, "net-m3-test"))
     bounds = certificate_bounds(X, Y)
-    basis, centre = true_span(teacher)
+    basis, centre, long_directions = true_span(teacher)
     for distance in distances:
-        if all((seed, distance, budget) in done for budget in budgets):
+        if all((seed, distance, budget, slab) in done for budget in budgets for slab in slabs):
             continue
         estimate = tilted(basis, distance, seeded_rng(seed, "net-m3-tilt", int(round(1e4 * distance))))
         head_norm = float(np.linalg.norm(estimate @ centre))  # the norm of the centre read in this span
+        # The hull tilted with its span: the rotation taking basis to estimate, applied to the hull's vectors.
+        hull = ((basis @ centre) @ estimate, (long_directions @ basis.T) @ estimate)
         settings = SearchSettings(refine="none")
         radius = settings.radius(head_norm, HEADS)
         span_figures = span_reference(X, Y, teacher, X_test, estimate)
         coefficients = teacher.thetas.reshape(HEADS, -1) @ estimate.T
         span_figures["ladder"] = spacing_ladder(X, Y, teacher, X_test, estimate, coefficients, radius)
-        for budget in budgets:
-            if (seed, distance, budget) in done:
+        for budget, slab in itertools.product(budgets, slabs):
+            if (seed, distance, budget, slab) in done:
                 continue
-            row = {"seed": seed, "distance": distance, "budget": budget,
+            row = {"seed": seed, "distance": distance, "budget": budget, "net_slab": slab,
                    "measured_distance": span_distance(estimate, teacher), "radius": radius, **span_figures}
-            settings = SearchSettings(refine="none", max_candidates=budget)
+            settings = SearchSettings(refine="none", max_candidates=budget, net_slab=slab)
             start = time.perf_counter()
             try:
                 net, selection = search_and_select(X, Y, X_val, Y_val, estimate, radius, HEADS, settings,
                                                    seeded_rng(seed, "net-m3-search", budget),
-                                                   label_bound=bounds["label_bound"], token_norm=bounds["token_norm"])
+                                                   label_bound=bounds["label_bound"], token_norm=bounds["token_norm"],
+                                                   hull=hull)
             except MemoryBudgetError as error:
                 row["refused"] = str(error)
             else:
@@ -205,8 +213,9 @@ def rows_for(seed: int, distances, budgets, done):
                            seconds=time.perf_counter() - start, best_score=net.best_scores[0],
                            val_least_squares=selection.val_least_squares,
                            paper_output_error=relative_error(model, teacher, X_test),
-                           paper_theta_error=theta_error(model.thetas, teacher),
-                           **net_reference(X, Y, teacher, X_test, estimate, coefficients, net.resolution, radius))
+                           paper_theta_error=theta_error(model.thetas, teacher))
+                if slab is None:  # the corners and nearest points are the whole ball's grid's
+                    row.update(net_reference(X, Y, teacher, X_test, estimate, coefficients, net.resolution, radius))
             row["peak_memory_mb"] = peak_memory_mb()
             yield row
 
@@ -220,16 +229,21 @@ def power_of_ten(value: float) -> str:
 
 def markdown_tables(rows) -> str:
     """The rows as two Markdown tables: the searches, and the spacing ladder of each (seed, distance)."""
-    lines = ["| teacher | span distance | max_candidates | spacing | triples scored | net s | paper's output "
-             "| best corner | nearest point | span floor |", "|" + "---|" * 10]
-    for row in sorted(rows, key=lambda row: (row["seed"], row["distance"], row["budget"])):
-        head = f"| {row['seed']} | {row['distance']:g} | {power_of_ten(row['budget'])} "
+    lines = ["| teacher | span distance | max_candidates | net_slab | spacing | triples scored | net s "
+             "| paper's output | best corner | nearest point | span floor |", "|" + "---|" * 11]
+
+    def percent(row, key):
+        return f"{100 * row[key]:.2f} %" if key in row else "—"
+
+    for row in sorted(rows, key=lambda row: (row["seed"], row["distance"], row["budget"],
+                                             row.get("net_slab") or 0.0)):
+        head = f"| {row['seed']} | {row['distance']:g} | {power_of_ten(row['budget'])} | {row.get('net_slab')} "
         if "refused" in row:
             lines.append(head + "| refused: " + row["refused"].split(":")[0] + " |" + " |" * 6)
             continue
         lines.append(head + f"| {row['resolution']:.2f} | {power_of_ten(row['candidates'])} | {row['net_seconds']:.0f} "
-                     f"| {100 * row['paper_output_error']:.2f} % | {100 * row['best_corner_error']:.2f} % "
-                     f"| {100 * row['nearest_error']:.2f} % | {100 * row['span_floor_error']:.2f} % |")
+                     f"| {percent(row, 'paper_output_error')} | {percent(row, 'best_corner_error')} "
+                     f"| {percent(row, 'nearest_error')} | {percent(row, 'span_floor_error')} |")
     ladders = {(row["seed"], row["distance"]): row for row in rows}
     first = next(iter(ladders.values()), None)
     if first is None:
@@ -248,6 +262,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--distances", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.15])
     parser.add_argument("--budgets", type=float, nargs="+", default=[2e5, 4e6, 8e7])
+    parser.add_argument("--net-slabs", type=lambda text: None if text == "none" else float(text), nargs="+",
+                        default=[None], help="SearchSettings.net_slab values ('none': the whole ball)")
     parser.add_argument("--memory-budget", default="6GiB", help="the net's memory budget (set_memory_budget)")
     parser.add_argument("--quick", action="store_true", help="teacher 10, distances 0 and 0.1, budget 2·10⁵")
     parser.add_argument("--out", default="runs/net_m3.jsonl")
@@ -259,15 +275,17 @@ def main():
     done = set()
     if os.path.exists(args.out):
         with open(args.out) as handle:
-            done = {(row["seed"], row["distance"], row["budget"]) for row in map(json.loads, handle) if row}
+            done = {(row["seed"], row["distance"], row["budget"], row.get("net_slab"))
+                    for row in map(json.loads, handle) if row}
     for seed in seeds:
-        for row in rows_for(seed, distances, budgets, done):
+        for row in rows_for(seed, distances, budgets, args.net_slabs, done):
             print(json.dumps(row), flush=True)
             with open(args.out, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
     with open(args.out) as handle:
         rows = [row for row in map(json.loads, handle)
-                if row["seed"] in seeds and row["distance"] in distances and row["budget"] in budgets]
+                if row["seed"] in seeds and row["distance"] in distances and row["budget"] in budgets
+                and row.get("net_slab") in args.net_slabs]
     print(markdown_tables(rows))
 
 

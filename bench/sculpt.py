@@ -20,11 +20,12 @@ share of fits whose true test error exceeds ε̂ (must be ≤ δ = 0.05) and the
 median ratio ε̂ / true error.
 
 Hyper-parameters are SculptLearner's defaults, chosen on development
-teachers (seeds 500–505 of ``sample_teacher``); the teachers here are seeded
-10 000 + seed.  Rows are appended to a JSON-lines file as they finish, so an
+teachers (seeds 500–505 of ``sample_teacher``), but for ``--net-slab``
+(the net's slab around the body's hull; ``none``: the whole ball); the
+teachers here are seeded 10 000 + seed.  Rows are appended to a JSON-lines file as they finish, so an
 interrupted run resumes where it stopped.
 
-    python bench/sculpt.py [--quick] [--seeds 10] [--out bench/sculpt_rows.jsonl]
+    python bench/sculpt.py [--quick] [--seeds 10] [--net-slab 0.05] [--out bench/sculpt_rows.jsonl]
 """
 
 import argparse
@@ -42,7 +43,7 @@ SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
 TEST_SAMPLES = 4000
 
 
-def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
+def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET, net_slab=0.05):
     teacher = mhalearn.sample_teacher(heads, dim, rng=offset + seed)
     rng = np.random.default_rng(offset + 7919 * seed + samples)
     X, Y = mhalearn.make_dataset(teacher, samples, length, rng=rng)
@@ -51,7 +52,7 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
     # with their own generators and times, never the learner's.
     observer = mhalearn.TeacherObserver(teacher, compare_min_norm=True)
     start = time.perf_counter()
-    learner = mhalearn.SculptLearner(heads, random_state=seed).fit(X, Y, callback=observer)
+    learner = mhalearn.SculptLearner(heads, net_slab=net_slab, random_state=seed).fit(X, Y, callback=observer)
     seconds = time.perf_counter() - start
     moment = compare_moment_route(X, Y, heads, teacher, np.random.default_rng([offset, seed, 1]))
     report = learner.report_
@@ -78,7 +79,8 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET):
         "certified_rows": None if certified is None else certified.certified,
         "body_seconds": report.body_phases().seconds if report.route == "body" else None,
         "moment_seconds": moment["moment_seconds"],
-        "candidates": report.net.candidates,
+        "candidates": report.net.candidates, "net_slab": net_slab, "net_shape": report.net.shape,
+        "net_resolution": report.net.resolution,
     }
 
 
@@ -148,18 +150,21 @@ def main():
     parser.add_argument("--parts", default="AB", help="which parts to run (A, B or AB)")
     parser.add_argument("--seed-offset", type=int, default=SEED_OFFSET,
                         help="teachers are seeded offset + seed (500: the development teachers)")
+    parser.add_argument("--net-slab", type=lambda text: None if text == "none" else float(text), default=0.05,
+                        help="SculptLearner's net_slab ('none': the whole ball)")
     parser.add_argument("--out", default="bench/sculpt_rows.jsonl")
     args = parser.parse_args()
     seeds_a = 2 if args.quick else args.seeds
     seeds_b = 3 if args.quick else 2 * args.seeds
     cells = [("A", m, s, 100_000, 12, 4) for m in (1, 2) for s in range(seeds_a)] if "A" in args.parts else []
     cells += [("B", m, s, 2000, 8, 8) for m in (1, 2, 3) for s in range(seeds_b)] if "B" in args.parts else []
-    rows = [r for r in load_jsonl(args.out) if r.get("offset", SEED_OFFSET) == args.seed_offset]
+    rows = [r for r in load_jsonl(args.out)
+            if r.get("offset", SEED_OFFSET) == args.seed_offset and r.get("net_slab") == args.net_slab]
     done = {(r["part"], r["heads"], r["seed"]) for r in rows}
     todo = [cell for cell in cells if cell[:3] not in done]
     with open(args.out, "a") as handle:
         for cell in with_progress(todo, "sculpt bench"):
-            row = {**run_one(*cell, offset=args.seed_offset), "offset": args.seed_offset}
+            row = {**run_one(*cell, offset=args.seed_offset, net_slab=args.net_slab), "offset": args.seed_offset}
             handle.write(json.dumps(row) + "\n")
             handle.flush()
             rows.append(row)

@@ -14,10 +14,14 @@ polish) and of the polished model on 4000 fresh sequences, the wall time and
 the peak memory of the process (and of each worker).
 
 With ``--checkpoint DIR`` phases 1–4 are kept, so a rerun with another
-``--max-candidates`` (the net's budget) resumes after them.
+``--max-candidates`` (the net's budget) or ``--net-slab`` resumes after
+them.  ``heads_off_hull`` is how far the true heads' projections onto the
+body's span lie from its hull, in shares of the net's radius: the
+half-width ``net_slab`` needs.
 
     python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--max-candidates 2e5]
-                              [--checkpoint DIR] [--out runs/sculpt_m3.jsonl] [--quick]
+                              [--net-slab 0.05] [--span-route auto] [--checkpoint DIR]
+                              [--out runs/sculpt_m3.jsonl] [--quick]
 """
 
 import argparse
@@ -38,13 +42,29 @@ from mhalearn.attention.data import boolean_inputs  # noqa: E402
 from mhalearn.attention.model import relative_error  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
 from mhalearn.evaluation import TeacherObserver  # noqa: E402
+from mhalearn.learners.chen_li.phase5_net import hull_frame  # noqa: E402
+from mhalearn.learners.chen_li.settings import SearchSettings  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
 
 
+def heads_off_hull(report, teacher) -> float | None:
+    """The largest distance of the true heads' projections onto the body's span from its hull, over the net's radius.
+
+    The half-width ``net_slab`` needs to hold them; read whichever route was
+    chosen (None when the body read no span).
+    """
+    span = report.span
+    if span is None or span.basis is None:
+        return None
+    frame, offset = hull_frame(span.basis, *span.hull)
+    across = (teacher.thetas.reshape(HEADS, -1) @ span.basis.T) @ frame[0]
+    return float(max(abs(across - offset)) / SearchSettings().radius(span.head_norm, HEADS))
+
+
 def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates: int = 200_000,
-            checkpoint: str | None = None) -> dict:
+            checkpoint: str | None = None, net_slab: float | None = 0.05, span_route: str = "auto") -> dict:
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "sculpt-m3"), chunks=1 << 16)
     observer = TeacherObserver(teacher)
@@ -53,12 +73,15 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
     with cluster, (nullcontext() if workers is None else Client(cluster)) as client:
         start = time.perf_counter()
         learner = mhalearn.SculptLearner(HEADS, random_state=seed, max_candidates=max_candidates,
+                                         net_slab=net_slab, span_route=span_route,
                                          checkpoint=checkpoint).fit(X, Y, callback=observer)
         seconds = time.perf_counter() - start
         worker_memory = None if client is None else sorted(client.run(peak_memory_mb).values())
     X_test = boolean_inputs(4000, LENGTH, DIM, rng=seeded_rng(seed, "sculpt-m3-test"))
     report = learner.report_
-    return {"samples": samples, "seed": seed, "max_candidates": max_candidates, "resumed": list(report.resumed),
+    return {"samples": samples, "seed": seed, "max_candidates": max_candidates, "net_slab": net_slab,
+            "span_route": span_route,
+            "resumed": list(report.resumed), "net_shape": report.net.shape, "heads_off_hull": heads_off_hull(report, teacher),
             "candidates": report.net.candidates, "net_resolution": report.net.resolution,
             "route": report.route, "fallback": report.fallback,
             "body_distance": observer.span_distance("body"), "estimated_error": report.span.estimated_error,
@@ -80,6 +103,10 @@ def main():
                         help="fit on a LocalCluster of this many single-threaded workers")
     parser.add_argument("--quick", action="store_true", help="n = 3·10⁵, teacher 0 (a smoke run: the body refuses)")
     parser.add_argument("--max-candidates", type=float, default=200_000, help="the net's budget of tuples")
+    parser.add_argument("--net-slab", type=lambda text: None if text == "none" else float(text), default=0.05,
+                        help="SculptLearner's net_slab ('none': the whole ball)")
+    parser.add_argument("--span-route", default="auto", choices=["auto", "body", "moment"],
+                        help="SculptLearner's span_route ('body': the body's span unless it refuses)")
     parser.add_argument("--checkpoint", default=None, metavar="DIR",
                         help="keep phases 1–4 here; a rerun (e.g. with another --max-candidates) resumes after them")
     parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
@@ -89,13 +116,13 @@ def main():
     done = set()
     if os.path.exists(args.out):
         with open(args.out) as handle:
-            done = {(row["samples"], row["seed"], row.get("max_candidates", 200_000))
-                    for row in map(json.loads, handle) if row}
+            done = {(row["samples"], row["seed"], row.get("max_candidates", 200_000), row.get("net_slab"),
+                     row.get("span_route", "auto")) for row in map(json.loads, handle) if row}
     budget = int(args.max_candidates)
     for seed in seeds:
-        if (samples, seed, budget) in done:
+        if (samples, seed, budget, args.net_slab, args.span_route) in done:
             continue
-        row = fit_row(samples, seed, args.workers, budget, args.checkpoint)
+        row = fit_row(samples, seed, args.workers, budget, args.checkpoint, args.net_slab, args.span_route)
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")

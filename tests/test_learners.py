@@ -238,6 +238,54 @@ def test_net_points_fill_the_ball():
     assert len(points) == 13 and np.all(np.linalg.norm(points, axis=1) <= 1.0 + 1e-12)
 
 
+def _hull_of(thetas):
+    """aff{Θ_i} as phase 4 reads it from exact heads: its minimum-norm point and long directions."""
+    vectors = thetas.reshape(len(thetas), -1)
+    differences = vectors[1:] - vectors[0]
+    centre = vectors[0] + np.linalg.lstsq(differences.T, -vectors[0], rcond=None)[0] @ differences
+    return centre, np.linalg.svd(differences, full_matrices=False)[2]
+
+
+def _distance_from_hull(vectors, point, long_directions):
+    offsets = vectors - point
+    return np.linalg.norm(offsets - (offsets @ long_directions.T) @ long_directions, axis=1)
+
+
+def test_the_hull_frame_puts_the_hull_on_its_first_axis():
+    thetas = np.random.default_rng(4).standard_normal((3, 16))
+    point, long_directions = _hull_of(thetas)
+    basis = np.linalg.qr(thetas.T)[0].T  # an orthonormal basis of the span
+    frame, offset = net.hull_frame(basis, point, long_directions)
+    np.testing.assert_allclose(frame @ frame.T, np.eye(3), atol=1e-12)
+    # Every head, in frame coordinates, sits at first coordinate = offset: on the hyperplane the slab surrounds.
+    np.testing.assert_allclose(((thetas @ basis.T) @ frame.T)[:, 0], offset, rtol=1e-10)
+    assert offset == pytest.approx(np.linalg.norm(point), rel=1e-10)  # the minimum-norm point is the hull's foot
+
+
+def test_a_hull_slab_net_holds_the_ball_points_near_the_hull_only():
+    rng = np.random.default_rng(5)
+    thetas = rng.standard_normal((3, 9))
+    point, long_directions = _hull_of(thetas)
+    basis = np.linalg.qr(thetas.T)[0].T
+    X = mhalearn.boolean_inputs(300, 4, 3, rng=6)
+    Y = rng.standard_normal(X.shape)
+    radius = 1.5 * math.sqrt(3) * np.linalg.norm(point)
+    settings = mhalearn.learners.chen_li.SearchSettings(max_candidates=5000, keep=2, net_slab=0.1)
+    slab = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0), hull=(point, long_directions))
+    ball = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0))
+    assert slab.shape == "hull slab" and ball.shape == "ball"
+    # The same budget buys the slab a finer spacing; its points are the grid's within 0.1·radius of aff{Θ_i}.
+    assert slab.resolution < ball.resolution and slab.candidates <= 5000
+    kept = np.concatenate([heads.reshape(3, -1) for heads in slab.kept])
+    assert np.all(_distance_from_hull(kept, point, long_directions) <= 0.1 * radius + 1e-9)
+    frame, offset = net.hull_frame(basis, point, long_directions)
+    vectors = (net.net_points(3, radius, slab.resolution, (offset, 0.1 * radius)) @ frame) @ basis
+    distances = _distance_from_hull(vectors, point, long_directions)
+    assert len(vectors) == slab.net_points + np.sum(np.linalg.norm(vectors, axis=1) == 0)
+    assert np.all(distances <= 0.1 * radius + 1e-9) and np.min(distances) < 1e-9  # a layer on the hull itself
+    assert np.all(np.linalg.norm(vectors, axis=1) <= radius + 1e-9)
+
+
 def test_candidates_sharing_their_first_points_score_as_if_alone():
     # Lexicographic triples share the factor of their first two points' block; scored one by one
     # they share nothing.  A point whose features vanish makes every tuple holding it singular.

@@ -131,7 +131,7 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
         n_val = max(1, len(X) // 5)
         net, selection = search_and_select(
             X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], span.basis, search_settings.radius(span.head_norm, heads),
-            heads, search_settings, rng, **certificate_bounds(X, Y))
+            heads, search_settings, rng, hull=span.hull, **certificate_bounds(X, Y))
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
         metrics.update(candidates=net.candidates, net_seconds=net.seconds,
                        test_error=relative_error(selection.least_squares_model, teacher, X_test))

@@ -149,9 +149,13 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
 
 def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, heads: int, settings: SearchSettings,
                       rng: np.random.Generator, *, label_bound: float, token_norm: float,
-                      notify=Notifier(None)) -> tuple[NetSearch, Selection]:
-    """Phases 5–6 on one span: the net, W by least squares, the certified choice, the polish."""
-    net = search_net(X, Y, basis, heads, radius, settings, rng)
+                      notify=Notifier(None), hull: tuple | None = None) -> tuple[NetSearch, Selection]:
+    """Phases 5–6 on one span: the net, W by least squares, the certified choice, the polish.
+
+    ``hull`` is the body's affine hull (``SpanReading.hull``) when the span
+    is the body's: the net then lies near it (:func:`search_net`).
+    """
+    net = search_net(X, Y, basis, heads, radius, settings, rng, hull=hull)
     notify("net", net)
     selection = select_candidate(X, Y, X_val, Y_val, list(net.kept), settings, label_bound=label_bound,
                                  token_norm=token_norm)
@@ -241,8 +245,9 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     else:
         route, reason = choose_route(span, moment, body)
     fields.update(route=route, route_reason=reason, resumed=tuple(checkpoint.resumed))
+    hull = None
     if route == "body":
-        basis, radius = span.basis, search.radius(span.head_norm, heads)
+        basis, radius, hull = span.basis, search.radius(span.head_norm, heads), span.hull
     else:
         # SculptLearner's radius rule is the body's (√m times the norm the span was read from) on
         # either route; MomentLearner scales one head's norm (docs/design.md §4.1b).
@@ -253,5 +258,5 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
                 warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
     fields["net"], fields["selection"] = search_and_select(
         X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
-        notify=notify)
+        notify=notify, hull=hull)
     return fields

@@ -158,7 +158,10 @@ class SpanReading(PhaseResult):
     trimmed hull kept; ``head_norm`` the norm of the point that completes the
     span (it sets the net's radius).  Data: the orthonormal ``basis`` (m,
     d²) — read even when refused, so an observer can judge the refusal —,
-    the centre, the long directions, the kept rows' indices and the slabs of K*.
+    the centre, the point that completes the span (the centre, or K*'s
+    minimum-norm point), the long directions, the kept rows' indices and the
+    slabs of K*.  ``hull`` is the affine hull the body reads: the point and
+    the long directions.
     """
 
     refused: str | None = None
@@ -174,11 +177,17 @@ class SpanReading(PhaseResult):
     head_norm: float | None = None
     basis: np.ndarray | None = data_field()
     centre: np.ndarray | None = data_field()
+    point: np.ndarray | None = data_field()
     long_directions: np.ndarray | None = data_field()
     kept: np.ndarray | None = data_field()
     slabs: SlabSystem | None = data_field()
 
     columns = ("refused", "estimated_error", "kept_rows", "rows", "spectral_gap", "equalities", "span_point")
+
+    @property
+    def hull(self) -> tuple[np.ndarray, np.ndarray]:
+        """aff{Θ_i} as the body reads it: (a point on it (d²,), its long directions (m − 1, d²))."""
+        return (self.centre if self.point is None else self.point), self.long_directions
 
 
 def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.random.Generator) -> SpanReading:
@@ -216,7 +225,7 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
         refused = f"estimated span error {estimate:.3f} > {settings.max_span_error}"
     if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
         refused = f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"
-    counts.update(info, centre=centre, long_directions=long_directions, kept=kept,
+    counts.update(info, centre=centre, point=point, long_directions=long_directions, kept=kept,
                   rows=len(np.unique(slabs.slab_row)), kept_rows=len(kept))
     return SpanReading(seconds=time.perf_counter() - start, refused=refused, estimated_error=estimate,
                        head_norm=max(float(np.linalg.norm(point)), 1e-3), basis=basis, **counts)

@@ -154,23 +154,56 @@ def score_candidates(gram: np.ndarray, cross: np.ndarray, candidates: np.ndarray
 MAX_GRID_POINTS = 2_000_000
 
 
-def grid_size(dimension: int, radius: float, resolution: float) -> int:
-    """Points of the cubic grid that :func:`net_points` builds before cutting it to the ball."""
-    return (2 * int(math.floor(radius / resolution)) + 1) ** dimension
+def grid_size(dimension: int, radius: float, resolution: float, slab: tuple | None = None) -> int:
+    """Points of the cubic grid that :func:`net_points` builds before cutting it to the ball (and slab)."""
+    steps = 2 * int(math.floor(radius / resolution)) + 1
+    if slab is None:
+        return steps ** dimension
+    return (2 * int(math.floor(slab[1] / resolution)) + 1) * steps ** (dimension - 1)
 
 
-def net_points(dimension: int, radius: float, resolution: float) -> np.ndarray:
-    """Grid points of spacing ``resolution`` inside the ball of ``radius`` in R^dimension."""
-    if grid_size(dimension, radius, resolution) > MAX_GRID_POINTS:
+def net_points(dimension: int, radius: float, resolution: float, slab: tuple | None = None) -> np.ndarray:
+    """Grid points of spacing ``resolution`` inside the ball of ``radius`` in R^dimension.
+
+    With ``slab = (offset, half_width)`` only the points within
+    ``half_width`` of the hyperplane {p : p_0 = offset} are kept, on a grid
+    that has a point on that hyperplane (:func:`hull_frame` gives the frame
+    in which the body's affine hull is such a hyperplane).
+    """
+    if grid_size(dimension, radius, resolution, slab) > MAX_GRID_POINTS:
         raise ValueError(
             f"net_resolution: a spacing of {resolution:.3g} in a ball of radius {radius:.3g} in "
-            f"{dimension} dimensions needs {grid_size(dimension, radius, resolution):,} grid points, "
+            f"{dimension} dimensions needs {grid_size(dimension, radius, resolution, slab):,} grid points, "
             f"more than the {MAX_GRID_POINTS:,} a net may hold; use a coarser net_resolution or leave it "
             f"None to fit the max_candidates budget")
     steps = int(math.floor(radius / resolution))
-    axis = resolution * np.arange(-steps, steps + 1)
-    grid = np.stack(np.meshgrid(*([axis] * dimension), indexing="ij"), axis=-1).reshape(-1, dimension)
+    axes = [resolution * np.arange(-steps, steps + 1)] * dimension
+    if slab is not None:
+        offset, half_width = slab
+        across = int(math.floor(half_width / resolution))
+        axes[0] = offset + resolution * np.arange(-across, across + 1)
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, dimension)
     return grid[np.linalg.norm(grid, axis=1) <= radius + 1e-12]
+
+
+def hull_frame(basis: np.ndarray, point: np.ndarray, long_directions: np.ndarray) -> tuple[np.ndarray, float]:
+    """An orthonormal frame of the span in which the body's affine hull is the hyperplane {p : p_0 = offset}.
+
+    The hull is ``point`` + span(``long_directions``) (vectors of R^(d²)),
+    read in the span's coordinates (``basis``, (m, d²)).  Returns the frame
+    (m, m), rows in span coordinates: first the unit normal of the hull
+    within the span, then its m − 1 long directions; and ``offset``, the
+    hull's distance from the origin (≥ 0).  A point with frame coordinates
+    q is ``q @ frame`` in span coordinates.
+    """
+    heads = basis.shape[0]
+    along = (long_directions @ basis.T).reshape(heads - 1, heads)
+    frame = np.linalg.qr(np.vstack([along, np.eye(heads)]).T)[0].T[:heads]  # long directions first, then a normal
+    frame = np.roll(frame, 1, axis=0)
+    offset = float(frame[0] @ (basis @ point))
+    if offset < 0:
+        frame[0], offset = -frame[0], -offset
+    return frame, offset
 
 
 #: Tuples a full net scores at once: it enumerates them block by block and keeps the best few.
@@ -197,8 +230,10 @@ def net_memory(points: int, candidates: int, heads: int, score_rows: int, dim: i
 
 
 def choose_resolution(dimension: int, heads: int, radius: float, max_candidates: int,
-                      fits=lambda points: True) -> tuple[float, str]:
+                      fits=lambda points: True, slab: tuple | None = None) -> tuple[float, str]:
     """Finest resolution (in steps of radius/2^(j/2)) whose m-tuples fit the budgets.
+
+    ``slab`` cuts the net as in :func:`net_points`.
 
     Returns the resolution and what stopped the refinement: ``"max_candidates"``
     (the next step would score more tuples), ``"memory budget"`` (``fits(points)``
@@ -208,9 +243,9 @@ def choose_resolution(dimension: int, heads: int, radius: float, max_candidates:
     resolution = radius
     best = radius
     while True:
-        if grid_size(dimension, radius, resolution) > MAX_GRID_POINTS:
+        if grid_size(dimension, radius, resolution, slab) > MAX_GRID_POINTS:
             return best, "grid"
-        count = len(net_points(dimension, radius, resolution))
+        count = len(net_points(dimension, radius, resolution, slab))
         if math.comb(count, heads) > max_candidates:
             return best, "max_candidates"
         if not fits(count):
@@ -335,11 +370,14 @@ class NetSearch(PhaseResult):
     relative residuals.  ``limited_by`` says what set the spacing:
     ``"max_candidates"``, ``"memory budget"`` (:mod:`mhalearn._memory`),
     ``"grid"``, ``"finest"``, the user's ``"net_resolution"``, or
-    ``"multistart"`` (radius/8).  Data: the kept candidates' Θ, shape (m, d, d) each,
-    best first.
+    ``"multistart"`` (radius/8).  ``shape`` is ``"ball"`` (the whole ball
+    of ``radius``) or ``"hull slab"`` (its points near the body's affine
+    hull, :func:`search_net`).  Data: the kept candidates' Θ, shape (m, d, d)
+    each, best first.
     """
 
     search: str
+    shape: str
     radius: float
     resolution: float
     limited_by: str
@@ -349,11 +387,11 @@ class NetSearch(PhaseResult):
     best_scores: list
     kept: tuple = data_field(())
 
-    columns = ("candidates", "net_points", "resolution", "limited_by", "radius", "best_scores")
+    columns = ("candidates", "net_points", "shape", "resolution", "limited_by", "radius", "best_scores")
 
 
 def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: SearchSettings,
-               rng: np.random.Generator) -> NetSearch:
+               rng: np.random.Generator, hull: tuple | None = None) -> NetSearch:
     """Phase 5: search the net of coefficient rows in the span, keep the best few.
 
     Every head is Θ_i = Σ_r C_ir B_r in the orthonormal ``basis`` (r, d²).
@@ -370,6 +408,14 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     built: an automatic spacing stops refining where the next step would not
     fit, and a net that cannot fit is refused naming ``net_resolution`` or
     ``max_candidates``.
+
+    ``hull = (point, long_directions)`` is the body's affine hull in R^(d²)
+    (phase 4's reading of aff{Θ_i}); with ``settings.net_slab`` set, the net
+    keeps only its points within ``net_slab``·radius of that hull, on a grid
+    aligned with it (:func:`hull_frame`).  Every Θ_i lies on aff{Θ_i} and K*
+    is thin across it, so the same budget buys a finer spacing where the
+    heads can be: the slab holds a share ≈ 1.5·``net_slab`` of the ball's
+    volume at m = 3.  Without a hull (our moment route) the net fills the ball.
     """
     start = time.perf_counter()
     dim2 = basis.shape[0]
@@ -377,6 +423,10 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     B = basis.reshape(dim2, d, d)
     score_rows = min(settings.score_samples, X.shape[0]) * X.shape[1]
     budget = get_memory_budget()
+    frame, slab, shape = np.eye(dim2), None, "ball"
+    if hull is not None and settings.net_slab is not None:
+        frame, offset = hull_frame(basis, *hull)
+        slab, shape = (offset, settings.net_slab * radius), "hull slab"
 
     def memory(points: int) -> int:
         return net_memory(points, min(math.comb(points, heads), settings.max_candidates), heads, score_rows, d)
@@ -384,10 +434,11 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     resolution, limited_by = settings.net_resolution, "net_resolution"
     if resolution is None and settings.search == "net":
         resolution, limited_by = choose_resolution(dim2, heads, radius, settings.max_candidates,
-                                                   fits=lambda points: budget is None or memory(points) <= budget)
+                                                   fits=lambda points: budget is None or memory(points) <= budget,
+                                                   slab=slab)
     elif resolution is None:
         resolution, limited_by = radius / 8, "multistart"
-    coefficients = net_points(dim2, radius, resolution)
+    coefficients = net_points(dim2, radius, resolution, slab) @ frame
     coefficients = coefficients[np.linalg.norm(coefficients, axis=1) > 0]  # Θ = 0 is uniform attention
     if len(coefficients) < heads:
         raise ValueError(f"net_resolution: expected a net of at least m = {heads} non-zero points, received "
@@ -420,7 +471,7 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
             kept.append(np.einsum("ir,rab->iab", refined, B))
         else:
             kept.append(points[chosen])
-    return NetSearch(seconds=time.perf_counter() - start, search=settings.search, radius=float(radius),
-                     resolution=float(resolution), limited_by=limited_by, net_points=int(len(points)),
-                     candidates=int(scored), score_samples=int(len(use)),
+    return NetSearch(seconds=time.perf_counter() - start, search=settings.search, shape=shape,
+                     radius=float(radius), resolution=float(resolution), limited_by=limited_by,
+                     net_points=int(len(points)), candidates=int(scored), score_samples=int(len(use)),
                      best_scores=[float(score) for score in best_scores], kept=tuple(kept))

@@ -72,6 +72,7 @@ class SearchSettings:
     net_radius: float | None = None
     net_resolution: float | None = None
     max_candidates: int = 200_000
+    net_slab: float | None = 0.05
     score_samples: int = 256
     keep: int = 4
     refine: str = "lbfgs"
@@ -94,5 +95,10 @@ class SearchSettings:
 
 
 def settings_from(settings_class, estimator) -> object:
-    """``settings_class`` filled from the estimator's parameters of the same names."""
-    return settings_class(**{name: getattr(estimator, name) for name in settings_class.__dataclass_fields__})
+    """``settings_class`` filled from the estimator's parameters of the same names.
+
+    A setting the estimator has no parameter for keeps its default
+    (MomentLearner has no ``net_slab``: its route reads no hull).
+    """
+    return settings_class(**{name: getattr(estimator, name) for name in settings_class.__dataclass_fields__
+                             if hasattr(estimator, name)})
