@@ -175,12 +175,14 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
     for parameter in learner_hyperparameters(cls):
         flag = "--" + parameter.name.replace("_", "-")
         default = parameter.default
-        description = helps.get(parameter.name, "")
+        description = helps.get(parameter.name, "").replace("%", "%%")  # argparse formats help with %
         if isinstance(default, bool):
             group.add_argument(flag, dest=f"hp_{parameter.name}", action=argparse.BooleanOptionalAction,
                                default=default, help=f"{description} (default: {default})")
         else:
-            kind = type(default) if isinstance(default, (int, float, str)) else _literal
+            # A parameter that may be None (net_slab: float | None) takes "None" as well as its type.
+            optional = "None" in str(parameter.annotation)
+            kind = type(default) if isinstance(default, (int, float, str)) and not optional else _literal
             group.add_argument(flag, dest=f"hp_{parameter.name}", type=kind, default=default,
                                metavar=parameter.name.upper(), help=f"{description} (default: {default!r})")
 

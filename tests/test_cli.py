@@ -303,6 +303,23 @@ def test_learn_help_describes_every_hyperparameter_of_the_sculpt_learner(capsys)
     assert helps["checkpoint"].startswith("A directory where phases 1–4")
 
 
+def test_learn_help_prints_every_hyperparameter_of_the_sculpt_learner(capsys):
+    # Help texts holding "%" (a share of rows) must reach argparse escaped.
+    with pytest.raises(SystemExit) as stop:
+        main(["learn", "--learner", "sculpt", "--help"])
+    assert stop.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "agreement rows are 1–4 % of all rows" in text
+    assert "--net-slab NET_SLAB On the body's route, the net keeps only its points" in text
+
+
+def test_a_hyperparameter_that_may_be_none_takes_none_on_the_command_line():
+    args = build_parser("sculpt").parse_args(["learn", "--learner", "sculpt", "--net-slab", "None"])
+    assert args.hp_net_slab is None
+    args = build_parser("sculpt").parse_args(["learn", "--learner", "sculpt", "--net-slab", "0.1"])
+    assert args.hp_net_slab == 0.1
+
+
 def test_learn_help_describes_the_moment_learners_shared_hyperparameters(capsys):
     with pytest.raises(SystemExit):
         main(["learn", "--learner", "moment", "--help"])
