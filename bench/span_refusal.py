@@ -2,8 +2,9 @@
 
 For each shape (d, k, n) and seed, plants a random teacher with
 ``evaluation.plant_instance`` (m = 2), fits
-``SculptLearner(2, refine="none")`` (phases 5–6 on a small net: the route is
-chosen before them) watched by a :class:`mhalearn.TeacherObserver`.  The
+``SculptLearner(2, refine="none")`` (its default net: when both routes are
+compared, phase 6 chooses between their candidates) watched by a
+:class:`mhalearn.TeacherObserver`.  The
 moment route's span comes from the fit when the fit ran it (a refusal, or a
 body whose estimated error exceeds ``compare_routes_above``), otherwise from
 :func:`~mhalearn.learners.moment_route.moment_span` on the same standardised
@@ -16,11 +17,19 @@ rule's contradiction check).  Rows are appended to
 ``--out`` (JSON lines) as they finish; a rerun skips them.
 
     python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
-        [--compare-above C]
+        [--compare-above C] [--nets]
 
 ``--compare-above 0`` runs the moment route in every fit (for choosing
 ``compare_routes_above`` on development seeds: every rule's route can then
 be read from the rows).
+
+``--nets`` also runs phases 5–6 (``refine="none"``, the default budget) on
+each route's span — the body's whenever it read one, refused or not, in
+the slab around its hull — with the last fifth of the data held out, and
+records each route's held-out error of the least-squares choice
+(``body_val_error``, ``moment_val_error``); the summary then also says how
+a rule that keeps the route with the lower held-out error would have
+chosen.  An evaluation beside the fit: it changes nothing the fit computes.
 """
 
 import argparse
@@ -34,17 +43,35 @@ from _common import load_jsonl, with_progress
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance
+from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, search_and_select
 from mhalearn.learners.moment_route import moment_span, sine_distance
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
 TARGET = 0.1
 
 
-def fit_row(dim, length, samples, seed, compare_above):
+def held_out_errors(X, Y, span, moment, seed) -> dict:
+    """Each route's held-out least-squares error after phases 5–6 on its span (``refine="none"``)."""
+    X, Y = X / np.sqrt(np.mean(X ** 2)), Y / np.sqrt(np.mean(Y ** 2))  # the learners' units
+    held = len(X) // 5
+    settings = SearchSettings(refine="none")
+    errors = {}
+    for name, basis, head_norm, hull in (("body", span.basis, span.head_norm, span.hull if span.basis is not None
+                                          else None), ("moment", moment.basis, moment.head_norm, None)):
+        if basis is None:
+            continue
+        _, selection = search_and_select(X[:-held], Y[:-held], X[-held:], Y[-held:], basis,
+                                         settings.radius(head_norm, 2), 2, settings, np.random.default_rng(seed),
+                                         hull=hull, **certificate_bounds(X, Y))
+        errors[f"{name}_val_error"] = selection.val_least_squares
+    return errors
+
+
+def fit_row(dim, length, samples, seed, compare_above, nets=False):
     teacher, X, Y, _ = plant_instance(heads=2, dim=dim, length=length, samples=samples, seed=seed)
     observer = TeacherObserver(teacher)
     options = {} if compare_above is None else {"compare_routes_above": compare_above}
-    learner = SculptLearner(2, refine="none", max_candidates=2000, random_state=seed, **options).fit(
+    learner = SculptLearner(2, refine="none", random_state=seed, **options).fit(
         X, Y, callback=observer)
     report = learner.report_
     moment = report.moment
@@ -64,7 +91,8 @@ def fit_row(dim, length, samples, seed, compare_above):
             "moment_seconds": moment.seconds, "fit_seconds": report.total_seconds,
             "refused": span.refused, "kept_rows": span.kept_rows, "rows": span.rows,
             "kept_precision": observer.figure("span", "kept_precision"),
-            "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error")}
+            "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
+            **(held_out_errors(X, Y, span, moment, seed) if nets else {})}
 
 
 def main():
@@ -72,6 +100,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--out", default="runs/span_refusal.jsonl")
     parser.add_argument("--quick", action="store_true", help="seed 0 only")
+    parser.add_argument("--nets", action="store_true",
+                        help="also run phases 5–6 on each route's span and compare their held-out errors")
     parser.add_argument("--compare-above", type=float, default=None,
                         help="SculptLearner's compare_routes_above (default: the learner's)")
     args = parser.parse_args()
@@ -81,7 +111,7 @@ def main():
     done = {(r["dim"], r["length"], r["samples"], r["seed"]): r for r in load_jsonl(args.out)}
     cells = [(d, k, n, s) for d, k, n in SHAPES for s in args.seeds]
     for cell in with_progress([c for c in cells if c not in done], "span refusal"):
-        row = fit_row(*cell, args.compare_above)
+        row = fit_row(*cell, args.compare_above, args.nets)
         done[cell] = row
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
@@ -104,6 +134,17 @@ def main():
     print(f"chosen route's span ≤ the other's: {closer}/{len(rows)} ({closer / len(rows):.0%}); "
           f"body spans ≤ {TARGET} not used: {not_used}; moment route run to compare in {compared} of "
           f"{len(rows)} fits")
+    if args.nets:
+        by_error = [r for r in rows if "moment_val_error" in r]
+        closer = not_used = 0
+        for r in by_error:
+            body_wins = r.get("body_val_error", np.inf) < r["moment_val_error"]
+            body, moment = r["body_distance"], r["moment_distance"]
+            chosen, other = (body, moment) if body_wins else (moment, body)
+            closer += other is None or chosen <= other
+            not_used += not body_wins and body is not None and body <= TARGET
+        print(f"the route with the lower held-out error (phases 5–6 on both spans): chosen span ≤ the other's in "
+              f"{closer}/{len(by_error)}; body spans ≤ {TARGET} not used: {not_used}")
 
 
 if __name__ == "__main__":

@@ -171,35 +171,45 @@ def test_route_rule_distrusts_a_body_whose_span_the_moment_route_contradicts():
     settings = BodySettings(compare_routes_above=0.07)
     route, reason = choose_route(_span_reading(0.1), _moment_result(0.15, basis=tilted), settings)
     assert route == "moment" and "0.500 apart, more than the body's estimated error 0.100 plus twice" in reason
-    # Within the body's estimate plus twice the moment route's, the lower estimate decides.
-    assert choose_route(_span_reading(0.1), _moment_result(0.25, basis=tilted), settings)[0] == "body"
+    # Within the body's estimate plus twice the moment route's, phase 6 decides between both.
+    assert choose_route(_span_reading(0.1), _moment_result(0.25, basis=tilted), settings)[0] == "both"
     # The body's low estimate alone does not run the comparison, so nothing contradicts it.
     assert choose_route(_span_reading(0.05), None, settings)[0] == "body"
 
 
-def test_route_rule_prefers_the_body_unless_refused_or_estimated_worse():
+def test_route_rule_prefers_the_body_unless_refused_or_uncertain():
     settings = BodySettings(compare_routes_above=0.07)
     route, reason = choose_route(_span_reading(0.05), None, settings)
     assert route == "body" and "not run" in reason
-    route, reason = choose_route(_span_reading(0.13), _moment_result(0.09), settings)
-    assert route == "moment" and "0.090 < the body's 0.130" in reason
-    assert choose_route(_span_reading(0.13), _moment_result(0.14), settings)[0] == "body"
-    assert choose_route(_span_reading(0.10), _moment_result(0.10), settings)[0] == "body"
+    # Compared and not contradicted, the estimates do not decide: phase 6 does, on held-out data.
+    for moment_estimate in (0.09, 0.14):
+        route, reason = choose_route(_span_reading(0.13), _moment_result(moment_estimate), settings)
+        assert route == "both" and "held-out" in reason
     route, reason = choose_route(_span_reading(0.9, refused="estimated span error 0.9 > 0.15"), _moment_result(0.3),
                                  settings)
     assert route == "moment" and "refused" in reason
 
 
-def test_sculpt_learner_compares_routes_when_the_body_is_uncertain(monkeypatch):
+def test_sculpt_learner_chooses_between_both_routes_on_held_out_data(monkeypatch):
     teacher, X, Y, X_test = _data(1, 6, 3, 2000, 21)
-    report = SculptLearner(1, compare_routes_above=0.0, random_state=0).fit(X, Y).report_
-    assert report.moment is not None and report.moment.estimated_error > report.span.estimated_error
-    assert report.route == "body" and report.fallback is None and "moment route's" in report.route_reason
-    real = fit.moment_span
-    monkeypatch.setattr(fit, "moment_span", lambda *args, **kwargs: dataclasses.replace(
-        real(*args, **kwargs), estimated_error=0.0))
+    report = SculptLearner(1, compare_routes_above=0.0, refine="none", random_state=0).fit(X, Y).report_
+    # The body's span is exact here (m = 1): its candidate fits the held-out data better.
+    assert report.moment is not None and report.compared_net is not None
+    assert report.route == "body" and report.fallback is None and "held-out" in report.route_reason
+    assert report.net.shape == "hull slab" and report.compared_net.shape == "ball"
+    assert report.selection.certificate["hypotheses"] == len(report.net.kept) + len(report.compared_net.kept)
+    # A body whose span is wrong loses to the moment route's on held-out data, whatever its estimate.
+    real = fit.read_span
+    wrong = np.linalg.qr(np.random.default_rng(3).standard_normal((36, 1)))[0].T
+
+    def wrong_span(*args, **kwargs):
+        span = real(*args, **kwargs)
+        return dataclasses.replace(span, basis=wrong, centre=wrong[0] * span.head_norm, point=None,
+                                   long_directions=np.empty((0, 36)))
+    monkeypatch.setattr(fit, "read_span", wrong_span)
+    monkeypatch.setattr(fit, "sine_distance", lambda *args: 0.0)  # no contradiction: phase 6 must decide
     learner = SculptLearner(1, compare_routes_above=0.0, random_state=0).fit(X, Y)
-    assert learner.report_.route == "moment" and "used the moment route" in learner.report_.fallback
+    assert learner.report_.route == "moment" and "held-out" in learner.report_.fallback
     assert "span from the moment route" in learner.report_.table()
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     assert SculptLearner(1, random_state=0).fit(X, Y).report_.moment is None  # the default does not compare here

@@ -136,11 +136,12 @@ class SculptLearner(SpanSearchLearner):
     compare_routes_above : float
         With ``span_route="auto"``, when the body's estimated span error
         exceeds this (and the body does not refuse) the moment route is run
-        too, and its span is used if its own estimated error (a parametric
-        bootstrap through the softmax) is the lower, or if the two spans lie
-        farther apart than the body's estimate plus twice the moment
-        route's (the estimates contradict each other; the body's bootstrap
-        is the one blind to a shared bias).  1 never compares.
+        too.  Its span is used alone if the two spans lie farther apart than
+        the body's estimate plus twice the moment route's (the estimates
+        contradict each other; the body's bootstrap is the one blind to a
+        shared bias); otherwise the net is searched in both spans and phase
+        6 chooses among both nets' candidates by their held-out error, and
+        so chooses the route.  1 never compares.
         0.07 is just below the lowest estimate the moment route gave on
         development fits (m = 2, seeds 10–13, three shapes: 0.073–0.113):
         below it the moment route was never the lower, so running it only
@@ -154,8 +155,9 @@ class SculptLearner(SpanSearchLearner):
         and of the net.
     span_route : {"auto", "body", "moment"}
         ``"auto"`` reads the span from the body and uses our moment route when
-        the body refuses, or the moment route's estimated error is the lower
-        or its span contradicts the body's (see ``compare_routes_above``); ``"body"`` uses the moment route only
+        the body refuses or the moment route's span contradicts the body's,
+        and both when the body is uncertain (see ``compare_routes_above``);
+        ``"body"`` uses the moment route only
         when the body refuses, and warns then; ``"moment"`` skips the
         sculpting phases.
     search : {"net", "multistart"}

@@ -5,8 +5,8 @@ out) on a stream of examples, so an experiment can run them on 10⁶
 sequences in bounded memory; :func:`search_and_select` runs phases 5–6 on a
 span; :func:`sculpt_fit` chains both, using our moment route
 (:mod:`mhalearn.learners.moment_route`) when the body refuses or the moment
-route's estimated span error is the lower or its span contradicts the
-body's (:func:`choose_route`).
+route's span contradicts the body's, and both routes' candidates when the
+body is uncertain (:func:`choose_route`).
 :class:`~mhalearn.SculptLearner` calls :func:`sculpt_fit` and
 :class:`~mhalearn.MomentLearner` the moment route and
 :func:`search_and_select`.
@@ -48,8 +48,10 @@ class SpanSearchReport(LearnerReport):
     (our moment route, when it gave the span), ``net`` (5), ``selection``
     (6) — with ``route``, the route whose span phases 5–6 used (``"body"``:
     the paper's; ``"moment"``: ours), ``fallback``, why the body's span was
-    not used, and ``route_reason``, why ``route`` was chosen (the estimates
-    compared), and ``resumed``, the phases loaded from a checkpoint
+    not used, and ``route_reason``, why ``route`` was chosen, and
+    ``compared_net``, the other route's net when phase 6 chose between both
+    routes' candidates (``route`` is then the route of the chosen one), and
+    ``resumed``, the phases loaded from a checkpoint
     (``SculptLearner(checkpoint=...)``; their ``seconds`` are those of the
     run that computed them).  ``moment`` is also set when the moment route
     ran only to be compared with the body.  A phase that did not run is None (the moment
@@ -66,11 +68,13 @@ class SpanSearchReport(LearnerReport):
     span: SpanReading | None = None
     moment: MomentSpan | None = None
     net: NetSearch | None = None
+    compared_net: NetSearch | None = None
     selection: Selection | None = None
 
     def phases(self):
         return [("crude_sum", self.crude_sum), *(("sculpt", body) for body in self.sculpt or [None]),
                 ("refined_sum", self.refined_sum), ("span", self.span), ("moment", self.moment), ("net", self.net),
+                *([("compared_net", self.compared_net)] if self.compared_net is not None else []),
                 ("selection", self.selection)]
 
     def body_phases(self) -> BodyPhases | None:
@@ -164,17 +168,18 @@ def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, head
 
 
 def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySettings) -> tuple[str, str]:
-    """Which span phases 5–6 use, and why: ``("body" | "moment", reason)``.
+    """Which span phases 5–6 use, and why: ``("body" | "moment" | "both", reason)``.
 
     The body's span is used unless it refused, or unless the moment route
     was run to compare (the body's estimated error exceeds
-    ``settings.compare_routes_above``) and either its own estimated error is
-    lower than the body's or the two spans lie farther apart than the body's
-    estimate plus twice the moment route's — which two spans within those
-    distances of the truth cannot, the distance being a metric — since the
-    body's bootstrap is blind to a bias its resamples share.  Both
-    estimates come from the data alone: the body's is the 90th percentile
-    of its bootstrap distances
+    ``settings.compare_routes_above``).  Then the moment route's span is
+    used alone if the two spans lie farther apart than the body's estimate
+    plus twice the moment route's — which two spans within those distances
+    of the truth cannot, the distance being a metric — since the body's
+    bootstrap is blind to a bias its resamples share; otherwise ``"both"``:
+    phase 6 chooses between the two routes' net candidates on held-out data
+    (:func:`sculpt_fit`).  The estimates come from the data alone: the
+    body's is the 90th percentile of its bootstrap distances
     (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
     the moment route's a parametric bootstrap through the softmax
     (:func:`~mhalearn.learners.moment_route.moment_span`).
@@ -194,11 +199,29 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
         return "moment", (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
                           f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
                           f"allow: the body's estimate is not trusted; used the moment route")
-    if moment.estimated_error < span.estimated_error:
-        return "moment", (f"the moment route's estimated span error {moment.estimated_error:.3f} < the body's "
-                          f"{span.estimated_error:.3f}; used the moment route")
-    return "body", (f"the body's estimated span error {span.estimated_error:.3f} <= the moment route's "
-                    f"{moment.estimated_error:.3f}")
+    return "both", (f"the body's estimated span error {span.estimated_error:.3f} > "
+                    f"{settings.compare_routes_above} (the moment route's {moment.estimated_error:.3f}): "
+                    f"phase 6 chose between both routes' candidates on held-out data")
+
+
+def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentSpan, heads: int,
+                          search: SearchSettings, rng: np.random.Generator, *, label_bound: float,
+                          token_norm: float) -> tuple[str, NetSearch, NetSearch, Selection]:
+    """Phases 5–6 on both routes' spans: each route's net, then phase 6 over all their candidates.
+
+    The held-out error of W by least squares — phase 6's own criterion,
+    the paper's — picks the candidate, and so the route, and the
+    certificate counts every candidate of both nets.  Returns the chosen
+    route, its net, the other route's net and the selection.
+    """
+    nets = {"body": search_net(X, Y, span.basis, heads, search.radius(span.head_norm, heads), search, rng,
+                               hull=span.hull),
+            "moment": search_net(X, Y, moment.basis, heads, search.radius(moment.head_norm, heads), search, rng)}
+    selection = select_candidate(X, Y, X_val, Y_val, [*nets["body"].kept, *nets["moment"].kept], search,
+                                 label_bound=label_bound, token_norm=token_norm)
+    chosen = selection.least_squares_model.thetas
+    route = "body" if any(np.array_equal(chosen, thetas) for thetas in nets["body"].kept) else "moment"
+    return route, nets[route], nets["moment" if route == "body" else "body"], selection
 
 
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
@@ -209,8 +232,10 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
 
     ``span_route="auto"`` reads the span from the body and runs the moment
     route when the body refuses or its estimated span error exceeds
-    ``body.compare_routes_above``; the route with the lower estimated error
-    gives the span (:func:`choose_route`).  ``"body"`` uses the moment route
+    ``body.compare_routes_above``; compared, the moment route's span is
+    used if it contradicts the body's, and otherwise phase 6 chooses among
+    both routes' net candidates by their held-out error
+    (:func:`choose_route`, :func:`select_between_routes`).  ``"body"`` uses the moment route
     only when the body refuses, and warns then; ``"moment"`` skips phases
     1–4.  ``source`` is the stream phases 1–4 read
     (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``), e.g. a
@@ -219,9 +244,9 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     the moment route.  With ``checkpoint_dir`` phases 1–4 and the moment
     route keep their results there as they end, and a rerun resumes after
     the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns the
-    report's fields (the phase results, ``route``, ``fallback``,
-    ``route_reason`` and ``resumed``, the phases loaded from the checkpoint)
-    as a dict.
+    report's fields (the phase results, ``compared_net`` when both routes'
+    candidates were compared, ``route``, ``fallback``, ``route_reason`` and
+    ``resumed``, the phases loaded from the checkpoint) as a dict.
     """
     fields = {}
     span = moment = None
@@ -245,6 +270,17 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     else:
         route, reason = choose_route(span, moment, body)
     fields.update(route=route, route_reason=reason, resumed=tuple(checkpoint.resumed))
+    if route == "both":
+        route, fields["net"], fields["compared_net"], fields["selection"] = select_between_routes(
+            X, Y, X_val, Y_val, span, moment, heads, search, rng, label_bound=label_bound, token_norm=token_norm)
+        fields["route"] = route
+        fields["route_reason"] = (f"{reason}: the {route} route's held-out error "
+                                  f"{fields['selection'].val_least_squares:.3g} was the lower")
+        if route == "moment":
+            fields["fallback"] = fields["route_reason"]
+        notify("net", fields["net"])
+        notify("selection", fields["selection"])
+        return fields
     hull = None
     if route == "body":
         basis, radius, hull = span.basis, search.radius(span.head_norm, heads), span.hull
