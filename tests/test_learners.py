@@ -49,6 +49,7 @@ def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
     for phase, result in report.phases():
         assert result is None or result.seconds >= 0.0, phase
     assert report.moment is None and report.route == "body" and report.fallback is None
+    assert report.net.shape == "hull slab" and report.compared_net is None
     assert [body.rule for body in report.sculpt] == ["quantile", "absolute"]
     assert observer.figure("crude_sum", "w_sum_error") > 0.05  # crude is biased, as the design says
     assert observer.figure("refined_sum", "refined_w_sum_error") < 0.01
@@ -77,6 +78,7 @@ def test_moment_learner_recovers_two_heads():
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     ran = [name for name, result in learner.report_.phases() if result is not None]
     assert ran == ["moment", "net", "selection"] and learner.report_.route == "moment"
+    assert learner.report_.net.shape == "ball"  # the moment route reads no hull
 
 
 def test_body_refuses_when_d_is_not_above_k():

@@ -19,7 +19,8 @@ uniform Boolean examples of F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i,
 Each phase function takes plain inputs and returns a frozen result with its
 ``seconds`` and the figures it computed from the data alone.
 :func:`sculpt_fit` (``fit``) chains them, with our moment route when the body
-refuses; :func:`sculpt_span` and :func:`search_and_select` are its two
+refuses, and phase 6 choosing between both routes' candidates when the body
+is uncertain; :func:`sculpt_span` and :func:`search_and_select` are its two
 halves.  :mod:`~mhalearn.learners.chen_li.body` is the convex body phases 3
 and 4 solve over; the settings of the phases are in
 :mod:`~mhalearn.learners.chen_li.settings`.
