@@ -175,7 +175,7 @@ class SculptLearner(SpanSearchLearner):
         aff{Θ_i}, and K* is thin across it), so the budget buys a finer
         spacing where the heads are; None: the whole ball, as on the moment
         route, which reads no hull.  0.05 (below the net's spacing at every
-        budget up to 7.1·10⁷ tuples at m = 3: one layer, on the hull) was chosen
+        budget below 1.3·10¹⁰ tuples at m = 3: one layer, on the hull) was chosen
         on development fits (m = 1, 2: teachers 500–505, n = 10⁵; m = 3:
         teachers 10 and 12 at n = 10⁷), where it tied 0.15 and beat 0.3 and
         the whole ball; the true heads lay within 0.032–0.036 of the radius
