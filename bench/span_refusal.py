@@ -43,7 +43,7 @@ from _common import load_jsonl, with_progress
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance
-from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, search_and_select
+from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, route_net, search_and_select
 from mhalearn.learners.moment_route import moment_span, sine_distance
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
@@ -56,14 +56,13 @@ def held_out_errors(X, Y, span, moment, seed) -> dict:
     held = len(X) // 5
     settings = SearchSettings(refine="none")
     errors = {}
-    for name, basis, head_norm, hull in (("body", span.basis, span.head_norm, span.hull if span.basis is not None
-                                          else None), ("moment", moment.basis, moment.head_norm, None)):
-        if basis is None:
+    for route in ("body", "moment"):
+        if route == "body" and span.basis is None:  # too few equalities: the body read no span
             continue
-        _, selection = search_and_select(X[:-held], Y[:-held], X[-held:], Y[-held:], basis,
-                                         settings.radius(head_norm, 2), 2, settings, np.random.default_rng(seed),
-                                         hull=hull, **certificate_bounds(X, Y))
-        errors[f"{name}_val_error"] = selection.val_least_squares
+        basis, radius, hull = route_net(route, span, moment, 2, settings)
+        _, selection = search_and_select(X[:-held], Y[:-held], X[-held:], Y[-held:], basis, radius, 2, settings,
+                                         np.random.default_rng(seed), hull=hull, **certificate_bounds(X, Y))
+        errors[f"{route}_val_error"] = selection.val_least_squares
     return errors
 
 

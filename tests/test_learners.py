@@ -206,7 +206,7 @@ def test_sculpt_learner_chooses_between_both_routes_on_held_out_data(monkeypatch
 
     def wrong_span(*args, **kwargs):
         span = real(*args, **kwargs)
-        return dataclasses.replace(span, basis=wrong, centre=wrong[0] * span.head_norm, point=None,
+        return dataclasses.replace(span, basis=wrong, centre=wrong[0] * span.head_norm, point=wrong[0] * span.head_norm,
                                    long_directions=np.empty((0, 36)))
     monkeypatch.setattr(fit, "read_span", wrong_span)
     monkeypatch.setattr(fit, "sine_distance", lambda *args: 0.0)  # no contradiction: phase 6 must decide

@@ -33,7 +33,8 @@ from threadpoolctl import threadpool_limits
 from .._memory import peak_memory_mb
 from ..evaluation import TeacherObserver
 from ..learners.checkpoint import open_checkpoint
-from ..learners.chen_li import BodySettings, SearchSettings, certificate_bounds, sculpt_span, search_and_select
+from ..learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, route_net, sculpt_span,
+                                search_and_select)
 from ..learners.report import Notifier
 from ..learners.streams import TeacherSource
 from ..seeding import seeded_rng
@@ -129,9 +130,9 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
     if span.refused is None:
         X, Y = source.head(min(samples, SELECTION_SAMPLES))
         n_val = max(1, len(X) // 5)
-        net, selection = search_and_select(
-            X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], span.basis, search_settings.radius(span.head_norm, heads),
-            heads, search_settings, rng, hull=span.hull, **certificate_bounds(X, Y))
+        basis, radius, hull = route_net("body", span, None, heads, search_settings)
+        net, selection = search_and_select(X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], basis, radius, heads,
+                                           search_settings, rng, hull=hull, **certificate_bounds(X, Y))
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))
         metrics.update(candidates=net.candidates, net_seconds=net.seconds,
                        test_error=relative_error(selection.least_squares_model, teacher, X_test))

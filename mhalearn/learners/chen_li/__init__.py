@@ -26,7 +26,7 @@ and 4 solve over; the settings of the phases are in
 :mod:`~mhalearn.learners.chen_li.settings`.
 """
 
-from .fit import BodyPhases, SpanSearchReport, sculpt_fit, sculpt_span, search_and_select
+from .fit import BodyPhases, SpanSearchReport, route_net, sculpt_fit, sculpt_span, search_and_select
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import SculptedBody, sculpt_body
 from .phase3_refine_sum import AlternatingRefit, CertifiedRefit, RefinedSum, refine_projection_sum
@@ -37,7 +37,7 @@ from .settings import BodySettings, SearchSettings
 
 __all__ = [
     "crude_projection_sum", "sculpt_body", "refine_projection_sum", "read_span", "search_net", "select_candidate",
-    "sculpt_fit", "sculpt_span", "search_and_select", "certificate_bounds",
+    "sculpt_fit", "sculpt_span", "search_and_select", "route_net", "certificate_bounds",
     "CrudeSum", "SculptedBody", "RefinedSum", "CertifiedRefit", "AlternatingRefit", "SpanReading", "NetSearch",
     "Selection", "SpanSearchReport", "BodyPhases", "BodySettings", "SearchSettings",
 ]

@@ -204,6 +204,19 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
                     f"phase 6 chose between both routes' candidates on held-out data")
 
 
+def route_net(route: str, span: SpanReading | None, moment: MomentSpan | None, heads: int,
+              search: SearchSettings) -> tuple[np.ndarray, float, tuple | None]:
+    """What phase 5 searches on ``route``: the span's basis, the net's radius and the hull (None: the ball).
+
+    SculptLearner's radius rule is the body's (√m times the norm the span was
+    read from) on either route; MomentLearner scales one head's norm
+    (docs/design.md §4.1b).  Only the body reads a hull.
+    """
+    if route == "body":
+        return span.basis, search.radius(span.head_norm, heads), span.hull
+    return moment.basis, search.radius(moment.head_norm, heads), None
+
+
 def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentSpan, heads: int,
                           search: SearchSettings, rng: np.random.Generator, *, label_bound: float,
                           token_norm: float) -> tuple[str, NetSearch, NetSearch, Selection]:
@@ -214,9 +227,10 @@ def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentS
     certificate counts every candidate of both nets.  Returns the chosen
     route, its net, the other route's net and the selection.
     """
-    nets = {"body": search_net(X, Y, span.basis, heads, search.radius(span.head_norm, heads), search, rng,
-                               hull=span.hull),
-            "moment": search_net(X, Y, moment.basis, heads, search.radius(moment.head_norm, heads), search, rng)}
+    nets = {}
+    for route in ("body", "moment"):
+        basis, radius, hull = route_net(route, span, moment, heads, search)
+        nets[route] = search_net(X, Y, basis, heads, radius, search, rng, hull=hull)
     selection = select_candidate(X, Y, X_val, Y_val, [*nets["body"].kept, *nets["moment"].kept], search,
                                  label_bound=label_bound, token_norm=token_norm)
     chosen = selection.least_squares_model.thetas
@@ -269,30 +283,23 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
         route, reason = "moment", "span_route='moment'"
     else:
         route, reason = choose_route(span, moment, body)
-    fields.update(route=route, route_reason=reason, resumed=tuple(checkpoint.resumed))
+    fields["resumed"] = tuple(checkpoint.resumed)
     if route == "both":
         route, fields["net"], fields["compared_net"], fields["selection"] = select_between_routes(
-            X, Y, X_val, Y_val, span, moment, heads, search, rng, label_bound=label_bound, token_norm=token_norm)
-        fields["route"] = route
-        fields["route_reason"] = (f"{reason}: the {route} route's held-out error "
-                                  f"{fields['selection'].val_least_squares:.3g} was the lower")
-        if route == "moment":
-            fields["fallback"] = fields["route_reason"]
+            X, Y, X_val, Y_val, span, moment, heads, search, rng, label_bound=label_bound,
+            token_norm=token_norm)
+        reason = (f"{reason}: the {route} route's held-out error {fields['selection'].val_least_squares:.3g} "
+                  f"was the lower")
         notify("net", fields["net"])
         notify("selection", fields["selection"])
-        return fields
-    hull = None
-    if route == "body":
-        basis, radius, hull = span.basis, search.radius(span.head_norm, heads), span.hull
     else:
-        # SculptLearner's radius rule is the body's (√m times the norm the span was read from) on
-        # either route; MomentLearner scales one head's norm (docs/design.md §4.1b).
-        basis, radius = moment.basis, search.radius(moment.head_norm, heads)
-        if span is not None:
-            fields["fallback"] = reason
-            if span_route == "body":
-                warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
-    fields["net"], fields["selection"] = search_and_select(
-        X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
-        notify=notify, hull=hull)
+        if route == "moment" and span is not None and span_route == "body":
+            warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
+        basis, radius, hull = route_net(route, span, moment, heads, search)
+        fields["net"], fields["selection"] = search_and_select(
+            X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
+            notify=notify, hull=hull)
+    fields.update(route=route, route_reason=reason)
+    if route == "moment" and span is not None:
+        fields["fallback"] = reason  # why the body's span was not used
     return fields

@@ -187,7 +187,7 @@ class SpanReading(PhaseResult):
     @property
     def hull(self) -> tuple[np.ndarray, np.ndarray]:
         """aff{Θ_i} as the body reads it: (a point on it (d²,), its long directions (m − 1, d²))."""
-        return (self.centre if self.point is None else self.point), self.long_directions
+        return self.point, self.long_directions
 
 
 def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.random.Generator) -> SpanReading:

@@ -198,7 +198,7 @@ def hull_frame(basis: np.ndarray, point: np.ndarray, long_directions: np.ndarray
     """
     heads = basis.shape[0]
     along = (long_directions @ basis.T).reshape(heads - 1, heads)
-    frame = np.linalg.qr(np.vstack([along, np.eye(heads)]).T)[0].T[:heads]  # long directions first, then a normal
+    frame = np.linalg.qr(np.vstack([along, np.eye(heads)]).T)[0].T  # long directions first, then a normal
     frame = np.roll(frame, 1, axis=0)
     offset = float(frame[0] @ (basis @ point))
     if offset < 0:
