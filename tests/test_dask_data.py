@@ -24,7 +24,7 @@ from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.learners.dask_data import dask_statistics, split_blocks
-from mhalearn.learners.streams import ArraySource, DaskSource, TeacherSource
+from mhalearn.learners.streams import BLOCK_SIZE, ArraySource, DaskSource, TeacherSource
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
@@ -59,7 +59,11 @@ def _pass_results(source, teacher) -> dict:
     rows = phase2_sculpt.find_agreement_rows(source, w_sum, quantile=0.2, max_rows=300,
                                              rng=np.random.default_rng(1))
     margin = phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.2, 1500)
-    results = {"w_sum": w_sum, "scanned": rows.scanned, "found": rows.found, "margin_scanned": margin.scanned}
+    first = phase2_sculpt.first_agreement_rows(source, w_sum, residual_tol=0.05, max_rows=500,
+                                               rng=np.random.default_rng(2))
+    results = {"w_sum": w_sum, "scanned": rows.scanned, "found": rows.found, "margin_scanned": margin.scanned,
+               "first_scanned": first.scanned, "first_found": first.found, "first_tokens": first.tokens,
+               "first_query": first.query}
     results.update({f"rows_{name}": getattr(rows, name) for name in ("tokens", "query", "label", "pattern",
                                                                      "residual", "spread")})
     results.update({f"margin_{name}": getattr(margin, name) for name in ("tokens", "query", "top", "label")})
@@ -170,6 +174,67 @@ def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
                              settings_from(BodySettings, learner), rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
+
+
+def test_fit_on_numpy_reads_the_split_in_place(one_head_data):
+    # On NumPy arrays the learner splits as on a Dask dataset of blocks of BLOCK_SIZE, and its
+    # phases 1–4 read the training rows where they lie: the same bits as on a copy of them.
+    _, X, Y = (part.compute() if hasattr(part, "compute") else part for part in one_head_data)
+    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    learner.fit(X, Y)
+    rng = np.random.default_rng(0)
+    held_out = [learner._validation_size(len(X))]
+    X_train, Y_train, _, _ = split_blocks(da.from_array(X, chunks=(BLOCK_SIZE, -1, -1)),
+                                          da.from_array(Y / learner.report_.y_scale, chunks=(BLOCK_SIZE, -1, -1)),
+                                          held_out, draw_seed(rng))
+    X_train, Y_train = dask.compute(X_train, Y_train, scheduler="sync")
+    with threadpool_limits(limits=1, user_api="blas"):
+        phases = sculpt_span(ArraySource(X_train, Y_train), 1, settings_from(BodySettings, learner), rng)
+    np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
+    np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
+
+
+def test_split_source_passes_match_passes_over_a_copy(teacher):
+    # Every pass over a source split in place (rows read where they lie, labels scaled per block)
+    # gives the bits of the same pass over a copy of its training rows, block by block.
+    X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=31)
+    split = ArraySource(X, Y, block_size=CHUNK, scales=(1.0, 2.5), held_out=[100] * 4 + [60], seed=3)
+    X_train, Y_train = split.head(SAMPLES)
+    assert split.samples == len(X_train) == SAMPLES - 460
+    held_X, held_Y = split.held_out_head(SAMPLES)
+    assert len(held_X) == 460
+    # Training and held-out rows partition every block; the labels come scaled.
+    rows = {tuple(row) for row in np.concatenate([X_train, held_X]).reshape(SAMPLES, -1)}
+    assert rows == {tuple(row) for row in X.reshape(SAMPLES, -1)}
+    np.testing.assert_array_equal(np.sort(np.concatenate([Y_train, held_Y]).ravel()), np.sort((Y / 2.5).ravel()))
+    copy = ArraySource(X_train, Y_train, block_size=CHUNK - 100)  # the last block: 300 − 60 rows, as split
+    w_sum = teacher.projection_sum
+    for name, one, other in [
+        ("crude", phase1_crude_sum.crude_projection_sum(split).w_sum,
+         phase1_crude_sum.crude_projection_sum(copy).w_sum),
+        *[(f"rows {field}", getattr(first, field), getattr(second, field))
+          for first, second in [(phase2_sculpt.find_agreement_rows(source, w_sum, quantile=0.3, max_rows=200,
+                                                                   rng=np.random.default_rng(4))
+                                 for source in (split, copy))]
+          for field in ("tokens", "query", "label", "pattern", "residual")],
+        *[(f"margin {field}", getattr(first, field), getattr(second, field))
+          for first, second in [(phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.3, 150)
+                                 for source in (split, copy))]
+          for field in ("tokens", "query", "top", "label")]]:
+        assert len(one) > 0, name
+        np.testing.assert_array_equal(one, other, err_msg=name)
+
+
+def test_decoding_and_margins_of_chosen_rows_match_the_gathered_rows(teacher):
+    X, Y = mhalearn.make_dataset(teacher, 400, LENGTH, rng=33)
+    rows = np.sort(np.random.default_rng(2).choice(400, 150, replace=False))
+    w_sum = teacher.projection_sum * 1.02
+    for in_place, gathered in [
+        (phase2_sculpt.decoding_residuals(X, Y, w_sum, rows), phase2_sculpt.decoding_residuals(X[rows], Y[rows], w_sum)),
+        (phase3_refine_sum.margin_mass(X, teacher.thetas[1], rows), phase3_refine_sum.margin_mass(X[rows], teacher.thetas[1]))]:
+        for one, other in zip(in_place, gathered):
+            assert one.shape[0] == 150
+            np.testing.assert_array_equal(one, other)
 
 
 def test_split_holds_out_disjoint_rows_of_every_block():

@@ -41,3 +41,24 @@ def test_margin_mass_on_real_inputs_and_ties(rng):
     top, mass = margin_mass(X, theta)
     np.testing.assert_array_equal(top, expected_top)
     np.testing.assert_allclose(mass, expected_mass, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("dim", [1, 5, 6, 7, 12, 13])
+def test_token_times_by_sign_tables_matches_the_product(rng, dim):
+    from numba import njit
+
+    from mhalearn.learners.chen_li.sign_tables import sign_tables, token_times
+
+    @njit
+    def products(X, tables, matrix):
+        out = np.empty((X.shape[0], matrix.shape[1]))
+        for s in range(X.shape[0]):
+            token_times(X[s], tables, matrix, out[s])
+        return out
+
+    matrix = rng.standard_normal((dim, dim))
+    X = mhalearn.boolean_inputs(300, 1, dim, rng=rng)[:, 0]
+    X[:40] *= 0.5  # not ±1: multiplied out
+    X[40:60, 0] = 0.0
+    result = products(X, sign_tables(matrix), matrix)
+    np.testing.assert_allclose(result, X @ matrix, rtol=0, atol=1e-12 * np.abs(matrix).sum())

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import mhalearn
 from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
@@ -49,7 +50,7 @@ def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_pat
         np.testing.assert_array_equal(lean_residuals, residuals)
         np.testing.assert_array_equal(lean_violations, violations)
     patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, w_sum)
-    block = agreement._agreement_block(X, Y, w_sum, 0.3, None, 0.2, 50, 300, 7, 0)
+    block = agreement._agreement_block(X, Y, None, w_sum, 0.3, None, 0.2, (50, 300), None, 7, 0)
     assert 0 < len(block) <= 50 and block.found > len(block)
     for row in range(len(block)):
         s = next(s for s in range(300) if np.array_equal(X[s], block.tokens[row]))
@@ -337,3 +338,45 @@ def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
                    history[history.index(entry) + 1]["round"])  # every round says why it ended
         errors[rounds] = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
     assert errors[3] <= errors[1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0, np.inf]), st.floats(0.0, 0.04)), max_size=40),
+       st.integers(0, 45))
+def test_best_rows_are_the_first_of_a_stable_sort(rows, count):
+    # Ties are common (exact residuals repeat): the selection must be the stable sort's, to the row.
+    residual = np.array([row[0] for row in rows])
+    violation = np.array([row[1] for row in rows])
+    usable = np.flatnonzero((violation <= 0.02) & np.isfinite(residual))
+    expected = np.sort(usable[np.argsort(residual[usable], kind="stable")[:count]])
+    np.testing.assert_array_equal(agreement.best_rows(residual, violation, count, 0.02), expected)
+
+
+def test_first_agreement_rows_stop_at_the_block_that_completes_them():
+    teacher = mhalearn.sample_teacher(2, 7, rng=21)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
+    source = ArraySource(X, Y, block_size=500)
+    w_sum = teacher.projection_sum * 1.01
+    every = agreement.find_agreement_rows(source, w_sum, residual_tol=0.02)
+    per_block = [agreement.find_agreement_rows(ArraySource(X[start:start + 500], Y[start:start + 500]), w_sum,
+                                               residual_tol=0.02).found for start in range(0, 4000, 500)]
+    assert every.found == sum(per_block) and min(per_block) > 0
+    wanted = per_block[0] + per_block[1] // 2  # completed inside the second block
+    first = agreement.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=wanted,
+                                           rng=np.random.default_rng(0))
+    assert len(first) == wanted and first.found == per_block[0] + per_block[1] and first.scanned == 2 * 500 * 4
+    # Every row kept is an agreement row of the first two blocks; the second block's are a random
+    # subset of its rows, not its first ones.
+    reference = {(tuple(t.ravel()), q) for t, q in zip(every.tokens, every.query)}
+    kept = [(tuple(t.ravel()), q) for t, q in zip(first.tokens, first.query)]
+    assert set(kept) <= reference
+    second_block = {tuple(x.ravel()) for x in X[500:1000]}
+    from_second = [tokens in second_block for tokens, _ in kept]
+    assert sum(from_second) == wanted - per_block[0]
+    positions = sorted(next(s for s in range(500, 1000) if tuple(X[s].ravel()) == tokens)
+                       for (tokens, _), second in zip(kept, from_second) if second)
+    assert positions[-1] >= 750  # a prefix of the block would stop near its middle
+    # Fewer agreement rows than max_rows: the whole stream is read and every row kept.
+    every_row = agreement.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=10 ** 6,
+                                               rng=np.random.default_rng(0))
+    assert len(every_row) == every.found == every_row.found and every_row.scanned == 4000 * 4

@@ -26,7 +26,7 @@ from .dask_data import (
     in_memory_sample,
     split_blocks,
 )
-from .streams import ArraySource, DaskSource, is_dask_array
+from .streams import BLOCK_SIZE, ArraySource, DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
 from .report import FitStart, Notifier, ZeroLabelsReport
 
@@ -129,6 +129,17 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, draw_seed(rng))
             data = (*in_memory_sample(X_train, Y_train, X_val, Y_val), rng, notify)
             extra = {"source": DaskSource(X_train, Y_train)}
+        elif self.streams_dask:
+            # The split a Dask dataset gets, held in place: phases 1–4 read the training rows of
+            # every block where they lie (no copy of the training set), and phases 5–6 see the first
+            # training and held-out sequences of the split, as on a Dask dataset.
+            held_out = [self._validation_size(size) for size in block_sizes(n)]
+            source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng))
+            # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
+            bounds = certificate_bounds_by_block(X, Y, x_scale, y_scale)
+            self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
+            data = (*source.head(SAMPLE_TRAINING), *source.held_out_head(SAMPLE_VALIDATION), rng, notify)
+            extra = {"source": source}
         else:
             n_val = self._validation_size(n)
             order = rng.permutation(n)
@@ -141,12 +152,6 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             self.label_bound_ = max(part["label_bound"] for part in bounds)
             self.token_norm_ = max(part["token_norm"] for part in bounds)
             data, extra = (X_train, Y_train, X_val, Y_val, rng, notify), {}
-            if self.streams_dask:
-                # Phases 1–4 stream over every training sequence; phases 5–6 see the same bounded
-                # sample as on a Dask dataset (the first sequences of the random split).
-                extra["source"] = ArraySource(X_train, Y_train)
-                data = (X_train[:SAMPLE_TRAINING], Y_train[:SAMPLE_TRAINING], X_val[:SAMPLE_VALIDATION],
-                        Y_val[:SAMPLE_VALIDATION], rng, notify)
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.
@@ -232,6 +237,24 @@ def check_representable_units(x_scale: float, y_scale: float) -> None:
     if y_scale > 0.0 and abs(math.log10(y_scale) - math.log10(x_scale)) > math.log10(W_FACTOR_LIMIT):
         raise ValueError(f"Y: expected a root mean square within {W_FACTOR_LIMIT:g}× of X's (the returned W "
                          f"scales as rms(Y)/rms(X)), received {y_scale:.3g} against {x_scale:.3g}; rescale Y")
+
+
+def block_sizes(samples: int, block_size: int = BLOCK_SIZE) -> list[int]:
+    """The sizes of the blocks of ``block_size`` sequences that ``samples`` sequences make, in order."""
+    return [min(block_size, samples - start) for start in range(0, samples, block_size)]
+
+
+def certificate_bounds_by_block(X: np.ndarray, Y: np.ndarray, x_scale: float, y_scale: float,
+                                block_size: int = BLOCK_SIZE) -> dict:
+    """:func:`~mhalearn.learners.chen_li.phase6_select.certificate_bounds` of (X / s_X, Y / s_Y), a block
+    at a time (a scaled copy of one block, never of the arrays)."""
+    bounds = {"label_bound": 0.0, "token_norm": 0.0}
+    for start in range(0, X.shape[0], block_size):
+        parts = [part if scale == 1.0 else part / scale
+                 for part, scale in ((X[start:start + block_size], x_scale), (Y[start:start + block_size], y_scale))]
+        for name, value in certificate_bounds(*parts).items():
+            bounds[name] = max(bounds[name], value)
+    return bounds
 
 
 def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.ndarray:

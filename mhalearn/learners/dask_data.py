@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._memory import check_memory
-from .streams import DaskSource
+from .streams import DaskSource, held_out_mask
 
 #: Training sequences SculptLearner's phases 5–6 use, on a Dask dataset or NumPy arrays alike (92 MB with the
 #: held-out ones at d = 12, k = 4).
@@ -98,7 +98,7 @@ def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=Tru
     return DaskStatistics(x_scale=x_scale, y_scale=y_scale, token_norm=token_norm, label_norm=label_norm)
 
 
-def _statistics_block(X: np.ndarray, Y: np.ndarray, boolean: bool) -> tuple[dict, dict]:
+def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
     (scaled by the peak, as :func:`~mhalearn.learners.base.root_mean_square`, so nothing overflows)."""
@@ -129,9 +129,11 @@ def _combined_scale(figures: list[dict]) -> tuple[float, float]:
 def split_blocks(X, Y, held_out: list[int], seed: int):
     """(X_train, Y_train, X_val, Y_val): in block b, ``held_out[b]`` random rows held out, lazily.
 
-    The held-out rows of block b are drawn from ``default_rng([seed, b])``
-    (the same for X and Y, wherever the block is computed); both parts keep
-    the block's order.
+    The held-out rows of block b are
+    :func:`~mhalearn.learners.streams.held_out_mask` ``(size, held_out[b],
+    seed, b)`` (the same for X and Y, wherever the block is computed); both
+    parts keep the block's order.  NumPy arrays get the same split in place
+    (:class:`~mhalearn.learners.streams.ArraySource`).
     """
     import dask.array as da
 
@@ -149,8 +151,7 @@ def _block_part(block: np.ndarray, held_out: list[int], seed: int, validation: b
                 block_id=None) -> np.ndarray:
     """The held-out rows of block ``block_id[0]`` (or the others), in order (:func:`split_blocks`)."""
     index = block_id[0]
-    mask = np.zeros(len(block), dtype=bool)
-    mask[np.random.default_rng([seed, index]).choice(len(block), held_out[index], replace=False)] = True
+    mask = held_out_mask(len(block), held_out[index], seed, index)
     return block[mask if validation else ~mask]
 
 

@@ -5,20 +5,24 @@ several times (decode every row, keep the agreement rows, refit, decode
 again).  They read the examples through a *source*: an object with
 ``samples``, ``length``, ``dim``, ``block_count`` and
 
-- ``map_blocks(func, *args)``: ``func(X, Y, *args)`` on every block
+- ``map_blocks(func, *args)``: ``func(X, Y, rows, *args)`` on every block
   ``(X, Y)`` (or on the blocks ``blocks`` names), the list of results in
-  block order.  Every pass is such a map followed by a reduction of the
+  block order.  ``rows`` is None when every sequence of the block belongs to
+  the stream, or the sorted indices of those that do: a training split held
+  in place, which the kernels read where the rows lie rather than copy.  Every pass is such a map followed by a reduction of the
   results, on the caller and in block order, so ``func`` returns a small
   summary (normal equations, the rows a block accepts) and a pass gives the
   same bits whoever runs the blocks.  A pass that needs randomness draws one
   seed on the caller and passes ``indexed=True``: ``func`` then receives the
   block's index last and draws from ``numpy.random.default_rng([seed, index])``;
-- ``blocks()``, the blocks in order, and ``head(samples)``, the first
-  ``samples`` sequences in memory;
+- ``blocks()``, the blocks' sequences in order, and ``head(samples)``, the
+  first ``samples`` sequences in memory;
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once;
 - ``fingerprint()``, a hash of the examples (:mod:`mhalearn.learners.checkpoint`).
 
-:class:`ArraySource` wraps arrays already in memory and
+:class:`ArraySource` wraps arrays already in memory (optionally standardised
+and split block by block, in place: :class:`~mhalearn.SculptLearner` on
+NumPy arrays makes no copy of its training set) and
 :class:`TeacherSource` draws the blocks from a planted teacher on every pass
 (deterministically, from one seed per block), so an experiment can use 10⁶
 sequences while holding one block at a time; both run the blocks one after
@@ -47,27 +51,28 @@ class BlockSource:
     """What every source shares: the blocks by index, a sequential ``map_blocks``, ``head``.
 
     Subclasses set ``samples``, ``length``, ``dim`` and ``block_count`` and
-    implement ``_block(index)`` → ``(X, Y)`` and ``fingerprint()``, a hash
-    of the examples that names a fit's checkpoint
-    (:mod:`mhalearn.learners.checkpoint`).
+    implement ``_block(index)`` → ``(X, Y, rows)`` (``rows`` as
+    ``map_blocks`` gives it) and ``fingerprint()``, a hash of the examples
+    that names a fit's checkpoint (:mod:`mhalearn.learners.checkpoint`).
     """
 
     #: Blocks a pass that may stop early maps at once: one, in the calling process.
     wave_blocks = 1
 
-    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
     def fingerprint(self) -> str:
         raise NotImplementedError
 
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The blocks ``(X, Y)`` in order, the same on every pass."""
+        """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""
         for index in range(self.block_count):
-            yield self._block(index)
+            X, Y, rows = self._block(index)
+            yield (X, Y) if rows is None else (X[rows], Y[rows])
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
-        """``[func(X, Y, *args) for every block]`` in block order (``func(X, Y, *args, index)`` if ``indexed``).
+        """``[func(X, Y, rows, *args) for every block]`` in block order (``index`` last if ``indexed``).
 
         ``blocks`` (an iterable of block indices, default all) restricts the
         map to those blocks, in that order.
@@ -88,33 +93,88 @@ class BlockSource:
         return X, Y
 
 
-def run_block(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
-    """``func(X, Y, *args)``, with the block's ``index`` last unless it is None."""
-    return func(X, Y, *args) if index is None else func(X, Y, *args, index)
+def run_block(func, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, args: tuple, index: int | None):
+    """``func(X, Y, rows, *args)``, with the block's ``index`` last unless it is None."""
+    return func(X, Y, rows, *args) if index is None else func(X, Y, rows, *args, index)
+
+
+def held_out_mask(size: int, held_out: int, seed: int, index: int) -> np.ndarray:
+    """Which of block ``index``'s ``size`` sequences are held out: ``held_out`` of them, drawn from
+    ``default_rng([seed, index])`` (the same wherever and whenever the block is read)."""
+    mask = np.zeros(size, dtype=bool)
+    mask[np.random.default_rng([seed, index]).choice(size, held_out, replace=False)] = True
+    return mask
 
 
 class ArraySource(BlockSource):
-    """Blocks of arrays ``X``, ``Y`` of shape (n, k, d) held in memory."""
+    """Blocks of arrays ``X``, ``Y`` of shape (n, k, d) held in memory, optionally standardised and split.
 
-    def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE):
+    ``scales`` = (s_X, s_Y) divides each block as it is read (a block's
+    copy, never the arrays').  ``held_out`` (one count per block of
+    ``block_size``) and ``seed`` leave out, in block b, the ``held_out[b]``
+    sequences of :func:`held_out_mask`: the stream is the rest, which passes
+    read in place (``rows``), and :meth:`held_out_head` gives the first
+    held-out ones.  This is the split a Dask dataset gets
+    (:func:`~mhalearn.learners.dask_data.split_blocks`), without a copy of
+    the training set.
+    """
+
+    def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE, *,
+                 scales: tuple[float, float] = (1.0, 1.0), held_out: list[int] | None = None, seed: int = 0):
         self.X, self.Y = X, Y
-        self.samples, self.length, self.dim = X.shape
+        total, self.length, self.dim = X.shape
         self.block_size = check_positive_int(block_size, "block_size")
-        self.block_count = -(-self.samples // self.block_size)
+        self.block_count = -(-total // self.block_size)
+        self.scales = tuple(float(scale) for scale in scales)
+        if held_out is not None and len(held_out) != self.block_count:
+            raise ValueError(f"held_out: expected one count per block ({self.block_count}), received "
+                             f"{len(held_out)}")
+        self.held_out, self.seed = held_out, seed
+        self.samples = total - (0 if held_out is None else sum(held_out))
 
-    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _sequences(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Block ``index`` of X, Y in the source's units: views, or scaled copies when a scale is not 1."""
         start = index * self.block_size
-        return self.X[start:start + self.block_size], self.Y[start:start + self.block_size]
+        parts = (self.X[start:start + self.block_size], self.Y[start:start + self.block_size])
+        # Dividing by 1 changes no bit: the block is then a view.
+        return tuple(part if scale == 1.0 else part / scale for part, scale in zip(parts, self.scales))
+
+    def _held_out(self, index: int) -> np.ndarray:
+        size = min(self.block_size, self.X.shape[0] - index * self.block_size)
+        return held_out_mask(size, self.held_out[index], self.seed, index)
+
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        X, Y = self._sequences(index)
+        return X, Y, None if self.held_out is None else np.flatnonzero(~self._held_out(index))
 
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``samples`` sequences (fewer when the source is shorter): views of the arrays."""
-        return self.X[:samples], self.Y[:samples]
+        """The first ``samples`` sequences of the stream (fewer when it is shorter); views when the
+        source neither scales nor splits."""
+        if self.held_out is None and self.scales == (1.0, 1.0):
+            return self.X[:samples], self.Y[:samples]
+        return super().head(samples)
+
+    def held_out_head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``samples`` held-out sequences (fewer when there are fewer), in block order, in memory."""
+        if self.held_out is None:
+            raise ValueError("held_out_head: this source holds nothing out")
+        parts, total = [], 0
+        for index in range(self.block_count):
+            if total >= samples:
+                break
+            X, Y = self._sequences(index)
+            mask = self._held_out(index)
+            parts.append((X[mask], Y[mask]))
+            total += len(parts[-1][0])
+        X = np.concatenate([part[0] for part in parts])[:samples]
+        Y = np.concatenate([part[1] for part in parts])[:samples]
+        return X, Y
 
     def fingerprint(self) -> str:
-        """A hash of the examples and their blocks (reads every byte once: ~2 GB/s)."""
+        """A hash of the examples, their blocks, units and split (reads every byte once: ~2 GB/s)."""
         from dask.base import tokenize
 
-        return tokenize(self.X, self.Y, self.block_size)
+        return tokenize(self.X, self.Y, self.block_size, self.scales, self.held_out, self.seed)
 
 
 class TeacherSource(BlockSource):
@@ -146,9 +206,9 @@ class TeacherSource(BlockSource):
         return tokenize(self.teacher.thetas, self.teacher.ws, self.samples, self.length, self.seed, self.noise,
                         self.block_size)
 
-    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
         size = min(self.block_size, self.samples - index * self.block_size)
-        return labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size)
+        return (*labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size), None)
 
 
 class DaskSource(BlockSource):
@@ -199,10 +259,10 @@ class DaskSource(BlockSource):
         """X's and Y's graph names: Dask derives them from how the arrays are computed, not from their values."""
         return "|".join(self._names)
 
-    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
         import dask
 
-        return dask.compute(self._x_blocks[index], self._y_blocks[index])
+        return (*dask.compute(self._x_blocks[index], self._y_blocks[index]), None)
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """As :meth:`BlockSource.map_blocks`, every block a task of the active Dask scheduler."""
@@ -216,9 +276,9 @@ class DaskSource(BlockSource):
 
 
 def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
-    """:func:`run_block` inside a Dask task, on one thread (:func:`one_thread`)."""
+    """:func:`run_block` inside a Dask task (every row of the block), on one thread (:func:`one_thread`)."""
     with one_thread():
-        return run_block(func, np.asarray(X), np.asarray(Y), args, index)
+        return run_block(func, np.asarray(X), np.asarray(Y), None, args, index)
 
 
 def is_dask_array(value) -> bool:

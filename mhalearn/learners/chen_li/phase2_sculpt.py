@@ -49,6 +49,7 @@ from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_dri
 from ...seeding import draw_seed
 from ..report import PhaseResult, data_field
 from .cholesky import cholesky_in_place
+from .sign_tables import sign_tables, token_times
 from .settings import BodySettings
 
 # ---------------------------------------------------------------- decoding
@@ -56,6 +57,9 @@ from .settings import BodySettings
 # A Cholesky pivot below this share of the largest diagonal entry marks the
 # distinct tokens' rows of X Ŵ_Σ as linearly dependent (Ŵ_Σ near singular).
 _CHOLESKY_FLOOR = 1e-12
+# A squared residual below this share of ‖y − v_0‖², found by subtraction, keeps fewer than 12 of its
+# 16 digits: it is recomputed from the fitted point (docs/benchmarks.md, "Throughput").
+_EXPLICIT_BELOW = 1e-4
 
 
 @njit(inline="always", cache=True)
@@ -71,12 +75,12 @@ def group_identical_tokens(x, group, first):
     for j in range(k):
         group[j] = -1
         for u in range(unique):
-            same = True
+            # Count every mismatch rather than stop at the first: random tokens differ early and
+            # unpredictably, and the branch mispredictions cost more than the comparisons.
+            mismatches = 0
             for e in range(d):
-                if x[first[u], e] != x[j, e]:
-                    same = False
-                    break
-            if same:
+                mismatches += x[first[u], e] != x[j, e]
+            if mismatches == 0:
                 group[j] = u
                 break
         if group[j] < 0:
@@ -87,25 +91,31 @@ def group_identical_tokens(x, group, first):
 
 
 @njit(inline="always", cache=True)
-def _cholesky_solve(L, size, rhs, out):
-    """Solve (L Lᵀ) out = rhs for the leading ``size`` entries."""
+def _cholesky_solve(L, inverse, size, rhs, out):
+    """Solve (L Lᵀ) out = rhs for the leading ``size`` entries; ``inverse`` holds 1 / L[j, j].
+
+    Multiplying by the reciprocals keeps the divisions, whose latency the
+    substitutions would chain, out of the per-row loop.
+    """
     for j in range(size):
         value = rhs[j]
         for t in range(j):
             value -= L[j, t] * out[t]
-        out[j] = value / L[j, j]
+        out[j] = value * inverse[j]
     for j in range(size - 1, -1, -1):
         value = out[j]
         for t in range(j + 1, size):
             value -= L[t, j] * out[t]
-        out[j] = value / L[j, j]
+        out[j] = value * inverse[j]
 
 
 @njit(cache=True, nogil=True)
-def _decode_patterns_worker(X, Y, w_sum, full, chunks, counter, patterns, residuals, violations, spreads):
+def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, patterns, residuals, violations, spreads):
     # ``full`` False: residuals and violations only (the acceptance test needs no more; the rows it
     # keeps are decoded in full afterwards, with the same arithmetic, hence the same bits).
-    n, k, d = X.shape
+    # Output i decodes sequence rows[i]: a pass reads a block's training rows where they lie.
+    n = rows.shape[0]
+    k, d = X.shape[1], X.shape[2]
     labels = Y.shape[1]
     # Scratch for the largest case (k distinct tokens), allocated once per worker:
     # a dozen small allocations per sequence cost as much as the arithmetic.
@@ -123,28 +133,48 @@ def _decode_patterns_worker(X, Y, w_sum, full, chunks, counter, patterns, residu
     projected = np.empty(width)
     solution = np.empty(width)
     weights = np.empty(k)
+    inverse = np.empty(width)  # 1 / the Cholesky factor's diagonal
+    share = np.empty(k)  # 1 / the copies of each distinct token
     chunk = next_chunk(counter)
     while chunk < chunks:
-        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+        for out in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            s = rows[out]
             # Identical tokens get identical attention: decode over distinct tokens.
             unique = group_identical_tokens(X[s], group, first)
             count[:] = 0.0
             for j in range(k):
                 count[group[j]] += 1.0
-            values[:unique] = 0.0  # x_u Ŵ_Σ
             for u in range(unique):
-                for a in range(d):
-                    x = X[s, first[u], a]
-                    for e in range(d):
-                        values[u, e] += x * w_sum[a, e]
+                share[u] = 1.0 / count[u]
+            for u in range(unique):  # x_u Ŵ_Σ
+                token_times(X[s, first[u]], tables, w_sum, values[u])
             # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
             # differences v_u − v_0, which needs the points affinely independent only.
             free = unique - 1
             for u in range(free):
                 for e in range(d):
                     differences[u, e] = values[u + 1, e] - values[0, e]
+            # DDᵀ: its leading 3 × 3 block (all of it at k = 4) in one sweep with the six sums side
+            # by side (see the rows below), any further entries one by one.
+            paired = 3 if free >= 3 else 0
+            if paired:
+                g00 = g10 = g11 = g20 = g21 = g22 = 0.0
+                for e in range(d):
+                    a, b, c = differences[0, e], differences[1, e], differences[2, e]
+                    g00 += a * a
+                    g10 += b * a
+                    g11 += b * b
+                    g20 += c * a
+                    g21 += c * b
+                    g22 += c * c
+                gram[0, 0], gram[1, 1], gram[2, 2] = g00, g11, g22
+                gram[1, 0] = gram[0, 1] = g10
+                gram[2, 0] = gram[0, 2] = g20
+                gram[2, 1] = gram[1, 2] = g21
             for u in range(free):
                 for v in range(u + 1):
+                    if u < paired:
+                        continue
                     total = 0.0
                     for e in range(d):
                         total += differences[u, e] * differences[v, e]
@@ -152,59 +182,83 @@ def _decode_patterns_worker(X, Y, w_sum, full, chunks, counter, patterns, residu
                     gram[v, u] = total
             if free > 0 and not cholesky_in_place(gram, free, _CHOLESKY_FLOOR):
                 for row in range(labels):
-                    residuals[s, row] = np.inf
-                    violations[s, row] = np.inf
+                    residuals[out, row] = np.inf
+                    violations[out, row] = np.inf
                     if full:
                         for j in range(k):
-                            patterns[s, row, j] = np.nan
-                            spreads[s, row, j] = np.inf
+                            patterns[out, row, j] = np.nan
+                            spreads[out, row, j] = np.inf
                 continue
+            for u in range(free):
+                inverse[u] = 1.0 / gram[u, u]
             # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
             # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
             variance[:unique] = 0.0
             for u in range(free if full else 0):
                 unit[u] = 1.0
-                _cholesky_solve(gram, free, unit, column)
+                _cholesky_solve(gram, inverse, free, unit, column)
                 unit[u] = 0.0
                 variance[u + 1] = max(column[u], 0.0)
             if full and free > 0:
-                _cholesky_solve(gram, free, ones, column)
+                _cholesky_solve(gram, inverse, free, ones, column)
                 total = 0.0
                 for u in range(free):
                     total += column[u]
                 variance[0] = max(total, 0.0)
             degrees = max(d - free, 1)
             for row in range(labels):
-                for u in range(free):
+                # The sums are chains of dependent additions: side by side, in one sweep, they
+                # overlap instead of waiting on each other (the first three entries of D(y − v_0),
+                # the common case k = 4, in registers; any further ones after).
+                label_squared = 0.0
+                offset_squared = 0.0
+                first_sum = second_sum = third_sum = 0.0
+                for e in range(d):
+                    offset = Y[s, row, e] - values[0, e]
+                    offset_squared += offset * offset
+                    label_squared += Y[s, row, e] ** 2
+                    if paired:
+                        first_sum += differences[0, e] * offset
+                        second_sum += differences[1, e] * offset
+                        third_sum += differences[2, e] * offset
+                if paired:
+                    projected[0], projected[1], projected[2] = first_sum, second_sum, third_sum
+                for u in range(paired, free):
                     total = 0.0
                     for e in range(d):
                         total += differences[u, e] * (Y[s, row, e] - values[0, e])
                     projected[u] = total
                 if free > 0:
-                    _cholesky_solve(gram, free, projected, solution)
+                    _cholesky_solve(gram, inverse, free, projected, solution)
                 weights[0] = 1.0
+                explained = 0.0
                 for u in range(free):
                     weights[u + 1] = solution[u]
                     weights[0] -= solution[u]
-                squared = 0.0
-                label_squared = 0.0
-                for e in range(d):
-                    fitted = 0.0
-                    for u in range(unique):
-                        fitted += weights[u] * values[u, e]
-                    squared += (fitted - Y[s, row, e]) ** 2
-                    label_squared += Y[s, row, e] ** 2
-                residual = np.sqrt(squared)
-                residuals[s, row] = residual / np.sqrt(label_squared) if label_squared > 0.0 else np.inf
-                noise = residual / np.sqrt(degrees)
+                    explained += solution[u] * projected[u]
+                # ‖y − v_0‖² − ‖its projection‖² is the squared residual (Pythagoras) at a third of the
+                # cost; where it cancels to below _EXPLICIT_BELOW of ‖y − v_0‖² (the near-agreement rows,
+                # the ones that matter) it has lost digits, and the residual is formed explicitly.
+                squared = offset_squared - explained
+                if squared <= _EXPLICIT_BELOW * offset_squared:
+                    squared = 0.0
+                    for e in range(d):
+                        fitted = 0.0
+                        for u in range(unique):
+                            fitted += weights[u] * values[u, e]
+                        squared += (fitted - Y[s, row, e]) ** 2
+                residuals[out, row] = np.sqrt(squared / label_squared) if label_squared > 0.0 else np.inf
                 violation = 0.0
                 for u in range(unique):
-                    violation = max(violation, -weights[u] / count[u], weights[u] / count[u] - 1.0)
-                violations[s, row] = violation
-                for j in range(k if full else 0):
-                    u = group[j]
-                    patterns[s, row, j] = weights[u] / count[u]
-                    spreads[s, row, j] = noise * np.sqrt(variance[u]) / count[u]
+                    weight = weights[u] * share[u]
+                    violation = max(violation, -weight, weight - 1.0)
+                violations[out, row] = violation
+                if full:
+                    noise = np.sqrt(squared / degrees)
+                    for j in range(k):
+                        u = group[j]
+                        patterns[out, row, j] = weights[u] * share[u]
+                        spreads[out, row, j] = noise * np.sqrt(variance[u]) * share[u]
         chunk = next_chunk(counter)
 
 
@@ -236,19 +290,24 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
     return _decode(X, Y, w_sum, full=True)
 
 
-def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray,
+                       rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``residuals`` and ``violations`` of :func:`decode_patterns`, bit for bit, without the patterns.
 
     What the acceptance test of every row needs: it skips the spreads'
     solves and the (n, r, k) outputs, so a pass over the data decodes in
-    full only the rows it keeps.
+    full only the rows it keeps.  ``rows`` (sorted indices into X and Y)
+    decodes those sequences only, where they lie, and indexes the outputs
+    by position in ``rows``: a block's training rows without gathering them.
     """
-    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False)
+    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, rows=rows)
     return residuals, violations
 
 
-def _decode(X, Y, w_sum, *, full: bool):
-    n, k, _ = X.shape
+def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
+    k = X.shape[1]
+    rows = np.arange(X.shape[0]) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    n = len(rows)
     labels = Y.shape[1]
     outputs = (n, labels, k) if full else (0, 0, 0)
     patterns, spreads = np.empty(outputs), np.empty(outputs)
@@ -259,7 +318,7 @@ def _decode(X, Y, w_sum, *, full: bool):
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, Y, w_sum, full, chunks, new_counter(), patterns, residuals,
+                 _decode_patterns_parallel, X, Y, rows, w_sum, sign_tables(w_sum), full, chunks, new_counter(), patterns, residuals,
                  violations, spreads)
     return patterns, residuals, violations, spreads
 
@@ -357,9 +416,17 @@ def decoded_rows(tokens: np.ndarray, query: np.ndarray, label: np.ndarray, w_sum
 def best_rows(residual: np.ndarray, violation: np.ndarray, count: int, simplex_tol: float) -> np.ndarray:
     """Indices, ascending, of the ``count`` rows within ``simplex_tol`` of the simplex with the smallest residuals."""
     usable = np.flatnonzero((violation <= simplex_tol) & np.isfinite(residual))
-    if len(usable) > count:
-        usable = usable[np.argsort(residual[usable], kind="stable")[:count]]
-    return np.sort(usable)
+    if len(usable) <= count:
+        return usable
+    if count <= 0:
+        return usable[:0]
+    # The rows a stable sort by residual would put first, found without sorting: those below the
+    # count-th smallest residual, then as many rows equal to it as fit, in index order.
+    values = residual[usable]
+    kth = np.partition(values, count - 1)[count - 1]
+    keep = values < kth
+    keep[np.flatnonzero(values == kth)[:count - np.count_nonzero(keep)]] = True
+    return usable[keep]
 
 
 def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> np.ndarray:
@@ -396,35 +463,83 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     random share of block b comes from ``default_rng([seed, b])`` with one
     ``seed`` drawn from ``rng`` (when ``max_rows`` is given), so it does
     not depend on where or in which order the blocks run.
+    :func:`first_agreement_rows` stops once it has ``max_rows`` rows instead.
     """
     rng = np.random.default_rng(0) if rng is None else rng
     seed = None if max_rows is None else draw_seed(rng)
-    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, max_rows,
-                              source.samples, seed, indexed=True)
+    share = None if max_rows is None else (max_rows, source.samples)
+    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, share, None, seed,
+                              indexed=True)
+    return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
+
+
+def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simplex_tol: float = 0.02,
+                         max_rows: int, rng: np.random.Generator) -> AgreementRows:
+    """Rows within ``residual_tol`` (and ``simplex_tol`` of the simplex), the first ``max_rows`` found.
+
+    Blocks are i.i.d., so the first ``max_rows`` agreement rows are a
+    sample of them as good as a share of every block's
+    (:func:`find_agreement_rows`), and the pass stops at the block that
+    completes them: where agreement rows are plentiful (m ≤ 2) it reads a
+    fraction of a long stream, and where they are rare it reads all of it.
+    Block b's rows are taken in a random order drawn from
+    ``default_rng([seed, b])`` (one ``seed`` from ``rng``), so the last block
+    read gives a random subset of its rows, not its first ones.  The blocks
+    are mapped in waves of ``source.wave_blocks``, each block returning at
+    most the rows still missing when its wave started; ``scanned`` and
+    ``found`` count the rows of the blocks up to the one that completed
+    them, so the result is the same whatever the wave size.
+    """
+    seed = draw_seed(rng)
+    parts, scanned, found, kept = [], 0, 0, 0
+    for first in range(0, source.block_count, source.wave_blocks):
+        wave = range(first, min(first + source.wave_blocks, source.block_count))
+        for block in source.map_blocks(_agreement_block, w_sum, None, residual_tol, simplex_tol, None,
+                                       max_rows - kept, seed, indexed=True, blocks=wave):
+            take = min(len(block), max_rows - kept)
+            parts.append(block.subset(np.arange(take)))
+            scanned, found, kept = scanned + block.scanned, found + block.found, kept + take
+            if kept >= max_rows:
+                break
+        if kept >= max_rows:
+            break
+    return _joined(parts, scanned, found)
+
+
+def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
+    """The blocks' agreement rows in block order, as one AgreementRows with these counts."""
     fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
-    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields),
-                         sum(p.scanned for p in parts), sum(p.found for p in parts))
+    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
 
 
-def _agreement_block(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, quantile: float | None,
-                     residual_tol: float | None, simplex_tol: float, max_rows: int | None, samples: int,
-                     seed: int | None, index: int) -> AgreementRows:
-    """The agreement rows of one block (:func:`find_agreement_rows`), at most its share of ``max_rows``.
+def _agreement_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, w_sum: np.ndarray,
+                     quantile: float | None, residual_tol: float | None, simplex_tol: float,
+                     share: tuple[int, int] | None, limit: int | None, seed: int | None,
+                     index: int) -> AgreementRows:
+    """The agreement rows of one block's ``rows`` (:func:`find_agreement_rows`, :func:`first_agreement_rows`).
 
-    ``samples`` is the source's length (the block keeps ``⌈max_rows · its
-    sequences / samples⌉`` rows, chosen with ``default_rng([seed, index])``).
+    With ``share`` = (r, n) the block keeps ⌈r · its sequences / n⌉ of them
+    at random, in block order; with ``limit``, the first ``limit`` of them in a
+    random order (both random orders from ``default_rng([seed, index])``).
     ``scanned`` and ``found`` count the block's decoded and accepted rows.
     """
-    residuals, violations = decoding_residuals(X, Y, w_sum)
-    samples_kept, rows = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
+    residuals, violations = decoding_residuals(X, Y, w_sum, rows)
+    samples_kept, query = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
     found = len(samples_kept)
-    if max_rows is not None:
-        share = int(np.ceil(max_rows * X.shape[0] / samples))
-        if found > share:
-            pick = np.sort(np.random.default_rng([seed, index]).choice(found, share, replace=False))
-            samples_kept, rows = samples_kept[pick], rows[pick]
+    if share is not None:
+        count = -(-share[0] * residuals.shape[0] // share[1])
+        if found > count:
+            pick = np.sort(np.random.default_rng([seed, index]).choice(found, count, replace=False))
+            samples_kept, query = samples_kept[pick], query[pick]
+    if limit is not None:
+        # A random order, whatever the limit: a shorter limit keeps a prefix of the same rows.
+        pick = np.random.default_rng([seed, index]).permutation(found)[:limit]
+        samples_kept, query = samples_kept[pick], query[pick]
+    if rows is not None:
+        samples_kept = rows[samples_kept]
     # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
-    return decoded_rows(X[samples_kept], rows.astype(np.int64), Y[samples_kept, rows], w_sum, residuals.size, found)
+    return decoded_rows(X[samples_kept], query.astype(np.int64), Y[samples_kept, query], w_sum, residuals.size,
+                        found)
 
 
 # ---------------------------------------------------------------- slabs
@@ -585,8 +700,9 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     ``rule="quantile"`` (crude Ŵ_Σ): one pass draws a pool of the best
     ``pool_fraction`` of each block (kept for phase 3) and accepts its best
     rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
-    Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, at most
-    ``max_rows`` kept at random — the rows of K*.
+    Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, the first
+    ``max_rows`` found (:func:`first_agreement_rows`: a pass that stops once
+    it has them) — the rows of K*.
     """
     start = time.perf_counter()
     pool = None
@@ -596,8 +712,8 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
                          max_pool=settings.max_pool_for(heads), min_share=settings.first_pool_share, rng=rng)
         rows = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows), simplex_tol=settings.simplex_tol)
     elif rule == "absolute":
-        rows = find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
-                                   simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
+        rows = first_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
+                                    simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
     slabs = slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)

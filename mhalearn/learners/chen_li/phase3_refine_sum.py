@@ -34,6 +34,7 @@ from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
 from .body import ConvexBody
 from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool, group_identical_tokens
+from .sign_tables import sign_tables, token_times
 from .settings import BodySettings
 
 
@@ -68,58 +69,76 @@ class MarginRows:
 
 
 @njit(cache=True, nogil=True)
-def _margin_mass_worker(X, theta, chunks, counter, top, mass):
-    n, k, d = X.shape
+def _margin_mass_worker(X, rows, theta, tables, chunks, counter, top, mass):
+    # Output i is sequence rows[i] (a block's training rows, read where they lie).
+    n = rows.shape[0]
+    k, d = X.shape[1], X.shape[2]
     group = np.empty(k, dtype=np.int64)
     first = np.empty(k, dtype=np.int64)
     queries = np.empty((k, d))  # x_ℓ Θ for every row ℓ
     weights = np.empty(k)
     chunk = next_chunk(counter)
     while chunk < chunks:
-        for s in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+        for out in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            s = rows[out]
             group_identical_tokens(X[s], group, first)
-            queries[:] = 0.0
             for row in range(k):
-                for a in range(d):
-                    x = X[s, row, a]
+                token_times(X[s, row], tables, theta, queries[row])
+            for row in range(k):
+                # The k logits of a row accumulate side by side, four at a time in registers:
+                # each is a chain of dependent additions, and side by side they overlap.
+                for j0 in range(0, k, 4):
+                    first_sum = second_sum = third_sum = fourth_sum = 0.0
+                    last = min(j0 + 4, k) - 1
                     for e in range(d):
-                        queries[row, e] += x * theta[a, e]
-            for row in range(k):
-                # The k logits of a row accumulate side by side (independent sums pipeline).
-                weights[:] = 0.0
-                for e in range(d):
-                    q = queries[row, e]
-                    for j in range(k):
-                        weights[j] += q * X[s, j, e]
+                        q = queries[row, e]
+                        first_sum += q * X[s, j0, e]
+                        if last > j0:
+                            second_sum += q * X[s, j0 + 1, e]
+                        if last > j0 + 1:
+                            third_sum += q * X[s, j0 + 2, e]
+                        if last > j0 + 2:
+                            fourth_sum += q * X[s, j0 + 3, e]
+                    weights[j0] = first_sum
+                    if last > j0:
+                        weights[j0 + 1] = second_sum
+                    if last > j0 + 1:
+                        weights[j0 + 2] = third_sum
+                    if last > j0 + 2:
+                        weights[j0 + 3] = fourth_sum
                 peak = weights.max()
                 total = 0.0
                 for j in range(k):
                     weights[j] = exp_nonpositive(weights[j] - peak)
                     total += weights[j]
                 best = 0
+                scale = 1.0 / total  # one division, not k
                 for j in range(k):
-                    weights[j] /= total
+                    weights[j] *= scale
                     if weights[j] > weights[best]:
                         best = j
                 on_best = 0.0
                 for j in range(k):
                     if group[j] == group[best]:
                         on_best += weights[j]
-                top[s, row] = best
-                mass[s, row] = on_best
+                top[out, row] = best
+                mass[out, row] = on_best
         chunk = next_chunk(counter)
 
 
 _margin_mass_parallel = thread_driver(_margin_mass_worker)
 
 
-def margin_mass(X: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The top token of every row under Θ and the attention mass on its copies.
 
     Parameters
     ----------
     X : (n, k, d) sequences.
     theta : (d, d) the attention matrix Θ.
+    rows : sorted indices into X, optional
+        Only those sequences, read where they lie (outputs indexed by
+        position in ``rows``); default every sequence.
 
     Returns
     -------
@@ -127,13 +146,15 @@ def margin_mass(X: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarra
         (the first of equal weights).
     mass : (n, k) — the weight of the tokens identical to x_{j*}.
     """
-    n, k, d = X.shape
+    _, k, d = X.shape
+    rows = np.arange(X.shape[0]) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    n = len(rows)
     top = np.empty((n, k), dtype=np.int64)
     mass = np.empty((n, k))
     X = np.ascontiguousarray(X, dtype=np.float64)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
-    DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, theta,
-                 chunk_count(n), new_counter(), top, mass)
+    DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, rows, theta,
+                 sign_tables(theta), chunk_count(n), new_counter(), top, mass)
     return top, mass
 
 
@@ -165,13 +186,15 @@ def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginR
                          for name in ("tokens", "query", "top", "label")}, scanned=scanned)
 
 
-def _margin_block(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, eta: float, limit: int) -> MarginRows:
-    """The first ``limit`` margin rows of one block (:func:`margin_rows`); ``scanned`` counts all its rows."""
-    top, mass = margin_mass(X, theta)
-    samples, rows = np.nonzero(mass >= 1.0 - eta)
-    samples, rows = samples[:limit], rows[:limit]
-    return MarginRows(tokens=X[samples], query=rows.astype(np.int64), top=top[samples, rows].astype(np.int64),
-                      label=Y[samples, rows], scanned=mass.size)
+def _margin_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, theta: np.ndarray, eta: float,
+                  limit: int) -> MarginRows:
+    """The first ``limit`` margin rows of one block's ``rows`` (:func:`margin_rows`); ``scanned`` counts all."""
+    top, mass = margin_mass(X, theta, rows)
+    positions, query = np.nonzero(mass >= 1.0 - eta)
+    positions, query = positions[:limit], query[:limit]
+    samples = positions if rows is None else rows[positions]
+    return MarginRows(tokens=X[samples], query=query.astype(np.int64), top=top[positions, query].astype(np.int64),
+                      label=Y[samples, query], scanned=mass.size)
 
 
 def certification_margin(eta: float, length: int) -> float:
