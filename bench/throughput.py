@@ -18,7 +18,12 @@ prints both costs in µs per sequence, their ratio, and the marginal cost of
 every phase (from the phase results' ``seconds``, best per phase; "outside
 the phases" is the fit's wall time minus the phases').
 
-    python bench/throughput.py [--quick] [--small 100000] [--large 400000] [--repeats 3] [--seed 0]
+``--kernels`` also times, on one block of 65 536 sequences of the data, a
+pass of each kernel the passes run (the decoder's residuals under
+Ŵ_Σ = Σ_i W_i, the margin kernel under Θ̄ = the heads' mean, phase 1's token
+sums), in µs per sequence and against the blockwise labelling of the block.
+
+    python bench/throughput.py [--quick] [--small 100000] [--large 400000] [--repeats 3] [--seed 0] [--kernels]
 """
 
 import argparse
@@ -32,6 +37,9 @@ from _common import with_progress
 from mhalearn import SculptLearner
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.learners.chen_li import AlternatingRefit
+from mhalearn.learners.chen_li.phase1_crude_sum import token_sums
+from mhalearn.learners.chen_li.phase2_sculpt import decoding_residuals
+from mhalearn.learners.chen_li.phase3_refine_sum import margin_mass
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 2, 12, 4
@@ -55,6 +63,27 @@ def numpy_label_blocks(X, thetas, ws, out):
     """:func:`numpy_label` a block of 65 536 sequences at a time, into ``out`` (the steady-state cost)."""
     for start in range(0, len(X), LABEL_BLOCK):
         out[start:start + LABEL_BLOCK] = numpy_label(X[start:start + LABEL_BLOCK], thetas, ws)
+
+
+def kernel_costs(X, Y, teacher, repeats: int = 5) -> dict:
+    """µs per sequence of one pass of each kernel over the block X, Y, and of labelling it (best of ``repeats``)."""
+    rows = np.arange(len(X))
+    w_sum, theta_bar = teacher.ws.sum(axis=0), teacher.thetas.mean(axis=0)
+    out = np.zeros_like(X)
+    passes = {"decoder (residuals, one pass)": lambda: decoding_residuals(X, Y, w_sum, rows),
+              "margin kernel (one pass)": lambda: margin_mass(X, theta_bar, rows),
+              "phase 1 token sums": lambda: token_sums(X, Y, rows),
+              "NumPy labelling of the block": lambda: numpy_label_blocks(X, teacher.thetas, teacher.ws, out)}
+    costs = {}
+    for name, run in passes.items():
+        run()  # compile or load
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+        costs[name] = 1e6 * best / len(X)
+    return costs
 
 
 def phase_seconds(report) -> dict:
@@ -94,6 +123,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=None, help="rounds (default 3)")
     parser.add_argument("--seed", type=int, default=0, help="the teacher's seed")
     parser.add_argument("--threads", type=int, default=1, help="Numba and BLAS threads (default 1: per core)")
+    parser.add_argument("--kernels", action="store_true", help="also time each kernel's pass over one block")
     args = parser.parse_args()
     small = args.small or (50_000 if args.quick else 100_000)
     large = args.large or (150_000 if args.quick else 400_000)
@@ -150,6 +180,15 @@ def main():
     for name in phases[large]:
         phase_us = per_sequence(min(phases[large][name]), min(phases[small].get(name, [0.0])))
         print(f"{name:<30} {phase_us:8.2f} {phase_us / label_us:12.2f}")
+
+    if args.kernels:
+        with threadpool_limits(limits=args.threads, user_api="blas"):
+            costs = kernel_costs(X[:LABEL_BLOCK], Y[:LABEL_BLOCK], teacher)
+        label_block = costs["NumPy labelling of the block"]
+        print()
+        print(f"one block of {min(LABEL_BLOCK, large):,} sequences, best of 5:")
+        for name, value in costs.items():
+            print(f"{name:<30} {value:8.2f} {value / label_block:12.2f}")
 
 
 if __name__ == "__main__":

@@ -56,12 +56,15 @@ class SculptLearner(SpanSearchLearner):
     the held-out bound of phase 6.
 
     X and Y are NumPy arrays or Dask arrays chunked along n
-    (``make_dataset(..., chunks=...)``, ``load_dataset``).  Phases 1–4 pass
-    over every training sequence, block by block, wherever the active Dask
-    scheduler runs the blocks; phases 5–6 use the first 10⁵ training and
-    2·10⁴ held-out sequences of the random split
+    (``make_dataset(..., chunks=...)``, ``load_dataset``).  Either way
+    ``validation_fraction`` of every block's sequences (blocks of 65 536 for
+    NumPy arrays, Dask's chunks otherwise) are held out at random; phases 1–4
+    pass over the training sequences block by block, wherever the active
+    Dask scheduler runs the blocks (on NumPy arrays in place, without a
+    copy); phases 5–6 use the first 10⁵ training and 2·10⁴ held-out
+    sequences of that split
     (:data:`~mhalearn.learners.dask_data.SAMPLE_TRAINING`,
-    :data:`~mhalearn.learners.dask_data.SAMPLE_VALIDATION`) either way.
+    :data:`~mhalearn.learners.dask_data.SAMPLE_VALIDATION`).
 
     Parameters
     ----------
