@@ -229,9 +229,11 @@ def test_decoding_and_margins_of_chosen_rows_match_the_gathered_rows(teacher):
     X, Y = mhalearn.make_dataset(teacher, 400, LENGTH, rng=33)
     rows = np.sort(np.random.default_rng(2).choice(400, 150, replace=False))
     w_sum = teacher.projection_sum * 1.02
+    theta = teacher.thetas[1]
     for in_place, gathered in [
-        (phase2_sculpt.decoding_residuals(X, Y, w_sum, rows), phase2_sculpt.decoding_residuals(X[rows], Y[rows], w_sum)),
-        (phase3_refine_sum.margin_mass(X, teacher.thetas[1], rows), phase3_refine_sum.margin_mass(X[rows], teacher.thetas[1]))]:
+        (phase2_sculpt.decoding_residuals(X, Y, w_sum, rows),
+         phase2_sculpt.decoding_residuals(X[rows], Y[rows], w_sum)),
+        (phase3_refine_sum.margin_mass(X, theta, rows), phase3_refine_sum.margin_mass(X[rows], theta))]:
         for one, other in zip(in_place, gathered):
             assert one.shape[0] == 150
             np.testing.assert_array_equal(one, other)

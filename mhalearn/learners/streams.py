@@ -9,7 +9,8 @@ again).  They read the examples through a *source*: an object with
   ``(X, Y)`` (or on the blocks ``blocks`` names), the list of results in
   block order.  ``rows`` is None when every sequence of the block belongs to
   the stream, or the sorted indices of those that do: a training split held
-  in place, which the kernels read where the rows lie rather than copy.  Every pass is such a map followed by a reduction of the
+  in place, which the kernels read where the rows lie rather than copy.
+  Every pass is such a map followed by a reduction of the
   results, on the caller and in block order, so ``func`` returns a small
   summary (normal equations, the rows a block accepts) and a pass gives the
   same bits whoever runs the blocks.  A pass that needs randomness draws one

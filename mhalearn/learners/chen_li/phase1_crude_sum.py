@@ -50,7 +50,10 @@ def crude_projection_sum(source) -> CrudeSum:
 
 
 def _crude_block_summary(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """One block's share of phase 1's normal equations over its ``rows``: (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), both d×d."""
+    """One block's share of phase 1's normal equations over its ``rows``.
+
+    (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), d × d each.
+    """
     rows = np.arange(len(X)) if rows is None else rows
     mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(Y), rows)
     return X.shape[1] * mean.T @ mean, mean.T @ label_sum

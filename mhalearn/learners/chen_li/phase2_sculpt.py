@@ -318,8 +318,8 @@ def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, Y, rows, w_sum, sign_tables(w_sum), full, chunks, new_counter(), patterns, residuals,
-                 violations, spreads)
+                 _decode_patterns_parallel, X, Y, rows, w_sum, sign_tables(w_sum), full, chunks, new_counter(),
+                 patterns, residuals, violations, spreads)
     return patterns, residuals, violations, spreads
 
 
