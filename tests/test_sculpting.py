@@ -50,7 +50,7 @@ def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_pat
         np.testing.assert_array_equal(lean_residuals, residuals)
         np.testing.assert_array_equal(lean_violations, violations)
     patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, w_sum)
-    block = agreement._agreement_block(X, Y, None, w_sum, 0.3, None, 0.2, (50, 300), None, 7, 0)
+    block = agreement._agreement_block(X, Y, None, w_sum, 0.3, None, 0.2, (50, 300), 7, None, 0)
     assert 0 < len(block) <= 50 and block.found > len(block)
     for row in range(len(block)):
         s = next(s for s in range(300) if np.array_equal(X[s], block.tokens[row]))

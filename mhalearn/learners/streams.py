@@ -18,7 +18,8 @@ again).  They read the examples through a *source*: an object with
   block's index last and draws from ``numpy.random.default_rng([seed, index])``;
 - ``blocks()``, the blocks' sequences in order, and ``head(samples)``, the
   first ``samples`` sequences in memory;
-- ``wave_blocks``, how many blocks a pass that may stop early maps at once;
+- ``wave_blocks``, how many blocks a pass that may stop early maps at once
+  (``map_until``);
 - ``fingerprint()``, a hash of the examples (:mod:`mhalearn.learners.checkpoint`).
 
 :class:`ArraySource` wraps arrays already in memory (optionally standardised
@@ -81,6 +82,27 @@ class BlockSource:
         selected = range(self.block_count) if blocks is None else blocks
         return [run_block(func, *self._block(index), args, index if indexed else None) for index in selected]
 
+    def map_until(self, needed: int, func, *args, indexed: bool = False) -> list[tuple]:
+        """A pass that stops once ``needed`` items have come back: ``[(result, take)]`` in block order.
+
+        ``func(X, Y, rows, *args, missing)`` (``index`` last if ``indexed``)
+        returns a sized result whose first ``take`` items are the ones kept,
+        given the items still ``missing`` when its wave started.  The blocks
+        are mapped in waves of ``wave_blocks`` and the pass ends at the block
+        that completes ``needed``, so the results do not depend on the wave
+        size as long as a shorter ``missing`` keeps a prefix of the same items.
+        """
+        taken, kept = [], 0
+        for first in range(0, self.block_count, self.wave_blocks):
+            wave = range(first, min(first + self.wave_blocks, self.block_count))
+            for result in self.map_blocks(func, *args, needed - kept, indexed=indexed, blocks=wave):
+                take = min(len(result), needed - kept)
+                taken.append((result, take))
+                kept += take
+                if kept >= needed:
+                    return taken
+        return taken
+
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``samples`` sequences (fewer when the source is shorter), in memory."""
         parts, total = [], 0
@@ -97,6 +119,11 @@ class BlockSource:
 def run_block(func, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, args: tuple, index: int | None):
     """``func(X, Y, rows, *args)``, with the block's ``index`` last unless it is None."""
     return func(X, Y, rows, *args) if index is None else func(X, Y, rows, *args, index)
+
+
+def stream_rows(rows: np.ndarray | None, samples: int) -> np.ndarray:
+    """A kernel's ``rows``: the given indices as C-contiguous int64, or every one of ``samples`` when None."""
+    return np.arange(samples) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
 
 
 def held_out_mask(size: int, held_out: int, seed: int, index: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from numba import njit
 
 from ..least_squares import solve_normal
 from ..report import PhaseResult, data_field
+from ..streams import stream_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +55,7 @@ def _crude_block_summary(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None) 
 
     (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), d × d each.
     """
-    rows = np.arange(len(X)) if rows is None else rows
-    mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(Y), rows)
+    mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(Y), stream_rows(rows, len(X)))
     return X.shape[1] * mean.T @ mean, mean.T @ label_sum
 
 

@@ -48,6 +48,7 @@ from numba import njit
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...seeding import draw_seed
 from ..report import PhaseResult, data_field
+from ..streams import stream_rows
 from .cholesky import cholesky_in_place
 from .sign_tables import sign_tables, token_times
 from .settings import BodySettings
@@ -171,10 +172,8 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
                 gram[1, 0] = gram[0, 1] = g10
                 gram[2, 0] = gram[0, 2] = g20
                 gram[2, 1] = gram[1, 2] = g21
-            for u in range(free):
+            for u in range(paired, free):
                 for v in range(u + 1):
-                    if u < paired:
-                        continue
                     total = 0.0
                     for e in range(d):
                         total += differences[u, e] * differences[v, e]
@@ -306,7 +305,7 @@ def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray,
 
 def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
     k = X.shape[1]
-    rows = np.arange(X.shape[0]) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    rows = stream_rows(rows, X.shape[0])
     n = len(rows)
     labels = Y.shape[1]
     outputs = (n, labels, k) if full else (0, 0, 0)
@@ -468,7 +467,7 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     rng = np.random.default_rng(0) if rng is None else rng
     seed = None if max_rows is None else draw_seed(rng)
     share = None if max_rows is None else (max_rows, source.samples)
-    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, share, None, seed,
+    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, share, seed, None,
                               indexed=True)
     return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
 
@@ -485,25 +484,15 @@ def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simp
     Block b's rows are taken in a random order drawn from
     ``default_rng([seed, b])`` (one ``seed`` from ``rng``), so the last block
     read gives a random subset of its rows, not its first ones.  The blocks
-    are mapped in waves of ``source.wave_blocks``, each block returning at
-    most the rows still missing when its wave started; ``scanned`` and
+    are mapped in waves of ``source.wave_blocks`` (``source.map_until``),
+    each block returning at most the rows still missing when its wave started; ``scanned`` and
     ``found`` count the rows of the blocks up to the one that completed
     them, so the result is the same whatever the wave size.
     """
-    seed = draw_seed(rng)
-    parts, scanned, found, kept = [], 0, 0, 0
-    for first in range(0, source.block_count, source.wave_blocks):
-        wave = range(first, min(first + source.wave_blocks, source.block_count))
-        for block in source.map_blocks(_agreement_block, w_sum, None, residual_tol, simplex_tol, None,
-                                       max_rows - kept, seed, indexed=True, blocks=wave):
-            take = min(len(block), max_rows - kept)
-            parts.append(block.subset(np.arange(take)))
-            scanned, found, kept = scanned + block.scanned, found + block.found, kept + take
-            if kept >= max_rows:
-                break
-        if kept >= max_rows:
-            break
-    return _joined(parts, scanned, found)
+    taken = source.map_until(max_rows, _agreement_block, w_sum, None, residual_tol, simplex_tol, None,
+                             draw_seed(rng), indexed=True)
+    return _joined([block.subset(np.arange(take)) for block, take in taken],
+                   sum(block.scanned for block, _ in taken), sum(block.found for block, _ in taken))
 
 
 def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
@@ -514,7 +503,7 @@ def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
 
 def _agreement_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, w_sum: np.ndarray,
                      quantile: float | None, residual_tol: float | None, simplex_tol: float,
-                     share: tuple[int, int] | None, limit: int | None, seed: int | None,
+                     share: tuple[int, int] | None, seed: int | None, limit: int | None,
                      index: int) -> AgreementRows:
     """The agreement rows of one block's ``rows`` (:func:`find_agreement_rows`, :func:`first_agreement_rows`).
 

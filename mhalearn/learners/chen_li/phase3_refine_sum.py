@@ -32,6 +32,7 @@ from numba import njit
 from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
 from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
+from ..streams import stream_rows
 from .body import ConvexBody
 from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool, group_identical_tokens
 from .sign_tables import sign_tables, token_times
@@ -147,7 +148,7 @@ def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None
     mass : (n, k) — the weight of the tokens identical to x_{j*}.
     """
     _, k, d = X.shape
-    rows = np.arange(X.shape[0]) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    rows = stream_rows(rows, X.shape[0])
     n = len(rows)
     top = np.empty((n, k), dtype=np.int64)
     mass = np.empty((n, k))
@@ -164,26 +165,17 @@ def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginR
     Keeps at most ``max_rows``: the first found in block order (blocks being
     i.i.d.), and ``scanned`` counts the rows of the blocks read up to the
     one that completed them.  The blocks are mapped (:func:`_margin_block`)
-    in waves of ``source.wave_blocks``; each block of a wave returns at most
-    the rows still missing when the wave started, so no more than
-    ``max_rows`` rows per block come back, and the pass stops after the wave
-    that completes them.
+    in waves of ``source.wave_blocks`` (``source.map_until``); each block of a
+    wave returns at most the rows still missing when the wave started, so no
+    more than ``max_rows`` rows per block come back, and the pass stops
+    after the wave that completes them.
     """
     theta = theta.reshape(source.dim, source.dim)
-    parts, scanned, found = [], 0, 0
-    for first in range(0, source.block_count, source.wave_blocks):
-        wave = range(first, min(first + source.wave_blocks, source.block_count))
-        for block in source.map_blocks(_margin_block, theta, eta, max_rows - found, blocks=wave):
-            take = min(len(block), max_rows - found)
-            parts.append(block.first(take))
-            scanned += block.scanned
-            found += take
-            if found >= max_rows:
-                break
-        if found >= max_rows:
-            break
+    taken = source.map_until(max_rows, _margin_block, theta, eta)
+    parts = [block.first(take) for block, take in taken]
     return MarginRows(**{name: np.concatenate([getattr(part, name) for part in parts])
-                         for name in ("tokens", "query", "top", "label")}, scanned=scanned)
+                         for name in ("tokens", "query", "top", "label")},
+                      scanned=sum(block.scanned for block, _ in taken))
 
 
 def _margin_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, theta: np.ndarray, eta: float,
