@@ -20,8 +20,11 @@ the phases" is the fit's wall time minus the phases').
 
 ``--kernels`` also times, on one block of 65 536 sequences of the data, a
 pass of each kernel the passes run (the decoder's residuals under
-Ŵ_Σ = Σ_i W_i, the margin kernel under Θ̄ = the heads' mean, phase 1's token
-sums), in µs per sequence and against the blockwise labelling of the block.
+Ŵ_Σ = Σ_i W_i, on the tokens and on their codes as the learner's source
+keeps them; the margin kernel under Θ̄ = the heads' mean, for every row's
+mass, for the mass above the margin pass's floor 1 − η, and from the
+codes; coding the tokens; phase 1's token sums), in µs per sequence and
+against the blockwise labelling of the block.
 
     python bench/throughput.py [--quick] [--small 100000] [--large 400000] [--repeats 3] [--seed 0] [--kernels]
 """
@@ -40,6 +43,8 @@ from mhalearn.learners.chen_li import AlternatingRefit
 from mhalearn.learners.chen_li.phase1_crude_sum import token_sums
 from mhalearn.learners.chen_li.phase2_sculpt import decoding_residuals
 from mhalearn.learners.chen_li.phase3_refine_sum import margin_mass
+from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
+from mhalearn.learners.streams import CodedTokens
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 2, 12, 4
@@ -70,8 +75,16 @@ def kernel_costs(X, Y, teacher, repeats: int = 5) -> dict:
     rows = np.arange(len(X))
     w_sum, theta_bar = teacher.ws.sum(axis=0), teacher.thetas.mean(axis=0)
     out = np.zeros_like(X)
+    codes = np.empty((*X.shape[:2], code_groups(X.shape[2])), dtype=np.uint8)
+    block_codes(X, codes)
+    coded = CodedTokens(X, codes)  # a block as SculptLearner's source hands it over, with its tokens' codes
+    floor = 1.0 - SculptLearner(HEADS).eta  # the margin pass's
     passes = {"decoder (residuals, one pass)": lambda: decoding_residuals(X, Y, w_sum, rows),
+              "  from the tokens' codes": lambda: decoding_residuals(coded, Y, w_sum, rows),
               "margin kernel (one pass)": lambda: margin_mass(X, theta_bar, rows),
+              "  mass only above 1 − η": lambda: margin_mass(X, theta_bar, rows, floor=floor),
+              "  and from the codes": lambda: margin_mass(coded, theta_bar, rows, floor=floor),
+              "coding the tokens": lambda: block_codes(X, codes),
               "phase 1 token sums": lambda: token_sums(X, Y, rows),
               "NumPy labelling of the block": lambda: numpy_label_blocks(X, teacher.thetas, teacher.ws, out)}
     costs = {}

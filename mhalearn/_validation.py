@@ -24,8 +24,9 @@ def check_dense(value, name: str) -> None:
                          "(sparse input is not supported; pass value.toarray())")
 
 
-def as_float_array(value, name: str, ndim: int) -> np.ndarray:
-    """Return ``value`` as a C-contiguous float64 array of rank ``ndim`` with finite entries."""
+def as_float_array(value, name: str, ndim: int, finite: bool = True) -> np.ndarray:
+    """Return ``value`` as a C-contiguous float64 array of rank ``ndim`` with finite entries
+    (unchecked when ``finite`` is False: the caller checks something stricter)."""
     check_dense(value, name)
     try:
         array = np.asarray(value)
@@ -40,7 +41,7 @@ def as_float_array(value, name: str, ndim: int) -> np.ndarray:
     if array.ndim != ndim:
         raise ValueError(f"{name}: expected an array of rank {ndim}, received shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float64)
-    if not _all_finite(array.reshape(-1)):
+    if finite and not _all_finite(array.reshape(-1)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
     return array
@@ -61,9 +62,10 @@ def check_parameters(thetas, ws) -> tuple[np.ndarray, np.ndarray]:
     return thetas, ws
 
 
-def check_inputs(X, dim: int | None = None, name: str = "X") -> np.ndarray:
-    """Validate a batch of sequences of shape ``(n, k, d)`` with n, k >= 1."""
-    X = as_float_array(X, name, 3)
+def check_inputs(X, dim: int | None = None, name: str = "X", finite: bool = True) -> np.ndarray:
+    """Validate a batch of sequences of shape ``(n, k, d)`` with n, k >= 1 (finite entries unless
+    ``finite`` is False)."""
+    X = as_float_array(X, name, 3, finite)
     n, k, d = X.shape
     if n < 1 or k < 1 or d < 1:
         raise ValueError(f"{name}: expected shape (samples, length, dim) with all sizes >= 1, received {X.shape}")
@@ -72,9 +74,10 @@ def check_inputs(X, dim: int | None = None, name: str = "X") -> np.ndarray:
     return X
 
 
-def check_pair(X, Y, dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Validate inputs and labels of identical shape ``(n, k, d)``."""
-    X = check_inputs(X, dim)
+def check_pair(X, Y, dim: int | None = None, finite_x: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Validate inputs and labels of identical shape ``(n, k, d)``; ``finite_x`` False leaves X's
+    entries to a stricter check of the caller's (:func:`check_boolean`)."""
+    X = check_inputs(X, dim, finite=finite_x)
     Y = check_inputs(Y, X.shape[2], name="Y")
     if Y.shape != X.shape:
         raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")

@@ -24,7 +24,7 @@ from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.learners.dask_data import dask_statistics, split_blocks
-from mhalearn.learners.streams import BLOCK_SIZE, ArraySource, DaskSource, TeacherSource
+from mhalearn.learners.streams import BLOCK_SIZE, ArraySource, CodedTokens, DaskSource, TeacherSource
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
@@ -208,21 +208,55 @@ def test_split_source_passes_match_passes_over_a_copy(teacher):
     assert rows == {tuple(row) for row in X.reshape(SAMPLES, -1)}
     np.testing.assert_array_equal(np.sort(np.concatenate([Y_train, held_Y]).ravel()), np.sort((Y / 2.5).ravel()))
     copy = ArraySource(X_train, Y_train, block_size=CHUNK - 100)  # the last block: 300 − 60 rows, as split
+    # Kept codes of the tokens (boolean=True) change what the kernels read, not a bit of what they give.
+    coded = ArraySource(X, Y, block_size=CHUNK, scales=(1.0, 2.5), held_out=[100] * 4 + [60], seed=3, boolean=True)
     w_sum = teacher.projection_sum
-    for name, one, other in [
-        ("crude", phase1_crude_sum.crude_projection_sum(split).w_sum,
-         phase1_crude_sum.crude_projection_sum(copy).w_sum),
-        *[(f"rows {field}", getattr(first, field), getattr(second, field))
-          for first, second in [(phase2_sculpt.find_agreement_rows(source, w_sum, quantile=0.3, max_rows=200,
-                                                                   rng=np.random.default_rng(4))
-                                 for source in (split, copy))]
-          for field in ("tokens", "query", "label", "pattern", "residual")],
-        *[(f"margin {field}", getattr(first, field), getattr(second, field))
-          for first, second in [(phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.3, 150)
-                                 for source in (split, copy))]
-          for field in ("tokens", "query", "top", "label")]]:
-        assert len(one) > 0, name
-        np.testing.assert_array_equal(one, other, err_msg=name)
+    for source in (split, coded):
+        for name, one, other in [
+            ("crude", phase1_crude_sum.crude_projection_sum(source).w_sum,
+             phase1_crude_sum.crude_projection_sum(copy).w_sum),
+            *[(f"rows {field}", getattr(first, field), getattr(second, field))
+              for first, second in [(phase2_sculpt.find_agreement_rows(each, w_sum, quantile=0.3, max_rows=200,
+                                                                       rng=np.random.default_rng(4))
+                                     for each in (source, copy))]
+              for field in ("tokens", "query", "label", "pattern", "residual")],
+            *[(f"margin {field}", getattr(first, field), getattr(second, field))
+              for first, second in [(phase3_refine_sum.margin_rows(each, teacher.thetas[0], 0.3, 150)
+                                     for each in (source, copy))]
+              for field in ("tokens", "query", "top", "label")]]:
+            assert len(one) > 0, name
+            np.testing.assert_array_equal(one, other, err_msg=name)
+
+
+def test_coded_blocks_carry_the_codes_of_their_tokens_and_scaled_labels_their_bits(teacher):
+    X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=32)
+    source = ArraySource(X, Y, block_size=CHUNK, scales=(1.0, 2.5), boolean=True)
+    tokens, labels, _ = source._block(1)
+    np.testing.assert_array_equal(np.asarray(tokens), X[CHUNK:2 * CHUNK])
+    bits = (X[CHUNK:2 * CHUNK] > 0).astype(int)  # code bit b of group g: entry 6g + b is +1
+    for group in range(tokens.codes.shape[2]):
+        width = min(6, X.shape[2] - 6 * group)
+        expected = sum(bits[..., 6 * group + b] << b for b in range(width))
+        np.testing.assert_array_equal(tokens.codes[..., group], expected)
+    np.testing.assert_array_equal(np.asarray(labels), Y[CHUNK:2 * CHUNK] / 2.5)
+    rows = np.array([3, 17, 40])
+    np.testing.assert_array_equal(labels[rows, 1], (Y[CHUNK:2 * CHUNK] / 2.5)[rows, 1])
+    X_bad = X.copy()
+    X_bad[2 * CHUNK + 5, 1, 2] = 0.5
+    with pytest.raises(ValueError, match="X: expected Boolean entries.*block 2"):
+        ArraySource(X_bad, Y, block_size=CHUNK, boolean=True)._block(2)
+
+
+def test_pool_decoded_again_from_its_codes_gives_the_same_rows(teacher):
+    X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=34)
+    pool = phase2_sculpt.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum * 1.05, quantile=0.3)
+    w_sum = teacher.projection_sum * 1.01
+    plain = phase2_sculpt.decoded_rows(pool.tokens, pool.query, pool.label, w_sum, pool.scanned)
+    best = pool.best_under(w_sum, 50)  # from the pool's codes
+    assert isinstance(pool.coded_tokens(), CodedTokens)
+    expected = plain.best(50)
+    for field in ("tokens", "query", "residual", "violation", "pattern"):
+        np.testing.assert_array_equal(getattr(best, field), getattr(expected, field), err_msg=field)
 
 
 def test_decoding_and_margins_of_chosen_rows_match_the_gathered_rows(teacher):

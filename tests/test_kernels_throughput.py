@@ -47,13 +47,14 @@ def test_margin_mass_on_real_inputs_and_ties(rng):
 def test_token_times_by_sign_tables_matches_the_product(rng, dim):
     from numba import njit
 
-    from mhalearn.learners.chen_li.sign_tables import sign_tables, token_times
+    from mhalearn.learners.chen_li.sign_tables import code_groups, sign_tables, token_times
 
     @njit
     def products(X, tables, matrix):
         out = np.empty((X.shape[0], matrix.shape[1]))
+        codes = np.empty(code_groups(X.shape[1]), dtype=np.int64)
         for s in range(X.shape[0]):
-            token_times(X[s], tables, matrix, out[s])
+            token_times(X[s], codes, tables, matrix, out[s])
         return out
 
     matrix = rng.standard_normal((dim, dim))
@@ -62,3 +63,68 @@ def test_token_times_by_sign_tables_matches_the_product(rng, dim):
     X[40:60, 0] = 0.0
     result = products(X, sign_tables(matrix), matrix)
     np.testing.assert_allclose(result, X @ matrix, rtol=0, atol=1e-12 * np.abs(matrix).sum())
+
+
+@pytest.mark.parametrize("dim", [1, 5, 6, 7, 12, 13, 18])
+def test_bilinear_tables_give_the_bilinear_form_of_boolean_tokens(rng, dim):
+    from numba import njit
+
+    from mhalearn.learners.chen_li.sign_tables import bilinear_form, bilinear_tables, code_groups, token_codes
+
+    @njit
+    def forms(X, Z, tables):
+        out = np.empty(X.shape[0])
+        codes_x = np.empty(code_groups(X.shape[1]), dtype=np.int64)
+        codes_z = np.empty_like(codes_x)
+        for s in range(X.shape[0]):
+            boolean = token_codes(X[s], codes_x) & token_codes(Z[s], codes_z)
+            out[s] = bilinear_form(tables, codes_x, codes_z) if boolean else np.nan
+        return out
+
+    matrix = rng.standard_normal((dim, dim))
+    X, Z = (mhalearn.boolean_inputs(300, 1, dim, rng=rng)[:, 0] for _ in range(2))
+    expected = np.einsum("sa,ab,sb->s", X, matrix, Z)
+    np.testing.assert_allclose(forms(X, Z, bilinear_tables(matrix)), expected, rtol=0,
+                               atol=1e-12 * np.abs(matrix).sum())
+
+
+def test_token_codes_name_exactly_the_boolean_tokens():
+    from numba import njit
+
+    from mhalearn.learners.chen_li.sign_tables import BITS, code_groups, token_codes
+
+    @njit
+    def codes_of(x):
+        codes = np.empty(code_groups(x.shape[0]), dtype=np.int64)
+        boolean = token_codes(x, codes)
+        return boolean, codes
+
+    x = np.array([1.0, -1.0, -1.0, 1.0, 1.0, -1.0, 1.0, 1.0, -1.0])
+    boolean, codes = codes_of(x)
+    assert boolean
+    bits = (x > 0).astype(int)
+    assert codes.tolist() == [sum(int(bits[g * BITS + b]) << b for b in range(min(BITS, 9 - g * BITS)))
+                              for g in range(2)]
+    for other in (-0.0, 0.0, 1.0 + 2.0 ** -52, -1.0 - 2.0 ** -52, 2.0, 0.5, np.nan, np.inf, -np.inf, 1e-310):
+        y = x.copy()
+        y[4] = other
+        assert not codes_of(y)[0], other
+
+
+@pytest.mark.parametrize("dim", [12, 19])  # with bilinear tables and without
+def test_margin_mass_floor_skips_only_rows_below_it(rng, dim):
+    X = mhalearn.boolean_inputs(3000, 4, dim, rng=rng)
+    X[:300, 2] = X[:300, 0]
+    X[300:330] = X[300:330, :1]
+    theta = rng.standard_normal((dim, dim)) / np.sqrt(dim)
+    top, mass = margin_mass(X, theta)
+    floor = 0.95
+    floored_top, floored = margin_mass(X, theta, floor=floor)
+    skipped = np.isnan(floored)
+    assert 0.1 < skipped.mean() < 0.9 and 0.1 < np.mean(mass >= floor) < 0.9  # rows on both sides
+    assert np.all(mass[skipped] < floor)
+    np.testing.assert_array_equal(floored[~skipped], mass[~skipped])
+    np.testing.assert_array_equal(floored_top, top)
+    expected_top, expected_mass = _margin_mass_reference(X, theta)
+    np.testing.assert_array_equal(top, expected_top)
+    np.testing.assert_allclose(mass, expected_mass, rtol=0, atol=1e-13)

@@ -97,7 +97,8 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
                                  f"it (X.compute(), Y.compute()) or use SculptLearner, which streams Dask arrays")
             X, Y = check_dask_pair(X, Y)
         else:
-            X, Y = check_pair(X, Y)
+            # Entries ±1 leave no room for NaN or ±inf: a Boolean X is read once, by check_boolean.
+            X, Y = check_pair(X, Y, finite_x=not boolean)
             if boolean:
                 check_boolean(X)
         n, k, d = X.shape
@@ -134,9 +135,10 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             # every block where they lie (no copy of the training set), and phases 5–6 see the first
             # training and held-out sequences of the split, as on a Dask dataset.
             held_out = [self._validation_size(size) for size in block_sizes(n)]
-            source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng))
+            source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng),
+                                 boolean=boolean)
             # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
-            bounds = certificate_bounds_by_block(X, Y, x_scale, y_scale)
+            bounds = certificate_bounds(X, Y, x_scale, y_scale, boolean=boolean)
             self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
             data = (*source.head(SAMPLE_TRAINING), *source.held_out_head(SAMPLE_VALIDATION), rng, notify)
             extra = {"source": source}
@@ -242,19 +244,6 @@ def check_representable_units(x_scale: float, y_scale: float) -> None:
 def block_sizes(samples: int, block_size: int = BLOCK_SIZE) -> list[int]:
     """The sizes of the blocks of ``block_size`` sequences that ``samples`` sequences make, in order."""
     return [min(block_size, samples - start) for start in range(0, samples, block_size)]
-
-
-def certificate_bounds_by_block(X: np.ndarray, Y: np.ndarray, x_scale: float, y_scale: float,
-                                block_size: int = BLOCK_SIZE) -> dict:
-    """:func:`~mhalearn.learners.chen_li.phase6_select.certificate_bounds` of (X / s_X, Y / s_Y), a block
-    at a time (a scaled copy of one block, never of the arrays)."""
-    bounds = {"label_bound": 0.0, "token_norm": 0.0}
-    for start in range(0, X.shape[0], block_size):
-        parts = [part if scale == 1.0 else part / scale
-                 for part, scale in ((X[start:start + block_size], x_scale), (Y[start:start + block_size], y_scale))]
-        for name, value in certificate_bounds(*parts).items():
-            bounds[name] = max(bounds[name], value)
-    return bounds
 
 
 def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.ndarray:

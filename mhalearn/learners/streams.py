@@ -10,6 +10,8 @@ again).  They read the examples through a *source*: an object with
   block order.  ``rows`` is None when every sequence of the block belongs to
   the stream, or the sorted indices of those that do: a training split held
   in place, which the kernels read where the rows lie rather than copy.
+  ``Y`` is an array or a :class:`ScaledLabels` (labels divided as they are
+  read: ``np.asarray(Y)``, ``Y[index]`` and ``Y.shape`` as for an array).
   Every pass is such a map followed by a reduction of the
   results, on the caller and in block order, so ``func`` returns a small
   summary (normal equations, the rows a block accepts) and a pass gives the
@@ -71,7 +73,7 @@ class BlockSource:
         """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""
         for index in range(self.block_count):
             X, Y, rows = self._block(index)
-            yield (X, Y) if rows is None else (X[rows], Y[rows])
+            yield (X, np.asarray(Y)) if rows is None else (X[rows], Y[rows])
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """``[func(X, Y, rows, *args) for every block]`` in block order (``index`` last if ``indexed``).
@@ -144,11 +146,16 @@ class ArraySource(BlockSource):
     read in place (``rows``), and :meth:`held_out_head` gives the first
     held-out ones.  This is the split a Dask dataset gets
     (:func:`~mhalearn.learners.dask_data.split_blocks`), without a copy of
-    the training set.
+    the training set.  ``boolean`` (X's entries all ±1, unscaled) keeps the
+    codes of X's tokens, one byte per token and group of six entries (8 bytes
+    a sequence at d = 12, k = 4: 2 % of X and Y), coded on the first pass, so
+    that the kernels of later passes read them instead of X
+    (:class:`CodedTokens`).
     """
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE, *,
-                 scales: tuple[float, float] = (1.0, 1.0), held_out: list[int] | None = None, seed: int = 0):
+                 scales: tuple[float, float] = (1.0, 1.0), held_out: list[int] | None = None, seed: int = 0,
+                 boolean: bool = False):
         self.X, self.Y = X, Y
         total, self.length, self.dim = X.shape
         self.block_size = check_positive_int(block_size, "block_size")
@@ -159,13 +166,38 @@ class ArraySource(BlockSource):
                              f"{len(held_out)}")
         self.held_out, self.seed = held_out, seed
         self.samples = total - (0 if held_out is None else sum(held_out))
+        self._codes = None
+        if boolean and self.scales[0] == 1.0:
+            from .chen_li.sign_tables import code_groups  # here: the chen_li package imports this module
+
+            # Filled a block at a time, on the first pass that reads it (pages untouched until then).
+            self._codes = np.empty((total, self.length, code_groups(self.dim)), dtype=np.uint8)
+            self._coded = np.zeros(self.block_count, dtype=bool)
 
     def _sequences(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Block ``index`` of X, Y in the source's units: views, or scaled copies when a scale is not 1."""
+        """Block ``index`` of X, Y in the source's units: views, a scaled copy of X when its scale is not
+        1, and Y's labels scaled as they are read (:class:`ScaledLabels`) when its scale is not 1; a
+        Boolean source's X comes with its codes (:class:`CodedTokens`)."""
         start = index * self.block_size
-        parts = (self.X[start:start + self.block_size], self.Y[start:start + self.block_size])
+        X, Y = self.X[start:start + self.block_size], self.Y[start:start + self.block_size]
+        x_scale, y_scale = self.scales
+        Y = Y if y_scale == 1.0 else ScaledLabels(Y, y_scale)
+        if self._codes is not None:
+            return CodedTokens(X, self._block_codes(index, X)), Y
         # Dividing by 1 changes no bit: the block is then a view.
-        return tuple(part if scale == 1.0 else part / scale for part, scale in zip(parts, self.scales))
+        return (X if x_scale == 1.0 else X / x_scale), Y
+
+    def _block_codes(self, index: int, X: np.ndarray) -> np.ndarray:
+        """The codes of block ``index`` (its tokens X), coded on the first call."""
+        from .chen_li.sign_tables import block_codes
+
+        codes = self._codes[index * self.block_size:index * self.block_size + len(X)]
+        if not self._coded[index]:
+            if not block_codes(X, codes):
+                raise ValueError(f"X: expected Boolean entries in {{-1, +1}} (the source was built with "
+                                 f"boolean=True), received others in block {index}")
+            self._coded[index] = True
+        return codes
 
     def _held_out(self, index: int) -> np.ndarray:
         size = min(self.block_size, self.X.shape[0] - index * self.block_size)
@@ -203,6 +235,52 @@ class ArraySource(BlockSource):
         from dask.base import tokenize
 
         return tokenize(self.X, self.Y, self.block_size, self.scales, self.held_out, self.seed)
+
+
+class ScaledLabels:
+    """A block of labels Y / ``scale``, divided as it is read: ``np.asarray`` gives the whole block, and
+    indexing the entries indexed (the bits of ``(Y / scale)[index]``).
+
+    A pass that reads the labels of a few rows only (the margin pass keeps one row in hundreds)
+    then divides those, not the block: dividing a block costs as much as a tenth of a decoding pass.
+    """
+
+    def __init__(self, labels: np.ndarray, scale: float):
+        self.labels, self.scale = labels, scale
+        self.shape, self.dtype, self.ndim = labels.shape, labels.dtype, labels.ndim
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __array__(self, dtype=None, copy=None):
+        scaled = self.labels / self.scale
+        return scaled if dtype is None else scaled.astype(dtype, copy=False)
+
+    def __getitem__(self, index) -> np.ndarray:
+        return self.labels[index] / self.scale
+
+
+class CodedTokens:
+    """A block of Boolean sequences X with their tokens' codes
+    (:func:`~mhalearn.learners.chen_li.sign_tables.token_codes`), shape (n, k, ⌈d / 6⌉), one byte each.
+
+    An array for everyone (``np.asarray``, indexing and ``shape`` read X); the kernels of phases 2
+    and 3 read ``codes`` instead of coding every token again, and never touch X: a pass then reads
+    8 bytes of a sequence's tokens instead of 384 (d = 12, k = 4).
+    """
+
+    def __init__(self, tokens: np.ndarray, codes: np.ndarray):
+        self.tokens, self.codes = tokens, codes
+        self.shape, self.dtype, self.ndim = tokens.shape, tokens.dtype, tokens.ndim
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.tokens if dtype is None else self.tokens.astype(dtype, copy=False)
+
+    def __getitem__(self, index) -> np.ndarray:
+        return self.tokens[index]
 
 
 class TeacherSource(BlockSource):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -48,9 +48,9 @@ from numba import njit
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...seeding import draw_seed
 from ..report import PhaseResult, data_field
-from ..streams import stream_rows
+from ..streams import CodedTokens, stream_rows
 from .cholesky import cholesky_in_place
-from .sign_tables import sign_tables, token_times
+from .sign_tables import block_codes, code_groups, sequence_codes, sign_tables, table_times, token_times
 from .settings import BodySettings
 
 # ---------------------------------------------------------------- decoding
@@ -70,6 +70,7 @@ def group_identical_tokens(x, group, first):
     Writes group[j] = the number of token j's class and first[u] = the first
     token of class u; returns the number of classes.  Identical tokens get
     identical logits under every Θ, so the kernels treat each class as one token.
+    ``x`` may also be the codes of Boolean tokens (k, groups): equal tokens have equal codes.
     """
     k, d = x.shape
     unique = 0
@@ -88,6 +89,30 @@ def group_identical_tokens(x, group, first):
             group[j] = unique
             first[unique] = j
             unique += 1
+    return unique
+
+
+@njit(inline="always", cache=True)
+def coded_token_products(codes, tables, group, first, values):
+    """:func:`group_identical_tokens` of Boolean tokens given by their ``codes`` (k, groups), and x_u M for
+    the first token of every class into ``values`` from ``tables`` = sign_tables(M); returns the classes."""
+    unique = group_identical_tokens(codes, group, first)
+    for u in range(unique):
+        table_times(tables, codes[first[u]], values[u])
+    return unique
+
+
+@njit(cache=True, nogil=True)
+def distinct_token_products(x, codes, tables, matrix, group, first, values):
+    """The classes of identical tokens of ``x`` (k, d) (:func:`group_identical_tokens`) and x_u M for the
+    first token of every class into ``values``; returns the number of classes.
+
+    The kernels' path for a sequence with a token that is not Boolean, and not inlined: its code,
+    in the loop of the Boolean path, would cost that path a tenth of its time.
+    """
+    unique = group_identical_tokens(x, group, first)
+    for u in range(unique):
+        token_times(x[first[u]], codes[first[u]], tables, matrix, values[u])
     return unique
 
 
@@ -111,10 +136,15 @@ def _cholesky_solve(L, inverse, size, rhs, out):
 
 
 @njit(cache=True, nogil=True)
-def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, patterns, residuals, violations, spreads):
-    # ``full`` False: residuals and violations only (the acceptance test needs no more; the rows it
-    # keeps are decoded in full afterwards, with the same arithmetic, hence the same bits).
+def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, residuals, violations, patterns,
+                            spreads):
+    # ``patterns`` and ``spreads`` None: residuals and violations only (the acceptance test needs no
+    # more; the rows it keeps are decoded in full afterwards, with the same arithmetic, hence the
+    # same bits).  Numba compiles that case apart, with the branches on them pruned away: their code
+    # in the loop would cost the pass a twentieth of its time.
     # Output i decodes sequence rows[i]: a pass reads a block's training rows where they lie.
+    # ``codes`` (n, k, groups): the codes of X's tokens, all Boolean, from the source, which
+    # spare the loop coding them and reading X; None: coded here.
     n = rows.shape[0]
     k, d = X.shape[1], X.shape[2]
     labels = Y.shape[1]
@@ -122,6 +152,7 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
     # a dozen small allocations per sequence cost as much as the arithmetic.
     group = np.empty(k, dtype=np.int64)
     first = np.empty(k, dtype=np.int64)
+    own_codes = np.empty((k, tables.shape[0]), dtype=np.int64)
     count = np.empty(k)
     values = np.empty((k, d))
     width = max(k - 1, 1)
@@ -131,7 +162,9 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
     unit = np.zeros(width)
     column = np.empty(width)
     ones = np.ones(width)
-    projected = np.empty(width)
+    projections = np.empty((labels, width))  # D(y − v_0) of every row
+    label_squares = np.empty(labels)  # ‖y‖² of every row
+    offset_squares = np.empty(labels)  # ‖y − v_0‖² of every row
     solution = np.empty(width)
     weights = np.empty(k)
     inverse = np.empty(width)  # 1 / the Cholesky factor's diagonal
@@ -141,14 +174,17 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
         for out in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             s = rows[out]
             # Identical tokens get identical attention: decode over distinct tokens.
-            unique = group_identical_tokens(X[s], group, first)
+            if codes is not None:  # x_u Ŵ_Σ
+                unique = coded_token_products(codes[s], tables, group, first, values)
+            elif sequence_codes(X[s], own_codes):
+                unique = coded_token_products(own_codes, tables, group, first, values)
+            else:
+                unique = distinct_token_products(X[s], own_codes, tables, w_sum, group, first, values)
             count[:] = 0.0
             for j in range(k):
                 count[group[j]] += 1.0
             for u in range(unique):
-                share[u] = 1.0 / count[u]
-            for u in range(unique):  # x_u Ŵ_Σ
-                token_times(X[s, first[u]], tables, w_sum, values[u])
+                share[u] = 1.0 if count[u] == 1.0 else 1.0 / count[u]  # a division only for copies
             # â = e_0 + Σ_{u≥1} c_u (e_u − e_0): least squares of y − v_0 on the
             # differences v_u − v_0, which needs the points affinely independent only.
             free = unique - 1
@@ -183,7 +219,7 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
                 for row in range(labels):
                     residuals[out, row] = np.inf
                     violations[out, row] = np.inf
-                    if full:
+                    if patterns is not None:
                         for j in range(k):
                             patterns[out, row, j] = np.nan
                             spreads[out, row, j] = np.inf
@@ -193,40 +229,58 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
             # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
             # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
             variance[:unique] = 0.0
-            for u in range(free if full else 0):
-                unit[u] = 1.0
-                _cholesky_solve(gram, inverse, free, unit, column)
-                unit[u] = 0.0
-                variance[u + 1] = max(column[u], 0.0)
-            if full and free > 0:
-                _cholesky_solve(gram, inverse, free, ones, column)
-                total = 0.0
+            if patterns is not None:
                 for u in range(free):
-                    total += column[u]
-                variance[0] = max(total, 0.0)
+                    unit[u] = 1.0
+                    _cholesky_solve(gram, inverse, free, unit, column)
+                    unit[u] = 0.0
+                    variance[u + 1] = max(column[u], 0.0)
+                if free > 0:
+                    _cholesky_solve(gram, inverse, free, ones, column)
+                    total = 0.0
+                    for u in range(free):
+                        total += column[u]
+                    variance[0] = max(total, 0.0)
             degrees = max(d - free, 1)
-            for row in range(labels):
-                # The sums are chains of dependent additions: side by side, in one sweep, they
-                # overlap instead of waiting on each other (the first three entries of D(y − v_0),
-                # the common case k = 4, in registers; any further ones after).
-                label_squared = 0.0
-                offset_squared = 0.0
+            # The sums are chains of dependent additions: side by side, in one sweep, they overlap
+            # instead of waiting on each other.  Two rows at a time (the first three entries of each
+            # one's D(y − v_0), the common case k = 4, in registers; any further ones after): their
+            # sums share the loads of v_0 and D, and each sum keeps its own order, hence its bits.
+            for row in range(0, labels, 2):
+                other = min(row + 1, labels - 1)  # the next row, or this one again when it is the last
+                label_first = label_second = offset_first = offset_second = 0.0
                 first_sum = second_sum = third_sum = 0.0
+                first_other = second_other = third_other = 0.0
                 for e in range(d):
                     offset = Y[s, row, e] - values[0, e]
-                    offset_squared += offset * offset
-                    label_squared += Y[s, row, e] ** 2
+                    offset_other = Y[s, other, e] - values[0, e]
+                    offset_first += offset * offset
+                    offset_second += offset_other * offset_other
+                    label_first += Y[s, row, e] ** 2
+                    label_second += Y[s, other, e] ** 2
                     if paired:
-                        first_sum += differences[0, e] * offset
-                        second_sum += differences[1, e] * offset
-                        third_sum += differences[2, e] * offset
+                        a, b, c = differences[0, e], differences[1, e], differences[2, e]
+                        first_sum += a * offset
+                        second_sum += b * offset
+                        third_sum += c * offset
+                        first_other += a * offset_other
+                        second_other += b * offset_other
+                        third_other += c * offset_other
+                label_squares[row], offset_squares[row] = label_first, offset_first
+                label_squares[other], offset_squares[other] = label_second, offset_second
                 if paired:
-                    projected[0], projected[1], projected[2] = first_sum, second_sum, third_sum
+                    projections[row, 0], projections[row, 1], projections[row, 2] = first_sum, second_sum, third_sum
+                    projections[other, 0], projections[other, 1] = first_other, second_other
+                    projections[other, 2] = third_other
+            for row in range(labels):
                 for u in range(paired, free):
                     total = 0.0
                     for e in range(d):
                         total += differences[u, e] * (Y[s, row, e] - values[0, e])
-                    projected[u] = total
+                    projections[row, u] = total
+            for row in range(labels):
+                projected = projections[row]
+                label_squared, offset_squared = label_squares[row], offset_squares[row]
                 if free > 0:
                     _cholesky_solve(gram, inverse, free, projected, solution)
                 weights[0] = 1.0
@@ -252,7 +306,7 @@ def _decode_patterns_worker(X, Y, rows, w_sum, tables, full, chunks, counter, pa
                     weight = weights[u] * share[u]
                     violation = max(violation, -weight, weight - 1.0)
                 violations[out, row] = violation
-                if full:
+                if patterns is not None:
                     noise = np.sqrt(squared / degrees)
                     for j in range(k):
                         u = group[j]
@@ -308,17 +362,17 @@ def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
     rows = stream_rows(rows, X.shape[0])
     n = len(rows)
     labels = Y.shape[1]
-    outputs = (n, labels, k) if full else (0, 0, 0)
-    patterns, spreads = np.empty(outputs), np.empty(outputs)
+    patterns, spreads = (np.empty((n, labels, k)), np.empty((n, labels, k))) if full else (None, None)
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
+    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
     X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, Y, rows, w_sum, sign_tables(w_sum), full, chunks, new_counter(),
-                 patterns, residuals, violations, spreads)
+                 _decode_patterns_parallel, X, codes, Y, rows, w_sum, sign_tables(w_sum), chunks, new_counter(),
+                 residuals, violations, patterns, spreads)
     return patterns, residuals, violations, spreads
 
 
@@ -351,10 +405,20 @@ class AgreementRows:
     violation: np.ndarray
     scanned: int
     found: int | None = None
+    # The tokens' codes, coded on first use (None: not yet; False: a token is not Boolean).
+    _codes: np.ndarray | bool | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.found is None:
             self.found = len(self.query)
+
+    def coded_tokens(self):
+        """The tokens with their codes (:class:`~mhalearn.learners.streams.CodedTokens`) when every one is
+        Boolean, else the tokens: coded once, since our refit decodes its pool again at every iteration."""
+        if self._codes is None:
+            codes = np.empty((*self.tokens.shape[:2], code_groups(self.tokens.shape[2])), dtype=np.uint8)
+            self._codes = codes if block_codes(self.tokens, codes) else False
+        return self.tokens if self._codes is False else CodedTokens(self.tokens, self._codes)
 
     def __len__(self) -> int:
         return len(self.query)
@@ -380,7 +444,7 @@ class AgreementRows:
         (:func:`decoding_residuals`); the patterns and spreads are computed for
         the ``count`` rows kept.
         """
-        residuals, violations = decoding_residuals(self.tokens, self.label[:, None, :], w_sum)
+        residuals, violations = decoding_residuals(self.coded_tokens(), self.label[:, None, :], w_sum)
         keep = best_rows(residuals[:, 0], violations[:, 0], count, simplex_tol)
         return decoded_rows(self.tokens[keep], self.query[keep], self.label[keep], w_sum, self.scanned)
 
@@ -435,7 +499,8 @@ def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> np.nd
     usable = (violation <= simplex_tol) & np.isfinite(residual)
     if not np.any(usable):
         return usable
-    threshold = np.inf if quantile is None else float(np.quantile(residual[usable], quantile))
+    # The gathered residuals are a fresh array: quantile may partition it in place (no second copy).
+    threshold = np.inf if quantile is None else float(np.quantile(residual[usable], quantile, overwrite_input=True))
     if residual_tol is not None:
         threshold = min(threshold, residual_tol)
     return usable & (residual <= threshold)

@@ -35,7 +35,8 @@ from ..report import PhaseResult, data_field, detail_line
 from ..streams import stream_rows
 from .body import ConvexBody
 from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool, group_identical_tokens
-from .sign_tables import sign_tables, token_times
+from .sign_tables import (BILINEAR_GROUPS, bilinear_form, bilinear_tables, code_groups, sequence_codes, sign_tables,
+                          token_times)
 from .settings import BodySettings
 
 
@@ -69,68 +70,114 @@ class MarginRows:
         return (queries[row][:, :, None] * differences[row, token][:, None, :]).reshape(-1, d * d), row
 
 
+#: How much closer than γ a competitor's logit must come before :func:`margin_mass` skips a row: the row's
+#: mass is then below the floor by a relative 10⁻⁶·(1 − floor), where rounding moves it by 10⁻¹⁵.
+_GAP_SLACK = 1e-6
+
+
 @njit(cache=True, nogil=True)
-def _margin_mass_worker(X, rows, theta, tables, chunks, counter, top, mass):
-    # Output i is sequence rows[i] (a block's training rows, read where they lie).
+def _margin_mass_worker(X, codes, rows, theta, tables, forms, floor_gap, chunks, counter, top, mass):
+    # Output i is sequence rows[i] (a block's training rows, read where they lie).  ``forms`` are
+    # bilinear_tables(Θ), or empty beyond BILINEAR_GROUPS groups; without them, or for a sequence with
+    # a token that is not Boolean, the logits are (x_ℓ Θ) · x_j with x_ℓ Θ from sign_tables(Θ) (``tables``).
+    # ``codes``: the codes of X's tokens, all Boolean, from the source (as the decoder's), or None.
     n = rows.shape[0]
     k, d = X.shape[1], X.shape[2]
     group = np.empty(k, dtype=np.int64)
     first = np.empty(k, dtype=np.int64)
+    own_codes = np.empty((k, code_groups(d)), dtype=np.int64)
     queries = np.empty((k, d))  # x_ℓ Θ for every row ℓ
+    logits = np.empty((k, k))
     weights = np.empty(k)
     chunk = next_chunk(counter)
     while chunk < chunks:
         for out in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             s = rows[out]
-            group_identical_tokens(X[s], group, first)
+            if codes is not None and forms.shape[0] > 0:
+                _logits_by_forms(codes[s], forms, group, first, logits)
+            elif forms.shape[0] > 0 and sequence_codes(X[s], own_codes):
+                _logits_by_forms(own_codes, forms, group, first, logits)
+            else:
+                _logits_by_products(X[s], own_codes, tables, theta, group, first, queries, logits)
             for row in range(k):
-                token_times(X[s, row], tables, theta, queries[row])
-            for row in range(k):
-                # The k logits of a row accumulate side by side, four at a time in registers:
-                # each is a chain of dependent additions, and side by side they overlap.
-                for j0 in range(0, k, 4):
-                    first_sum = second_sum = third_sum = fourth_sum = 0.0
-                    last = min(j0 + 4, k) - 1
-                    for e in range(d):
-                        q = queries[row, e]
-                        first_sum += q * X[s, j0, e]
-                        if last > j0:
-                            second_sum += q * X[s, j0 + 1, e]
-                        if last > j0 + 1:
-                            third_sum += q * X[s, j0 + 2, e]
-                        if last > j0 + 2:
-                            fourth_sum += q * X[s, j0 + 3, e]
-                    weights[j0] = first_sum
-                    if last > j0:
-                        weights[j0 + 1] = second_sum
-                    if last > j0 + 1:
-                        weights[j0 + 2] = third_sum
-                    if last > j0 + 2:
-                        weights[j0 + 3] = fourth_sum
-                peak = weights.max()
+                best = 0  # the first token of the largest logit
+                for j in range(1, k):
+                    if logits[row, j] > logits[row, best]:
+                        best = j
+                top[out, row] = best
+                peak = logits[row, best]
+                # A distinct token within ``floor_gap`` of the peak leaves the copies of j* short of the
+                # floor (margin_mass): most rows stop here, before their k exponentials.
+                close = 0
+                for j in range(k):
+                    close += (logits[row, j] > peak - floor_gap) & (group[j] != group[best])
+                if close:
+                    mass[out, row] = np.nan
+                    continue
                 total = 0.0
                 for j in range(k):
-                    weights[j] = exp_nonpositive(weights[j] - peak)
+                    weights[j] = exp_nonpositive(logits[row, j] - peak)
                     total += weights[j]
-                best = 0
                 scale = 1.0 / total  # one division, not k
-                for j in range(k):
-                    weights[j] *= scale
-                    if weights[j] > weights[best]:
-                        best = j
                 on_best = 0.0
                 for j in range(k):
                     if group[j] == group[best]:
-                        on_best += weights[j]
-                top[out, row] = best
+                        on_best += weights[j] * scale
                 mass[out, row] = on_best
         chunk = next_chunk(counter)
+
+
+@njit(inline="always", cache=True)
+def _logits_by_forms(codes, forms, group, first, logits):
+    """The classes of identical Boolean tokens given by their ``codes`` (k, groups) and
+    logits[ℓ, j] = x_ℓ Θ x_jᵀ from ``forms`` = bilinear_tables(Θ)."""
+    k = codes.shape[0]
+    group_identical_tokens(codes, group, first)
+    for row in range(k):
+        for j in range(k):
+            logits[row, j] = bilinear_form(forms, codes[row], codes[j])
+
+
+@njit(cache=True, nogil=True)
+def _logits_by_products(x, codes, tables, theta, group, first, queries, logits):
+    """The classes of identical tokens of ``x`` (k, d) and logits[ℓ, j] = (x_ℓ Θ) · x_j, with the queries
+    x_ℓ Θ from the sign tables of Θ (``tables``) or multiply-adds.
+
+    The margin kernel's path without bilinear tables, or for a sequence with a token that is not
+    Boolean; not inlined, so that its code stays out of the loop of the Boolean path.  The k sums of
+    a row run four side by side: each is a chain of dependent additions, and side by side they overlap.
+    """
+    k, d = x.shape
+    group_identical_tokens(x, group, first)
+    for row in range(k):
+        token_times(x[row], codes[row], tables, theta, queries[row])
+    for row in range(k):
+        for j0 in range(0, k, 4):
+            first_sum = second_sum = third_sum = fourth_sum = 0.0
+            last = min(j0 + 4, k) - 1
+            for e in range(d):
+                q = queries[row, e]
+                first_sum += q * x[j0, e]
+                if last > j0:
+                    second_sum += q * x[j0 + 1, e]
+                if last > j0 + 1:
+                    third_sum += q * x[j0 + 2, e]
+                if last > j0 + 2:
+                    fourth_sum += q * x[j0 + 3, e]
+            logits[row, j0] = first_sum
+            if last > j0:
+                logits[row, j0 + 1] = second_sum
+            if last > j0 + 1:
+                logits[row, j0 + 2] = third_sum
+            if last > j0 + 2:
+                logits[row, j0 + 3] = fourth_sum
 
 
 _margin_mass_parallel = thread_driver(_margin_mass_worker)
 
 
-def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None,
+                floor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The top token of every row under Θ and the attention mass on its copies.
 
     Parameters
@@ -140,22 +187,34 @@ def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None
     rows : sorted indices into X, optional
         Only those sequences, read where they lie (outputs indexed by
         position in ``rows``); default every sequence.
+    floor : float in (0, 1), optional
+        Compute the mass only where it may reach ``floor``.  With c copies
+        of x_{j*} and a distinct token j at logit gap g below the peak,
+        mass = c / Σ_j e^{−g_j} ≤ k / (k + e^{−g}), so a gap below
+        γ = log(floor / ((1 − floor) k)) puts the mass below ``floor``; rows
+        with a gap below γ − 10⁻⁶ (a margin far beyond the logits' rounding)
+        get NaN, and the others their mass.  The margin pass sets it to
+        1 − η: most rows then stop before their k exponentials.
 
     Returns
     -------
-    top : (n, k) int64 — j*, the token of largest weight in softmax(x_ℓᵀ Θ Xᵀ)
-        (the first of equal weights).
-    mass : (n, k) — the weight of the tokens identical to x_{j*}.
+    top : (n, k) int64 — j*, the token of largest logit in x_ℓᵀ Θ Xᵀ, hence of
+        largest weight in softmax(x_ℓᵀ Θ Xᵀ) (the first of equal logits).
+    mass : (n, k) — the weight of the tokens identical to x_{j*} (NaN where
+        it is below ``floor``, when given).
     """
     _, k, d = X.shape
     rows = stream_rows(rows, X.shape[0])
     n = len(rows)
     top = np.empty((n, k), dtype=np.int64)
     mass = np.empty((n, k))
+    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
     X = np.ascontiguousarray(X, dtype=np.float64)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
-    DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, rows, theta,
-                 sign_tables(theta), chunk_count(n), new_counter(), top, mass)
+    floor_gap = -math.inf if floor is None else math.log(floor / ((1.0 - floor) * k)) - _GAP_SLACK
+    forms = bilinear_tables(theta) if code_groups(d) <= BILINEAR_GROUPS else np.empty((0, 0, 0, 0))
+    DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, codes, rows,
+                 theta, sign_tables(theta), forms, floor_gap, chunk_count(n), new_counter(), top, mass)
     return top, mass
 
 
@@ -181,8 +240,8 @@ def margin_rows(source, theta: np.ndarray, eta: float, max_rows: int) -> MarginR
 def _margin_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, theta: np.ndarray, eta: float,
                   limit: int) -> MarginRows:
     """The first ``limit`` margin rows of one block's ``rows`` (:func:`margin_rows`); ``scanned`` counts all."""
-    top, mass = margin_mass(X, theta, rows)
-    positions, query = np.nonzero(mass >= 1.0 - eta)
+    top, mass = margin_mass(X, theta, rows, floor=1.0 - eta)
+    positions, query = np.nonzero(mass >= 1.0 - eta)  # NaN (below the floor) compares False
     positions, query = positions[:limit], query[:limit]
     samples = positions if rows is None else rows[positions]
     return MarginRows(tokens=X[samples], query=query.astype(np.int64), top=top[positions, query].astype(np.int64),

@@ -1,18 +1,30 @@
-"""x M for a token x in {−1, +1}^d by table look-ups: the kernels of phases 2 and 3 on Boolean inputs.
+"""Products of Boolean tokens with a d × d matrix by table look-ups: the kernels of phases 2 and 3.
 
 The decoder of phase 2 (:func:`~mhalearn.learners.chen_li.phase2_sculpt.decode_patterns`,
 x_j Ŵ_Σ for every token) and the margin pass of phase 3
-(:func:`~mhalearn.learners.chen_li.phase3_refine_sum.margin_mass`, x_ℓ Θ for
-every row) multiply every token of every sequence by one d × d matrix M:
-d² multiply-adds a token, the largest share of a pass.  On the Boolean
-inputs the paper learns from, x M is a signed sum of M's rows, so the
-entries of x are cut into groups of :data:`BITS` and each group's 2^BITS
-signed sums of its rows of M are tabled once per call
-(:func:`sign_tables`): x M is then ⌈d / BITS⌉ table rows added
-(:func:`token_times`), a sixth of the work at d = 12.  A token with an entry
-other than ±1 is multiplied out instead, so the kernels serve any input; a
-token's product depends only on the token and M, so a pass and a later
-decoding of the rows it kept give the same bits.
+(:func:`~mhalearn.learners.chen_li.phase3_refine_sum.margin_mass`, the
+logits x_ℓ Θ x_jᵀ of every row) multiply every token of every sequence by
+one d × d matrix M: d² multiply-adds a token, the largest share of a pass.
+On the Boolean inputs the paper learns from, a token is named by its
+*codes*, one per group of :data:`BITS` entries (:func:`token_codes`: bit b
+set where the entry is +1), and
+
+- x M is a signed sum of M's rows: each group's 2^BITS signed sums of its
+  rows are tabled once per call (:func:`sign_tables`), and x M is
+  ⌈d / BITS⌉ table rows added (:func:`table_times`), a sixth of the work at
+  d = 12;
+- x M zᵀ is a signed sum of M's entries: each pair of groups' 2^BITS × 2^BITS
+  signed sums of its block of M are tabled once per call
+  (:func:`bilinear_tables`), and x M zᵀ is ⌈d / BITS⌉² table entries added
+  (:func:`bilinear_form`) instead of d² + d multiply-adds.  The tables take
+  32 KB per pair of groups, so they serve d ≤ 18 (:data:`BILINEAR_GROUPS`),
+  where they stay in a core's cache.
+
+Two Boolean tokens are equal exactly when their codes are.  A token with an
+entry other than ±1 has no codes and is multiplied out instead
+(:func:`matrix_times`), so the kernels serve any input; a token's product
+depends only on the token and M, so a pass and a later decoding of the rows
+it kept give the same bits.
 """
 
 from __future__ import annotations
@@ -20,8 +32,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..._numba import _float_to_bits
+
 #: Entries of a token per table: 2^6 rows of d entries a group (12 KB at d = 12, two groups).
 BITS = 6
+#: The most groups (⌈d / BITS⌉) for which the kernels use :func:`bilinear_tables`: 9 tables of 32 KB at
+#: d = 13–18.  Timed on one block of random ±1 sequences and random Θ (k = 4 and 8): the look-ups took half
+#: the time of the products at d = 10–12, 0.7–0.85× at d = 14–18, as long at d = 24 and longer beyond.
+BILINEAR_GROUPS = 3
+#: The bits of 1.0 shifted left by one: those of +1 and of −1 alike, their sign bit shifted out.
+_ONE_SHIFTED = np.int64(0x3FF0000000000000 << 1)
+
+
+@njit(cache=True)
+def code_groups(dim):
+    """⌈d / BITS⌉: the codes, and the tables of :func:`sign_tables`, of a token of dimension ``dim``."""
+    return (dim + BITS - 1) // BITS
 
 
 @njit(cache=True)
@@ -40,27 +66,104 @@ def sign_tables(matrix):
     return tables
 
 
+@njit(cache=True)
+def bilinear_tables(matrix):
+    """B[g, h, a, c] = s_aᵀ M[group g, group h] s_c, the signs s from codes a and c (as :func:`sign_tables`),
+    shape (⌈d / BITS⌉, ⌈d / BITS⌉, 2^BITS, 2^BITS): x M zᵀ = Σ_{g,h} B[g, h, code_g(x), code_h(z)]."""
+    d = matrix.shape[0]
+    groups = (d + BITS - 1) // BITS
+    rows = sign_tables(matrix)  # rows[g, a] = s_aᵀ M[group g, :]
+    tables = np.zeros((groups, groups, 1 << BITS, 1 << BITS))
+    for g in range(groups):
+        for a in range(1 << BITS):
+            for h in range(groups):
+                for c in range(1 << BITS):
+                    total = 0.0
+                    for b in range(min(BITS, d - BITS * h)):
+                        sign = 1.0 if (c >> b) & 1 else -1.0
+                        total += sign * rows[g, a, BITS * h + b]
+                    tables[g, h, a, c] = total
+    return tables
+
+
 @njit(inline="always", cache=True)
-def token_times(x, tables, matrix, out):
-    """out[:] = x M for one token ``x`` (d,): table rows when x is in {−1, +1}^d, multiply-adds otherwise."""
+def token_codes(x, codes):
+    """codes[g] = the code of ``x``'s entries BITS·g, BITS·g + 1, … (bit b set where the entry is +1);
+    returns whether x is in {−1, +1}^d, the case where the codes name x."""
     d = x.shape[0]
-    groups = tables.shape[0]
+    # Read from the entries' bits: ±1 are the two doubles whose bits, the sign shifted out, are
+    # _ONE_SHIFTED, and the sign bit is the code's bit.  A test and a conversion per entry cost
+    # as much again as the table look-ups they serve.
+    other = 0
+    for g in range(codes.shape[0]):
+        code = 0
+        for b in range(min(BITS, d - BITS * g)):
+            bits = _float_to_bits(x[BITS * g + b])
+            other |= (bits << 1) ^ _ONE_SHIFTED
+            code |= np.int64(bits >= 0) << b
+        codes[g] = code
+    return other == 0
+
+
+@njit(inline="always", cache=True)
+def sequence_codes(x, codes):
+    """:func:`token_codes` of every token of ``x`` (k, d) into ``codes`` (k, groups); whether all are Boolean."""
     boolean = True
-    for a in range(d):
-        boolean &= (x[a] == 1.0) | (x[a] == -1.0)
-    if boolean:
-        for g in range(groups):
-            code = 0
-            for b in range(min(BITS, d - BITS * g)):
-                code |= np.int64(x[BITS * g + b] > 0.0) << b
-            if g == 0:
-                for e in range(out.shape[0]):
-                    out[e] = tables[0, code, e]
-            else:
-                for e in range(out.shape[0]):
-                    out[e] += tables[g, code, e]
+    for j in range(x.shape[0]):
+        boolean &= token_codes(x[j], codes[j])
+    return boolean
+
+
+@njit(cache=True)
+def block_codes(X, codes):
+    """:func:`sequence_codes` of every sequence of X (n, k, d) into ``codes`` (n, k, groups) of one byte
+    each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void)."""
+    scratch = np.empty((X.shape[1], codes.shape[2]), dtype=np.int64)
+    boolean = True
+    for s in range(X.shape[0]):
+        boolean &= sequence_codes(X[s], scratch)
+        for j in range(X.shape[1]):
+            for g in range(codes.shape[2]):
+                codes[s, j, g] = scratch[j, g]
+    return boolean
+
+
+@njit(inline="always", cache=True)
+def table_times(tables, codes, out):
+    """out[:] = x M for the Boolean token x of these ``codes``, from ``tables`` = :func:`sign_tables` (M)."""
+    code = codes[0]
+    for e in range(out.shape[0]):
+        out[e] = tables[0, code, e]
+    for g in range(1, tables.shape[0]):
+        code = codes[g]
+        for e in range(out.shape[0]):
+            out[e] += tables[g, code, e]
+
+
+@njit(inline="always", cache=True)
+def bilinear_form(tables, codes_x, codes_z):
+    """x M zᵀ for the Boolean tokens of these codes, from ``tables`` = :func:`bilinear_tables` (M)."""
+    total = 0.0
+    for g in range(tables.shape[0]):
+        for h in range(tables.shape[1]):
+            total += tables[g, h, codes_x[g], codes_z[h]]
+    return total
+
+
+@njit(inline="always", cache=True)
+def matrix_times(x, matrix, out):
+    """out[:] = x M by multiply-adds (a token that is not Boolean)."""
+    out[:] = 0.0
+    for a in range(x.shape[0]):
+        for e in range(out.shape[0]):
+            out[e] += x[a] * matrix[a, e]
+
+
+@njit(inline="always", cache=True)
+def token_times(x, codes, tables, matrix, out):
+    """out[:] = x M for one token ``x``: table rows (``tables`` = :func:`sign_tables` (M)) when x is Boolean,
+    multiply-adds otherwise; ``codes`` is scratch for its codes."""
+    if token_codes(x, codes):
+        table_times(tables, codes, out)
     else:
-        out[:] = 0.0
-        for a in range(d):
-            for e in range(out.shape[0]):
-                out[e] += x[a] * matrix[a, e]
+        matrix_times(x, matrix, out)
