@@ -128,3 +128,25 @@ def test_margin_mass_floor_skips_only_rows_below_it(rng, dim):
     expected_top, expected_mass = _margin_mass_reference(X, theta)
     np.testing.assert_array_equal(top, expected_top)
     np.testing.assert_allclose(mass, expected_mass, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("dim", [7, 12, 19])  # one group and a half, two, four (no bilinear tables)
+def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
+    from mhalearn.learners.chen_li.phase2_sculpt import decode_patterns, decoding_residuals
+    from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
+    from mhalearn.learners.streams import CodedTokens
+
+    X = mhalearn.boolean_inputs(2000, 4, dim, rng=rng)
+    X[:200, 3] = X[:200, 1]
+    Y = rng.standard_normal(X.shape)
+    codes = np.empty((2000, 4, code_groups(dim)), dtype=np.uint8)
+    assert block_codes(X, codes)
+    coded = CodedTokens(X, codes)
+    theta, w_sum = rng.standard_normal((dim, dim)) / np.sqrt(dim), rng.standard_normal((dim, dim))
+    rows = np.sort(rng.choice(2000, 700, replace=False))
+    for from_codes, from_tokens in [
+            (margin_mass(coded, theta, rows, floor=0.9), margin_mass(X, theta, rows, floor=0.9)),
+            (decoding_residuals(coded, Y, w_sum, rows), decoding_residuals(X, Y, w_sum, rows)),
+            (decode_patterns(coded, Y, w_sum), decode_patterns(X, Y, w_sum))]:
+        for one, other in zip(from_codes, from_tokens):
+            np.testing.assert_array_equal(one, other)

@@ -61,7 +61,9 @@ class SculptLearner(SpanSearchLearner):
     NumPy arrays, Dask's chunks otherwise) are held out at random; phases 1–4
     pass over the training sequences block by block, wherever the active
     Dask scheduler runs the blocks (on NumPy arrays in place, without a
-    copy); phases 5–6 use the first 10⁵ training and 2·10⁴ held-out
+    copy, keeping only the codes of Boolean tokens: one byte per token and
+    six entries, 2 % of X and Y at d = 12); phases 5–6 use the first 10⁵
+    training and 2·10⁴ held-out
     sequences of that split
     (:data:`~mhalearn.learners.dask_data.SAMPLE_TRAINING`,
     :data:`~mhalearn.learners.dask_data.SAMPLE_VALIDATION`).

@@ -277,7 +277,8 @@ class CodedTokens:
         return len(self.tokens)
 
     def __array__(self, dtype=None, copy=None):
-        return self.tokens if dtype is None else self.tokens.astype(dtype, copy=False)
+        tokens = self.tokens if dtype is None else self.tokens.astype(dtype, copy=False)
+        return tokens.copy() if copy and tokens is self.tokens else tokens
 
     def __getitem__(self, index) -> np.ndarray:
         return self.tokens[index]
