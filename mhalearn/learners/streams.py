@@ -10,8 +10,9 @@ again).  They read the examples through a *source*: an object with
   block order.  ``rows`` is None when every sequence of the block belongs to
   the stream, or the sorted indices of those that do: a training split held
   in place, which the kernels read where the rows lie rather than copy.
-  ``Y`` is an array or a :class:`ScaledLabels` (labels divided as they are
-  read: ``np.asarray(Y)``, ``Y[index]`` and ``Y.shape`` as for an array).
+  ``X`` is an array or a :class:`CodedTokens` (Boolean tokens with their
+  codes), ``Y`` an array or a :class:`ScaledLabels` (labels divided as they
+  are read): ``np.asarray``, indexing and ``shape`` as for an array.
   Every pass is such a map followed by a reduction of the
   results, on the caller and in block order, so ``func`` returns a small
   summary (normal equations, the rows a block accepts) and a pass gives the
@@ -73,7 +74,7 @@ class BlockSource:
         """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""
         for index in range(self.block_count):
             X, Y, rows = self._block(index)
-            yield (X, np.asarray(Y)) if rows is None else (X[rows], Y[rows])
+            yield (np.asarray(X), np.asarray(Y)) if rows is None else (X[rows], Y[rows])
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """``[func(X, Y, rows, *args) for every block]`` in block order (``index`` last if ``indexed``).

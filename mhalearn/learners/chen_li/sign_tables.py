@@ -22,8 +22,10 @@ set where the entry is +1), and
 
 Two Boolean tokens are equal exactly when their codes are.  A token with an
 entry other than ±1 has no codes and is multiplied out instead
-(:func:`matrix_times`), so the kernels serve any input; a token's product
-depends only on the token and M, so a pass and a later decoding of the rows
+(:func:`matrix_times`), so the kernels serve any input (the margin kernel
+multiplies out every token of a sequence that holds one).  What a kernel
+computes for a sequence depends only on the sequence and M, whether its
+codes were kept or coded anew, so a pass and a later decoding of the rows
 it kept give the same bits.
 """
 
@@ -37,8 +39,9 @@ from ..._numba import _float_to_bits
 #: Entries of a token per table: 2^6 rows of d entries a group (12 KB at d = 12, two groups).
 BITS = 6
 #: The most groups (⌈d / BITS⌉) for which the kernels use :func:`bilinear_tables`: 9 tables of 32 KB at
-#: d = 13–18.  Timed on one block of random ±1 sequences and random Θ (k = 4 and 8): the look-ups took half
-#: the time of the products at d = 10–12, 0.7–0.85× at d = 14–18, as long at d = 24 and longer beyond.
+#: d = 13–18.  Timed on one block of random ±1 sequences and random Θ (k = 4 and 8, the margin kernel with its
+#: floor): the look-ups took 0.64–0.73× the time of the products at d = 10–12, 0.73–0.85× at d = 14–18,
+#: 0.86–1.03× at d = 24 and longer beyond.
 BILINEAR_GROUPS = 3
 #: The bits of 1.0 shifted left by one: those of +1 and of −1 alike, their sign bit shifted out.
 _ONE_SHIFTED = np.int64(0x3FF0000000000000 << 1)
