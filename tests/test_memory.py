@@ -153,3 +153,30 @@ def test_sculpt_learner_refuses_a_moment_route_over_budget_before_any_phase(budg
         mhalearn.SculptLearner(2, span_route=span_route).fit(X, X, callback=lambda *event: seen.append(event))
     assert seen == []
     mhalearn.SculptLearner(2, span_route=span_route)._check_shape(50, 4, 12)  # 73 MiB at d = 12: within the budget
+
+
+def test_sculpt_learner_keeps_the_tokens_codes_only_within_the_budget_and_fits_the_same_bits(budget):
+    # The codes spare later passes reading X; without them (data and codes over the budget) every pass
+    # codes its blocks anew, and the fit is the same to the bit.
+    from mhalearn.learners import base
+
+    teacher = mhalearn.sample_teacher(2, 6, rng=np.random.default_rng(4))
+    X = mhalearn.boolean_inputs(20_000, 3, 6, rng=np.random.default_rng(5))  # X and Y over the moment route's 3.4 MiB
+    Y = teacher.predict(X)
+    kept = []
+    original = base.ArraySource
+
+    def recording(*args, **kwargs):
+        source = original(*args, **kwargs)
+        kept.append(source._codes is not None)
+        return source
+
+    budget.setattr(base, "ArraySource", recording)
+    models = []
+    for limit in (None, X.nbytes + Y.nbytes):  # the default budget, then one the codes do not fit in
+        set_memory_budget(limit)
+        learner = mhalearn.SculptLearner(2, random_state=0, max_candidates=500, refine="none").fit(X, Y)
+        models.append(learner.model_)
+    assert kept == [True, False]
+    np.testing.assert_array_equal(models[0].thetas, models[1].thetas)
+    np.testing.assert_array_equal(models[0].ws, models[1].ws)

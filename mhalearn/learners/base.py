@@ -9,6 +9,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
+from .._memory import get_memory_budget
 from .._validation import (
     as_generator,
     check_boolean,
@@ -28,6 +29,7 @@ from .dask_data import (
 )
 from .streams import BLOCK_SIZE, ArraySource, DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
+from .chen_li.sign_tables import code_groups
 from .report import FitStart, Notifier, ZeroLabelsReport
 
 
@@ -135,8 +137,12 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             # every block where they lie (no copy of the training set), and phases 5–6 see the first
             # training and held-out sequences of the split, as on a Dask dataset.
             held_out = [self._validation_size(size) for size in block_sizes(n)]
+            # The tokens' codes (one byte per token and six entries, 2 % of X and Y at d = 12) are kept
+            # when they fit the memory budget along with the data; otherwise every pass codes anew.
+            budget = get_memory_budget()
+            keep_codes = boolean and (budget is None or X.nbytes + Y.nbytes + n * k * code_groups(d) <= budget)
             source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng),
-                                 boolean=boolean)
+                                 boolean=keep_codes)
             # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
             bounds = certificate_bounds(X, Y, x_scale, y_scale, boolean=boolean)
             self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]

@@ -61,8 +61,9 @@ class SculptLearner(SpanSearchLearner):
     NumPy arrays, Dask's chunks otherwise) are held out at random; phases 1–4
     pass over the training sequences block by block, wherever the active
     Dask scheduler runs the blocks (on NumPy arrays in place, without a
-    copy, keeping only the codes of Boolean tokens: one byte per token and
-    six entries, 2 % of X and Y at d = 12); phases 5–6 use the first 10⁵
+    copy, keeping only the codes of Boolean tokens — one byte per token and
+    six entries, 2 % of X and Y at d = 12 — when they fit the memory budget
+    with the data); phases 5–6 use the first 10⁵
     training and 2·10⁴ held-out
     sequences of that split
     (:data:`~mhalearn.learners.dask_data.SAMPLE_TRAINING`,
