@@ -9,7 +9,6 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
-from .._memory import get_memory_budget
 from .._validation import (
     as_generator,
     check_boolean,
@@ -29,7 +28,6 @@ from .dask_data import (
 )
 from .streams import BLOCK_SIZE, ArraySource, DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
-from .chen_li.sign_tables import code_groups
 from .report import FitStart, Notifier, ZeroLabelsReport
 
 
@@ -124,10 +122,13 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         units = FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale, y_scale=y_scale)
         notify("start", units)
         rng = as_generator(self.random_state)
+        # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
         if lazy:
-            # The held-out certificate's assumptions (phase 6), in standardised units.
-            self.label_bound_ = statistics.label_norm / y_scale
-            self.token_norm_ = statistics.token_norm / x_scale
+            self.label_bound_, self.token_norm_ = statistics.label_norm / y_scale, statistics.token_norm / x_scale
+        else:
+            bounds = certificate_bounds(X, Y, x_scale, y_scale, boolean=boolean)
+            self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
+        if lazy:
             held_out = [self._validation_size(size) for size in X.chunks[0]]
             X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, draw_seed(rng))
             data = (*in_memory_sample(X_train, Y_train, X_val, Y_val), rng, notify)
@@ -137,15 +138,8 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             # every block where they lie (no copy of the training set), and phases 5–6 see the first
             # training and held-out sequences of the split, as on a Dask dataset.
             held_out = [self._validation_size(size) for size in block_sizes(n)]
-            # The tokens' codes (one byte per token and six entries, 2 % of X and Y at d = 12) are kept
-            # when they fit the memory budget along with the data; otherwise every pass codes anew.
-            budget = get_memory_budget()
-            keep_codes = boolean and (budget is None or X.nbytes + Y.nbytes + n * k * code_groups(d) <= budget)
             source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng),
-                                 boolean=keep_codes)
-            # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
-            bounds = certificate_bounds(X, Y, x_scale, y_scale, boolean=boolean)
-            self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
+                                 boolean=boolean)
             data = (*source.head(SAMPLE_TRAINING), *source.held_out_head(SAMPLE_VALIDATION), rng, notify)
             extra = {"source": source}
         else:
@@ -154,11 +148,6 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             val, train = order[:n_val], order[n_val:]
             X_train, X_val = standardised_rows(X, train, x_scale), standardised_rows(X, val, x_scale)
             Y_train, Y_val = standardised_rows(Y, train, y_scale), standardised_rows(Y, val, y_scale)
-            # The held-out certificate's assumptions (phase 6), in standardised units: the largest
-            # norms over both parts are those over every example.
-            bounds = [certificate_bounds(X_train, Y_train), certificate_bounds(X_val, Y_val)]
-            self.label_bound_ = max(part["label_bound"] for part in bounds)
-            self.token_norm_ = max(part["token_norm"] for part in bounds)
             data, extra = (X_train, Y_train, X_val, Y_val, rng, notify), {}
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower

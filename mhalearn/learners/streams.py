@@ -38,10 +38,12 @@ active (threads, processes or a ``distributed.Client``).
 
 from __future__ import annotations
 
+import math
 from typing import Iterator
 
 import numpy as np
 
+from .._memory import get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
 from ..attention.data import labelled_block
@@ -108,15 +110,20 @@ class BlockSource:
 
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``samples`` sequences (fewer when the source is shorter), in memory."""
-        parts, total = [], 0
-        for X, Y in self.blocks():
-            parts.append((X, Y))
-            total += X.shape[0]
-            if total >= samples:
-                break
-        X = np.concatenate([part[0] for part in parts])[:samples]
-        Y = np.concatenate([part[1] for part in parts])[:samples]
-        return X, Y
+        return first_sequences(self.blocks(), samples)
+
+
+def first_sequences(parts: Iterator[tuple[np.ndarray, np.ndarray]], samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``samples`` sequences of the parts ``(X, Y)`` in order (fewer when they hold fewer),
+    concatenated; parts past the one that completes them are not read."""
+    taken, total = [], 0
+    for X, Y in parts:
+        taken.append((X, Y))
+        total += X.shape[0]
+        if total >= samples:
+            break
+    return (np.concatenate([part[0] for part in taken])[:samples],
+            np.concatenate([part[1] for part in taken])[:samples])
 
 
 def run_block(func, X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, args: tuple, index: int | None):
@@ -151,7 +158,9 @@ class ArraySource(BlockSource):
     codes of X's tokens, one byte per token and group of six entries (8 bytes
     a sequence at d = 12, k = 4: 2 % of X and Y), coded on the first pass, so
     that the kernels of later passes read them instead of X
-    (:class:`CodedTokens`).
+    (:class:`CodedTokens`) — when X, Y and the codes fit the memory budget
+    (:func:`mhalearn.set_memory_budget`); otherwise every pass codes its
+    blocks anew, to the same bits.
     """
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE, *,
@@ -171,9 +180,12 @@ class ArraySource(BlockSource):
         if boolean and self.scales[0] == 1.0:
             from .chen_li.sign_tables import code_groups  # here: the chen_li package imports this module
 
-            # Filled a block at a time, on the first pass that reads it (pages untouched until then).
-            self._codes = np.empty((total, self.length, code_groups(self.dim)), dtype=np.uint8)
-            self._coded = np.zeros(self.block_count, dtype=bool)
+            shape = (total, self.length, code_groups(self.dim))
+            budget = get_memory_budget()
+            if budget is None or X.nbytes + Y.nbytes + math.prod(shape) <= budget:
+                # Filled a block at a time, on the first pass that reads it (pages untouched until then).
+                self._codes = np.empty(shape, dtype=np.uint8)
+                self._coded = np.zeros(self.block_count, dtype=bool)
 
     def _sequences(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Block ``index`` of X, Y in the source's units: views, a scaled copy of X when its scale is not
@@ -219,17 +231,14 @@ class ArraySource(BlockSource):
         """The first ``samples`` held-out sequences (fewer when there are fewer), in block order, in memory."""
         if self.held_out is None:
             raise ValueError("held_out_head: this source holds nothing out")
-        parts, total = [], 0
+        return first_sequences(self._held_out_parts(), samples)
+
+    def _held_out_parts(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every block's held-out sequences, in block order."""
         for index in range(self.block_count):
-            if total >= samples:
-                break
             X, Y = self._sequences(index)
             mask = self._held_out(index)
-            parts.append((X[mask], Y[mask]))
-            total += len(parts[-1][0])
-        X = np.concatenate([part[0] for part in parts])[:samples]
-        Y = np.concatenate([part[1] for part in parts])[:samples]
-        return X, Y
+            yield X[mask], Y[mask]
 
     def fingerprint(self) -> str:
         """A hash of the examples, their blocks, units and split (reads every byte once: ~2 GB/s)."""
@@ -238,7 +247,18 @@ class ArraySource(BlockSource):
         return tokenize(self.X, self.Y, self.block_size, self.scales, self.held_out, self.seed)
 
 
-class ScaledLabels:
+class _BlockView:
+    """What :class:`ScaledLabels` and :class:`CodedTokens` share: the ``shape``, ``dtype``, ``ndim`` and
+    length of the block they wrap, so that a block function reads them as an array."""
+
+    def __init__(self, block: np.ndarray):
+        self.shape, self.dtype, self.ndim = block.shape, block.dtype, block.ndim
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+class ScaledLabels(_BlockView):
     """A block of labels Y / ``scale``, divided as it is read: ``np.asarray`` gives the whole block, and
     indexing the entries indexed (the bits of ``(Y / scale)[index]``).
 
@@ -247,11 +267,8 @@ class ScaledLabels:
     """
 
     def __init__(self, labels: np.ndarray, scale: float):
+        super().__init__(labels)
         self.labels, self.scale = labels, scale
-        self.shape, self.dtype, self.ndim = labels.shape, labels.dtype, labels.ndim
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
     def __array__(self, dtype=None, copy=None):
         scaled = self.labels / self.scale
@@ -261,7 +278,7 @@ class ScaledLabels:
         return self.labels[index] / self.scale
 
 
-class CodedTokens:
+class CodedTokens(_BlockView):
     """A block of Boolean sequences X with their tokens' codes
     (:func:`~mhalearn.learners.chen_li.sign_tables.token_codes`), shape (n, k, ⌈d / 6⌉), one byte each.
 
@@ -271,11 +288,8 @@ class CodedTokens:
     """
 
     def __init__(self, tokens: np.ndarray, codes: np.ndarray):
+        super().__init__(tokens)
         self.tokens, self.codes = tokens, codes
-        self.shape, self.dtype, self.ndim = tokens.shape, tokens.dtype, tokens.ndim
-
-    def __len__(self) -> int:
-        return len(self.tokens)
 
     def __array__(self, dtype=None, copy=None):
         tokens = self.tokens if dtype is None else self.tokens.astype(dtype, copy=False)

@@ -121,13 +121,9 @@ def sequence_codes(x, codes):
 def block_codes(X, codes):
     """:func:`sequence_codes` of every sequence of X (n, k, d) into ``codes`` (n, k, groups) of one byte
     each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void)."""
-    scratch = np.empty((X.shape[1], codes.shape[2]), dtype=np.int64)
     boolean = True
     for s in range(X.shape[0]):
-        boolean &= sequence_codes(X[s], scratch)
-        for j in range(X.shape[1]):
-            for g in range(codes.shape[2]):
-                codes[s, j, g] = scratch[j, g]
+        boolean &= sequence_codes(X[s], codes[s])
     return boolean
 
 
