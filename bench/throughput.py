@@ -21,7 +21,8 @@ the phases" is the fit's wall time minus the phases').
 ``--kernels`` also times, on one block of 65 536 sequences of the data, a
 pass of each kernel the passes run (the decoder's residuals under
 Ŵ_Σ = Σ_i W_i, on the tokens and on their codes as the learner's source
-keeps them; the margin kernel under Θ̄ = the heads' mean, for every row's
+keeps them, and of one row per sequence, as our refit decodes its pool:
+what a sequence costs whatever its rows, and what a row adds; the margin kernel under Θ̄ = the heads' mean, for every row's
 mass, for the mass above the margin pass's floor 1 − η, and from the
 codes; coding the tokens; phase 1's token sums), in µs per sequence and
 against the blockwise labelling of the block.
@@ -79,8 +80,10 @@ def kernel_costs(X, Y, teacher, repeats: int = 5) -> dict:
     block_codes(X, codes)
     coded = CodedTokens(X, codes)  # a block as SculptLearner's source hands it over, with its tokens' codes
     floor = 1.0 - SculptLearner(HEADS).eta  # the margin pass's
+    first_labels = np.ascontiguousarray(Y[:, :1])  # one row per sequence, as our refit's pool decodes them
     passes = {"decoder (residuals, one pass)": lambda: decoding_residuals(X, Y, w_sum, rows),
               "  from the tokens' codes": lambda: decoding_residuals(coded, Y, w_sum, rows),
+              "  one row per sequence": lambda: decoding_residuals(coded, first_labels, w_sum, rows),
               "margin kernel (one pass)": lambda: margin_mass(X, theta_bar, rows),
               "  mass only above 1 − η": lambda: margin_mass(X, theta_bar, rows, floor=floor),
               "  and from the codes": lambda: margin_mass(coded, theta_bar, rows, floor=floor),

@@ -150,3 +150,64 @@ def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
             (decode_patterns(coded, Y, w_sum), decode_patterns(X, Y, w_sum))]:
         for one, other in zip(from_codes, from_tokens):
             np.testing.assert_array_equal(one, other)
+
+
+def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):
+    """The decoder's k = 4 case unrolls cholesky_in_place and _cholesky_solve of size 3: the same bits."""
+    from numba import njit
+
+    from mhalearn.learners.chen_li.cholesky import cholesky_in_place
+    from mhalearn.learners.chen_li.phase2_sculpt import (_CHOLESKY_FLOOR, _cholesky_solve, _cholesky_three,
+                                                         _solve_three)
+
+    @njit
+    def unrolled(gram, rhs):
+        factor, inverse = np.zeros((3, 3)), np.zeros(3)
+        healthy = _cholesky_three(gram[0, 0], gram[1, 0], gram[1, 1], gram[2, 0], gram[2, 1], gram[2, 2], factor,
+                                  inverse)
+        solution = _solve_three(factor[1, 0], factor[2, 0], factor[2, 1], inverse[0], inverse[1], inverse[2],
+                                rhs[0], rhs[1], rhs[2])
+        return healthy, factor, inverse, np.array(solution)
+
+    @njit
+    def looped(gram, rhs):
+        factor, inverse, solution = gram.copy(), np.zeros(3), np.zeros(3)
+        healthy = cholesky_in_place(factor, 3, _CHOLESKY_FLOOR)
+        if healthy:
+            for u in range(3):
+                inverse[u] = 1.0 / factor[u, u]
+            _cholesky_solve(factor, inverse, 3, rhs, solution)
+        return healthy, factor, inverse, solution
+
+    checked = {True: 0, False: 0}
+    for trial in range(400):
+        D = rng.standard_normal((3, 12)) * rng.choice([1e-3, 1.0, 1e3])
+        if trial % 4 == 0:  # rank-deficient or nearly so: the factorisation must refuse alike
+            D[2] = D[0] * rng.choice([1.0, -2.0]) + (0.0 if trial % 8 == 0 else 1e-9) * D[1]
+        gram, rhs = D @ D.T, rng.standard_normal(3)
+        healthy, factor, inverse, solution = unrolled(gram, rhs)
+        expected = looped(gram, rhs)
+        assert healthy == expected[0]
+        checked[healthy] += 1
+        if healthy:
+            lower = np.tril_indices(3)
+            np.testing.assert_array_equal(factor[lower], expected[1][lower])
+            np.testing.assert_array_equal(inverse, expected[2])
+            np.testing.assert_array_equal(solution, expected[3])
+    assert checked[True] > 200 and checked[False] > 20  # both outcomes were exercised
+
+
+def test_quantile_of_finite_is_numpys_quantile_bit_for_bit(rng):
+    from mhalearn.learners.chen_li.phase2_sculpt import _SAMPLE_STRIDE, quantile_of_finite
+
+    draws = [lambda n: rng.standard_normal(n) ** 2, lambda n: np.round(rng.random(n) * 5) / 5,  # ties
+             lambda n: np.exp(3 * rng.standard_normal(n)), lambda n: np.sort(rng.random(n))[::-1].copy()]
+    for trial in range(1200):
+        values = draws[trial % 4](int(rng.integers(1, 4000)))
+        q = float(rng.choice([0.0, 1.0, 0.5, 0.1, 0.01, 0.003, 1 / 3, rng.random()]))
+        result = quantile_of_finite(values.copy(), q)
+        assert type(result) is float and result == np.quantile(values, q), (len(values), q)
+    # A sample that misrepresents the values (every sampled value the smallest): all of them are searched.
+    values = rng.random(64 * _SAMPLE_STRIDE) + 1.0
+    values[::_SAMPLE_STRIDE] = 0.0
+    assert quantile_of_finite(values.copy(), 0.05) == np.quantile(values, 0.05)

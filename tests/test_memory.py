@@ -155,9 +155,10 @@ def test_sculpt_learner_refuses_a_moment_route_over_budget_before_any_phase(budg
     mhalearn.SculptLearner(2, span_route=span_route)._check_shape(50, 4, 12)  # 73 MiB at d = 12: within the budget
 
 
-def test_sculpt_learner_keeps_the_tokens_codes_only_within_the_budget_and_fits_the_same_bits(budget):
-    # The codes spare later passes reading X; without them (data and codes over the budget) every pass
-    # codes its blocks anew, and the fit is the same to the bit.
+def test_sculpt_learner_keeps_codes_and_training_rows_only_within_the_budget_and_fits_the_same_bits(budget):
+    # The codes spare later passes reading X, the training rows drawing each block's split again; without
+    # them (over the budget) every pass codes its blocks and draws their splits anew, and the fit is the
+    # same to the bit.
     from mhalearn.learners import base
 
     teacher = mhalearn.sample_teacher(2, 6, rng=np.random.default_rng(4))
@@ -168,15 +169,17 @@ def test_sculpt_learner_keeps_the_tokens_codes_only_within_the_budget_and_fits_t
 
     def recording(*args, **kwargs):
         source = original(*args, **kwargs)
-        kept.append(source._codes is not None)
+        kept.append((source._rows is not None, source._codes is not None))
         return source
 
     budget.setattr(base, "ArraySource", recording)
     models = []
-    for limit in (None, X.nbytes + Y.nbytes):  # the default budget, then one the codes do not fit in
+    # The default budget; one the rows (8 bytes a training sequence) fit in but not the codes; one neither does.
+    for limit in (None, X.nbytes + Y.nbytes + 8 * len(X), X.nbytes + Y.nbytes):
         set_memory_budget(limit)
         learner = mhalearn.SculptLearner(2, random_state=0, max_candidates=500, refine="none").fit(X, Y)
         models.append(learner.model_)
-    assert kept == [True, False]
-    np.testing.assert_array_equal(models[0].thetas, models[1].thetas)
-    np.testing.assert_array_equal(models[0].ws, models[1].ws)
+    assert kept == [(True, True), (True, False), (False, False)]
+    for model in models[1:]:
+        np.testing.assert_array_equal(models[0].thetas, model.thetas)
+        np.testing.assert_array_equal(models[0].ws, model.ws)

@@ -154,13 +154,15 @@ class ArraySource(BlockSource):
     read in place (``rows``), and :meth:`held_out_head` gives the first
     held-out ones.  This is the split a Dask dataset gets
     (:func:`~mhalearn.learners.dask_data.split_blocks`), without a copy of
-    the training set.  ``boolean`` (X's entries all ±1, unscaled) keeps the
+    the training set; each block's training rows are found on the first pass
+    that reads it and kept (8 bytes a sequence) when X, Y and they fit the
+    memory budget.  ``boolean`` (X's entries all ±1, unscaled) keeps the
     codes of X's tokens, one byte per token and group of six entries (8 bytes
     a sequence at d = 12, k = 4: 2 % of X and Y), coded on the first pass, so
     that the kernels of later passes read them instead of X
-    (:class:`CodedTokens`) — when X, Y and the codes fit the memory budget
-    (:func:`mhalearn.set_memory_budget`); otherwise every pass codes its
-    blocks anew, to the same bits.
+    (:class:`CodedTokens`) — when X, Y, the rows kept and the codes fit the
+    memory budget (:func:`mhalearn.set_memory_budget`); otherwise every pass
+    codes its blocks anew, to the same bits.
     """
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, block_size: int = BLOCK_SIZE, *,
@@ -176,13 +178,18 @@ class ArraySource(BlockSource):
                              f"{len(held_out)}")
         self.held_out, self.seed = held_out, seed
         self.samples = total - (0 if held_out is None else sum(held_out))
+        budget, kept = get_memory_budget(), X.nbytes + Y.nbytes
+        # Each block's training rows, found on the first pass that reads it and kept when they fit the
+        # budget (8 bytes a sequence): drawing a block's split anew costs a pass a few per cent of its time.
+        self._rows = None
+        if held_out is not None and (budget is None or kept + 8 * self.samples <= budget):
+            self._rows, kept = [None] * self.block_count, kept + 8 * self.samples
         self._codes = None
         if boolean and self.scales[0] == 1.0:
             from .chen_li.sign_tables import code_groups  # here: the chen_li package imports this module
 
             shape = (total, self.length, code_groups(self.dim))
-            budget = get_memory_budget()
-            if budget is None or X.nbytes + Y.nbytes + math.prod(shape) <= budget:
+            if budget is None or kept + math.prod(shape) <= budget:
                 # Filled a block at a time, on the first pass that reads it (pages untouched until then).
                 self._codes = np.empty(shape, dtype=np.uint8)
                 self._coded = np.zeros(self.block_count, dtype=bool)
@@ -218,7 +225,16 @@ class ArraySource(BlockSource):
 
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         X, Y = self._sequences(index)
-        return X, Y, None if self.held_out is None else np.flatnonzero(~self._held_out(index))
+        return X, Y, None if self.held_out is None else self._training_rows(index)
+
+    def _training_rows(self, index: int) -> np.ndarray:
+        """The sorted indices of block ``index``'s training sequences (those not held out)."""
+        if self._rows is not None and self._rows[index] is not None:
+            return self._rows[index]
+        rows = np.flatnonzero(~self._held_out(index))
+        if self._rows is not None:
+            self._rows[index] = rows
+        return rows
 
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``samples`` sequences of the stream (fewer when it is shorter); views when the

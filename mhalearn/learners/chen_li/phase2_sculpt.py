@@ -135,6 +135,47 @@ def _cholesky_solve(L, inverse, size, rhs, out):
         out[j] = value * inverse[j]
 
 
+@njit(inline="always", cache=True)
+def _cholesky_three(g00, g10, g11, g20, g21, g22, factor, inverse):
+    """cholesky_in_place of the 3 × 3 Gram matrix [[g00, g10, g20], [g10, g11, g21], [g20, g21, g22]] into
+    ``factor``'s lower triangle, and 1 / its diagonal into ``inverse``; whether it succeeded.
+
+    Its operations in its order, hence its bits, unrolled: the decoder's common case (k = 4 distinct
+    tokens), whose loops over three entries cost more than their arithmetic.
+    """
+    bound = _CHOLESKY_FLOOR * max(max(max(0.0, g00), g11), g22)
+    if g00 <= bound:
+        return False
+    l00 = np.sqrt(g00)
+    l10, l20 = g10 / l00, g20 / l00
+    pivot = g11 - l10 * l10
+    if pivot <= bound:
+        return False
+    l11 = np.sqrt(pivot)
+    l21 = (g21 - l20 * l10) / l11
+    pivot = g22 - l20 * l20 - l21 * l21
+    if pivot <= bound:
+        return False
+    l22 = np.sqrt(pivot)
+    factor[0, 0], factor[1, 1], factor[2, 2] = l00, l11, l22
+    factor[1, 0], factor[2, 0], factor[2, 1] = l10, l20, l21
+    inverse[0], inverse[1], inverse[2] = 1.0 / l00, 1.0 / l11, 1.0 / l22
+    return True
+
+
+@njit(inline="always", cache=True)
+def _solve_three(l10, l20, l21, i0, i1, i2, p0, p1, p2):
+    """:func:`_cholesky_solve` of size 3, unrolled: (L Lᵀ) c = p for L = [[·, 0, 0], [l10, ·, 0], [l20, l21, ·]]
+    with 1 / its diagonal (i0, i1, i2); its operations in its order, hence its bits."""
+    forward0 = p0 * i0
+    forward1 = (p1 - l10 * forward0) * i1
+    forward2 = (p2 - l20 * forward0 - l21 * forward1) * i2
+    c2 = forward2 * i2
+    c1 = (forward1 - l21 * c2) * i1
+    c0 = (forward0 - l10 * c1 - l20 * c2) * i0
+    return c0, c1, c2
+
+
 @njit(cache=True, nogil=True)
 def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, residuals, violations, patterns,
                             spreads):
@@ -194,8 +235,8 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
             # DDᵀ: its leading 3 × 3 block (all of it at k = 4) in one sweep with the six sums side
             # by side (see the rows below), any further entries one by one.
             paired = 3 if free >= 3 else 0
+            g00 = g10 = g11 = g20 = g21 = g22 = 0.0
             if paired:
-                g00 = g10 = g11 = g20 = g21 = g22 = 0.0
                 for e in range(d):
                     a, b, c = differences[0, e], differences[1, e], differences[2, e]
                     g00 += a * a
@@ -215,7 +256,14 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                         total += differences[u, e] * differences[v, e]
                     gram[u, v] = total
                     gram[v, u] = total
-            if free > 0 and not cholesky_in_place(gram, free, _CHOLESKY_FLOOR):
+            if free == 3:
+                healthy = _cholesky_three(g00, g10, g11, g20, g21, g22, gram, inverse)
+            else:
+                healthy = free == 0 or cholesky_in_place(gram, free, _CHOLESKY_FLOOR)
+                if healthy:
+                    for u in range(free):
+                        inverse[u] = 1.0 / gram[u, u]
+            if not healthy:
                 for row in range(labels):
                     residuals[out, row] = np.inf
                     violations[out, row] = np.inf
@@ -224,8 +272,6 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                             patterns[out, row, j] = np.nan
                             spreads[out, row, j] = np.inf
                 continue
-            for u in range(free):
-                inverse[u] = 1.0 / gram[u, u]
             # Variance of each â_u per unit label noise: diag of (DDᵀ)⁻¹ for the
             # free weights, 1ᵀ(DDᵀ)⁻¹1 for the reference weight 1 − Σ c_u.
             variance[:unique] = 0.0
@@ -278,17 +324,30 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                     for e in range(d):
                         total += differences[u, e] * (Y[s, row, e] - values[0, e])
                     projections[row, u] = total
+            # Three free weights (k = 4 distinct tokens, the common case): the factor and its inverse
+            # diagonal in registers, and every row's solve unrolled (_solve_three), as the weights'
+            # updates below are: the same operations in the same order as the loops, hence the same bits.
+            three = free == 3
+            l10, l20, l21 = gram[1, 0], gram[2, 0], gram[2, 1]  # (read only when three)
+            i0, i1, i2 = inverse[0], inverse[1], inverse[2]
             for row in range(labels):
                 projected = projections[row]
                 label_squared, offset_squared = label_squares[row], offset_squares[row]
-                if free > 0:
-                    _cholesky_solve(gram, inverse, free, projected, solution)
-                weights[0] = 1.0
-                explained = 0.0
-                for u in range(free):
-                    weights[u + 1] = solution[u]
-                    weights[0] -= solution[u]
-                    explained += solution[u] * projected[u]
+                if three:
+                    p0, p1, p2 = projected[0], projected[1], projected[2]
+                    c0, c1, c2 = _solve_three(l10, l20, l21, i0, i1, i2, p0, p1, p2)
+                    weights[0] = 1.0 - c0 - c1 - c2
+                    weights[1], weights[2], weights[3] = c0, c1, c2
+                    explained = 0.0 + c0 * p0 + c1 * p1 + c2 * p2
+                else:
+                    if free > 0:
+                        _cholesky_solve(gram, inverse, free, projected, solution)
+                    weights[0] = 1.0
+                    explained = 0.0
+                    for u in range(free):
+                        weights[u + 1] = solution[u]
+                        weights[0] -= solution[u]
+                        explained += solution[u] * projected[u]
                 # ‖y − v_0‖² − ‖its projection‖² is the squared residual (Pythagoras) at a third of the
                 # cost; where it cancels to below _EXPLICIT_BELOW of ‖y − v_0‖² (the near-agreement rows,
                 # the ones that matter) it has lost digits, and the residual is formed explicitly.
@@ -453,7 +512,7 @@ class AgreementRows:
         """Rows within ``simplex_tol`` of the simplex whose relative residual is at
         most the ``quantile`` of those rows' residuals (capped by ``residual_tol``
         when both are given) or at most ``residual_tol``."""
-        return self.subset(_accepted(self.residual, self.violation, quantile, residual_tol, simplex_tol))
+        return self.subset(_accepted(self.residual, self.violation, quantile, residual_tol, simplex_tol)[0])
 
     def best(self, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
         """The ``count`` rows within ``simplex_tol`` of the simplex with the smallest relative residuals."""
@@ -492,18 +551,91 @@ def best_rows(residual: np.ndarray, violation: np.ndarray, count: int, simplex_t
     return usable[keep]
 
 
-def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> np.ndarray:
-    """Boolean mask of the acceptance rule shared by blocks and pools."""
+#: The sample of :func:`_adjacent_order_statistics`: every SAMPLE_STRIDE-th value.
+_SAMPLE_STRIDE = 64
+
+
+def quantile_of_finite(values: np.ndarray, q: float) -> float:
+    """``np.quantile(values, q)`` (its default, linear method), bit for bit, for finite ``values``; may reorder them.
+
+    NumPy partitions the whole array around four ranks (the two it
+    interpolates, the first and the last).  A pass's quantile is low (the
+    best share of a block), so the two order statistics are found among the
+    few values below a bound read off a sample (:func:`_adjacent_order_statistics`),
+    and interpolated with NumPy's own formula: a quarter to a half of the time.
+    """
+    count = len(values)
+    position = (count - 1) * q  # NumPy's virtual index, and its arithmetic below
+    rank = math.floor(position)
+    if count < 2 or position >= count - 1 or (rank + 2) * 8 > count:  # not a low quantile: NumPy's
+        return float(np.quantile(values, q, overwrite_input=True))
+    below, above = _adjacent_order_statistics(values, rank, _SAMPLE_STRIDE)
+    gamma = position - rank
+    difference = above - below
+    if gamma >= 0.5:
+        return float(above - difference * (1 - gamma))
+    return float(below + difference * gamma)
+
+
+@njit(cache=True)
+def _adjacent_order_statistics(values, rank, stride):
+    """The ``rank``-th and next smallest of ``values`` (finite; 0-based; rank + 2 ≤ their count).
+
+    Every ``stride``-th value is sorted, and the one a few standard
+    deviations past rank + 2 of the whole, scaled to the sample, bounds the
+    values searched; when fewer than rank + 2 lie below it (a sample that
+    happens to be unrepresentative), every value is searched.  Either way
+    the result is exact: the order statistics are those of all the values.
+    """
+    sample = np.sort(values[::stride])
+    expected = (rank + 2) / stride
+    bound = sample[min(int(expected + 3.0 * math.sqrt(expected)) + 8, sample.shape[0] - 1)]
+    low = values[values <= bound]
+    if low.shape[0] < rank + 2:
+        low = values.copy()
+    low = np.partition(low, rank)
+    following = np.inf
+    for value in low[rank + 1:]:
+        following = min(following, value)
+    return low[rank], following
+
+
+def _accepted(residual, violation, quantile, residual_tol, simplex_tol) -> tuple[np.ndarray, ...]:
+    """The entries that pass the acceptance rule shared by blocks and pools, as ``np.nonzero`` gives them.
+
+    Usable entries are within ``simplex_tol`` of the simplex with a finite
+    residual; of those, the ones with a residual at most the ``quantile`` of
+    the usable residuals (capped by ``residual_tol``) or at most ``residual_tol``.
+    """
     if quantile is None and residual_tol is None:
         raise ValueError("agreement rows: give a quantile, a residual_tol or both")
-    usable = (violation <= simplex_tol) & np.isfinite(residual)
-    if not np.any(usable):
-        return usable
-    # The gathered residuals are a fresh array: quantile may partition it in place (no second copy).
-    threshold = np.inf if quantile is None else float(np.quantile(residual[usable], quantile, overwrite_input=True))
+    flat_residual = np.ascontiguousarray(residual).reshape(-1)
+    flat_violation = np.ascontiguousarray(violation).reshape(-1)
+    threshold = np.inf
+    if quantile is not None:
+        usable = _entries_within(flat_residual, flat_violation, simplex_tol, np.inf)
+        if len(usable) == 0:
+            return np.nonzero(np.zeros(residual.shape, dtype=bool))
+        threshold = quantile_of_finite(flat_residual[usable], quantile)
     if residual_tol is not None:
         threshold = min(threshold, residual_tol)
-    return usable & (residual <= threshold)
+    return np.unravel_index(_entries_within(flat_residual, flat_violation, simplex_tol, threshold), residual.shape)
+
+
+@njit(cache=True)
+def _entries_within(residual, violation, simplex_tol, threshold):
+    """Ascending indices of the entries within ``simplex_tol`` of the simplex with a finite residual at most
+    ``threshold`` (one read of each array, no temporary masks)."""
+    count = 0
+    for at in range(residual.shape[0]):
+        count += (violation[at] <= simplex_tol) & np.isfinite(residual[at]) & (residual[at] <= threshold)
+    entries = np.empty(count, dtype=np.int64)
+    count = 0
+    for at in range(residual.shape[0]):
+        if (violation[at] <= simplex_tol) & np.isfinite(residual[at]) & (residual[at] <= threshold):
+            entries[count] = at
+            count += 1
+    return entries
 
 
 def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = None,
@@ -578,7 +710,7 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None, w_su
     ``scanned`` and ``found`` count the block's decoded and accepted rows.
     """
     residuals, violations = decoding_residuals(X, Y, w_sum, rows)
-    samples_kept, query = np.nonzero(_accepted(residuals, violations, quantile, residual_tol, simplex_tol))
+    samples_kept, query = _accepted(residuals, violations, quantile, residual_tol, simplex_tol)
     found = len(samples_kept)
     if share is not None:
         count = -(-share[0] * residuals.shape[0] // share[1])
