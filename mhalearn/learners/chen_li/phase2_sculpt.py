@@ -562,7 +562,8 @@ def quantile_of_finite(values: np.ndarray, q: float) -> float:
     interpolates, the first and the last).  A pass's quantile is low (the
     best share of a block), so the two order statistics are found among the
     few values below a bound read off a sample (:func:`_adjacent_order_statistics`),
-    and interpolated with NumPy's own formula: a quarter to a half of the time.
+    and interpolated with NumPy's own formula: on a block's 262 144 residuals,
+    half NumPy's time at a share of 0.1 and a sixth at 0.005.
     """
     count = len(values)
     position = (count - 1) * q  # NumPy's virtual index, and its arithmetic below
