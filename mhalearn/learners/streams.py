@@ -180,7 +180,7 @@ class ArraySource(BlockSource):
         self.samples = total - (0 if held_out is None else sum(held_out))
         budget, kept = get_memory_budget(), X.nbytes + Y.nbytes
         # Each block's training rows, found on the first pass that reads it and kept when they fit the
-        # budget (8 bytes a sequence): drawing a block's split anew costs a pass a few per cent of its time.
+        # budget (8 bytes a sequence): drawing a block's split anew costs a pass 1–2 % of its time.
         self._rows = None
         if held_out is not None and (budget is None or kept + 8 * self.samples <= budget):
             self._rows, kept = [None] * self.block_count, kept + 8 * self.samples
