@@ -328,8 +328,10 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
             # diagonal in registers, and every row's solve unrolled (_solve_three), as the weights'
             # updates below are: the same operations in the same order as the loops, hence the same bits.
             three = free == 3
-            l10, l20, l21 = gram[1, 0], gram[2, 0], gram[2, 1]  # (read only when three)
-            i0, i1, i2 = inverse[0], inverse[1], inverse[2]
+            l10 = l20 = l21 = i0 = i1 = i2 = 0.0
+            if three:  # (below three free weights, gram and inverse hold fewer entries than these)
+                l10, l20, l21 = gram[1, 0], gram[2, 0], gram[2, 1]
+                i0, i1, i2 = inverse[0], inverse[1], inverse[2]
             for row in range(labels):
                 projected = projections[row]
                 label_squared, offset_squared = label_squares[row], offset_squares[row]
