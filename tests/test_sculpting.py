@@ -72,6 +72,49 @@ def test_best_rows_under_a_new_estimate_are_those_of_a_full_redecoding():
         np.testing.assert_array_equal(getattr(chosen, name), getattr(expected, name))
 
 
+def test_a_residual_falls_by_at_most_the_bound_of_a_move_of_the_estimate(rng):
+    # The bound that lets best_under skip rows: within τ of the simplex under Ŵ', a row's relative residual
+    # is at least its residual under Ŵ less (1 + 2kτ)·max_j ‖x_j‖·‖Ŵ − Ŵ'‖₂ / ‖y‖.
+    teacher = mhalearn.sample_teacher(2, 7, rng=21)
+    X, Y = mhalearn.make_dataset(teacher, 3000, 4, rng=22)
+    X[:100] *= rng.uniform(0.5, 2.0, size=(100, 1, 1))  # tokens of other norms than √d
+    tol = 0.05
+    slack = (1 + 2 * 4 * tol) * np.linalg.norm(X, axis=2).max(axis=1)[:, None] / np.linalg.norm(Y, axis=2)
+    for scale in (0.3, 0.03, 0.003):
+        w_old = teacher.projection_sum + scale * rng.standard_normal((7, 7))
+        w_new = teacher.projection_sum + scale * rng.standard_normal((7, 7))
+        old, _ = agreement.decoding_residuals(X, Y, w_old)
+        new, violation = agreement.decoding_residuals(X, Y, w_new)
+        usable = (violation <= tol) & np.isfinite(old)
+        # The share of its bound by which each usable row's residual fell: at most 1, and near it on some
+        # row (a bound ten times too small would fail here).
+        fall = ((old - new) / (slack * np.linalg.norm(w_new - w_old, 2)))[usable]
+        assert usable.sum() > 1000 and 0.1 < fall.max() <= 1.0
+
+
+def test_best_rows_along_a_converging_refit_are_those_of_a_full_redecoding(rng):
+    # best_under decodes only the rows its bound cannot rule out: every call must still give the bits of a
+    # full redecoding, on a pool with identical and opposite tokens, a zero label and non-Boolean tokens,
+    # and later calls, under estimates that move less, decode fewer rows.
+    teacher = mhalearn.sample_teacher(2, 7, rng=23)
+    X, Y = mhalearn.make_dataset(teacher, 3000, 4, rng=24)
+    X[:30, 2] = X[:30, 0]
+    X[30:60, 1] = -X[30:60, 3]
+    X[60:70] *= 1.5
+    Y[70:75] = 0.0
+    pool = agreement.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum + 0.1 * rng.standard_normal(
+        (7, 7)), quantile=0.5, simplex_tol=0.2)
+    path = [teacher.projection_sum + 0.05 * 0.5 ** step * rng.standard_normal((7, 7)) for step in range(8)]
+    decoded = []
+    for w_sum in path:
+        expected = pool.redecode(w_sum).best(150, simplex_tol=0.02)
+        chosen = pool.best_under(w_sum, 150, simplex_tol=0.02)
+        for name in ("tokens", "query", "label", "pattern", "spread", "residual", "violation"):
+            np.testing.assert_array_equal(getattr(chosen, name), getattr(expected, name))
+        decoded.append(pool._redecoding.decoded)
+    assert decoded[0] == len(pool) and decoded[-1] < len(pool) // 2
+
+
 def test_decoding_is_exact_on_agreement_rows_and_splits_copies():
     # One head: every row is an agreement row, so the exact W_Σ decodes the
     # teacher's pattern with zero residual, and identical tokens share weight.

@@ -55,13 +55,15 @@ def _crude_block_summary(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None) 
 
     (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), d × d each.
     """
-    mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(Y), stream_rows(rows, len(X)))
+    # A ScaledLabels block's labels are divided in the sweep, as they are read (no copy of the block).
+    mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(getattr(Y, "labels", Y)),
+                                 stream_rows(rows, len(X)), float(getattr(Y, "scale", 1.0)))
     return X.shape[1] * mean.T @ mean, mean.T @ label_sum
 
 
 @njit(cache=True)
-def token_sums(X, Y, rows):
-    """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep.
+def token_sums(X, Y, rows, label_scale=1.0):
+    """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep, with y_ℓ = Y[ℓ] / ``label_scale``.
 
     NumPy's reductions over the middle axis of (n, k, d) cost five times
     this sweep, which adds each sequence's k rows in order.
@@ -75,7 +77,7 @@ def token_sums(X, Y, rows):
             for e in range(d):
                 mean[out, e] += X[s, j, e]
             for e in range(Y.shape[2]):
-                label_sum[out, e] += Y[s, j, e]
+                label_sum[out, e] += Y[s, j, e] / label_scale
         for e in range(d):
             mean[out, e] /= k
     return mean, label_sum

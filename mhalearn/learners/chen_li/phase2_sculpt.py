@@ -61,6 +61,10 @@ _CHOLESKY_FLOOR = 1e-12
 # A squared residual below this share of ‖y − v_0‖², found by subtraction, keeps fewer than 12 of its
 # 16 digits: it is recomputed from the fitted point (docs/benchmarks.md, "Throughput").
 _EXPLICIT_BELOW = 1e-4
+# The pool's bound on a residual under a new Ŵ_Σ is shrunk by this share for the decoder's rounding: its
+# residuals above 1 % of ‖y − v_0‖ (every one a bound can rule out) keep 6 digits while the 3 × 3 Gram
+# matrix's condition number is below 10⁶ (Boolean tokens and a Ŵ_Σ of condition ~10² stay far below).
+_BOUND_SLACK = 1e-6
 
 
 @njit(inline="always", cache=True)
@@ -177,8 +181,8 @@ def _solve_three(l10, l20, l21, i0, i1, i2, p0, p1, p2):
 
 
 @njit(cache=True, nogil=True)
-def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, residuals, violations, patterns,
-                            spreads):
+def _decode_patterns_worker(X, codes, Y, label_scale, rows, w_sum, tables, chunks, counter, residuals, violations,
+                            patterns, spreads):
     # ``patterns`` and ``spreads`` None: residuals and violations only (the acceptance test needs no
     # more; the rows it keeps are decoded in full afterwards, with the same arithmetic, hence the
     # same bits).  Numba compiles that case apart, with the branches on them pruned away: their code
@@ -186,6 +190,8 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
     # Output i decodes sequence rows[i]: a pass reads a block's training rows where they lie.
     # ``codes`` (n, k, groups): the codes of X's tokens, all Boolean, from the source, which
     # spare the loop coding them and reading X; None: coded here.
+    # Y / ``label_scale`` are the labels decoded, divided here as each sequence's are read, to the
+    # bits of NumPy's division: a block divided beforehand costs a pass twice as much, in a copy.
     n = rows.shape[0]
     k, d = X.shape[1], X.shape[2]
     labels = Y.shape[1]
@@ -210,10 +216,14 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
     weights = np.empty(k)
     inverse = np.empty(width)  # 1 / the Cholesky factor's diagonal
     share = np.empty(k)  # 1 / the copies of each distinct token
+    label = np.empty((labels, d))  # the sequence's labels, divided by label_scale
     chunk = next_chunk(counter)
     while chunk < chunks:
         for out in range(chunk * n // chunks, (chunk + 1) * n // chunks):
             s = rows[out]
+            for row in range(labels):
+                for e in range(d):
+                    label[row, e] = Y[s, row, e] / label_scale
             # Identical tokens get identical attention: decode over distinct tokens.
             if codes is not None:  # x_u Ŵ_Σ
                 unique = coded_token_products(codes[s], tables, group, first, values)
@@ -298,12 +308,12 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                 first_sum = second_sum = third_sum = 0.0
                 first_other = second_other = third_other = 0.0
                 for e in range(d):
-                    offset = Y[s, row, e] - values[0, e]
-                    offset_other = Y[s, other, e] - values[0, e]
+                    offset = label[row, e] - values[0, e]
+                    offset_other = label[other, e] - values[0, e]
                     offset_first += offset * offset
                     offset_second += offset_other * offset_other
-                    label_first += Y[s, row, e] ** 2
-                    label_second += Y[s, other, e] ** 2
+                    label_first += label[row, e] ** 2
+                    label_second += label[other, e] ** 2
                     if paired:
                         a, b, c = differences[0, e], differences[1, e], differences[2, e]
                         first_sum += a * offset
@@ -322,7 +332,7 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                 for u in range(paired, free):
                     total = 0.0
                     for e in range(d):
-                        total += differences[u, e] * (Y[s, row, e] - values[0, e])
+                        total += differences[u, e] * (label[row, e] - values[0, e])
                     projections[row, u] = total
             # Three free weights (k = 4 distinct tokens, the common case): the factor and its inverse
             # diagonal in registers, and every row's solve unrolled (_solve_three), as the weights'
@@ -360,7 +370,7 @@ def _decode_patterns_worker(X, codes, Y, rows, w_sum, tables, chunks, counter, r
                         fitted = 0.0
                         for u in range(unique):
                             fitted += weights[u] * values[u, e]
-                        squared += (fitted - Y[s, row, e]) ** 2
+                        squared += (fitted - label[row, e]) ** 2
                 residuals[out, row] = np.sqrt(squared / label_squared) if label_squared > 0.0 else np.inf
                 violation = 0.0
                 for u in range(unique):
@@ -427,13 +437,14 @@ def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
     codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
-    X, Y = np.ascontiguousarray(X), np.ascontiguousarray(Y)
+    label_scale = getattr(Y, "scale", 1.0)  # a ScaledLabels block: its labels are divided in the kernel
+    X, Y = np.ascontiguousarray(X), np.ascontiguousarray(getattr(Y, "labels", Y))
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, codes, Y, rows, w_sum, sign_tables(w_sum), chunks, new_counter(),
-                 residuals, violations, patterns, spreads)
+                 _decode_patterns_parallel, X, codes, Y, float(label_scale), rows, w_sum, sign_tables(w_sum), chunks,
+                 new_counter(), residuals, violations, patterns, spreads)
     return patterns, residuals, violations, spreads
 
 
@@ -468,6 +479,8 @@ class AgreementRows:
     found: int | None = None
     # The tokens' codes, coded on first use (None: not yet; False: a token is not Boolean).
     _codes: np.ndarray | bool | None = field(default=None, init=False, repr=False, compare=False)
+    # What best_under last decoded: each row's residual and the Ŵ_Σ's drift then (None: nothing yet).
+    _redecoding: "_Redecoding | None" = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.found is None:
@@ -499,14 +512,20 @@ class AgreementRows:
         return decoded_rows(self.tokens, self.query, self.label, w_sum, self.scanned)
 
     def best_under(self, w_sum: np.ndarray, count: int, *, simplex_tol: float = 0.02) -> "AgreementRows":
-        """``self.redecode(w_sum).best(count)``, bit for bit, with only the chosen rows decoded in full.
+        """``self.redecode(w_sum).best(count)``, bit for bit, with only the rows that can be chosen decoded.
 
         The ranking needs each row's residual and violation alone
-        (:func:`decoding_residuals`); the patterns and spreads are computed for
-        the ``count`` rows kept.
+        (:func:`decoding_residuals`), and only for the rows that a bound from
+        their last decoding does not rule out (:class:`_Redecoding`): called
+        again and again under a Ŵ_Σ that moves less and less, as our refit
+        does, it decodes a shrinking share of the rows.  The patterns and
+        spreads are computed for the ``count`` rows kept.
         """
-        residuals, violations = decoding_residuals(self.coded_tokens(), self.label[:, None, :], w_sum)
-        keep = best_rows(residuals[:, 0], violations[:, 0], count, simplex_tol)
+        if self._redecoding is None:
+            self._redecoding = _Redecoding(self, simplex_tol)
+        residuals, violations = self._redecoding.residuals_under(self.coded_tokens(), self.label, w_sum, count,
+                                                                 simplex_tol)
+        keep = best_rows(residuals, violations, count, simplex_tol)
         return decoded_rows(self.tokens[keep], self.query[keep], self.label[keep], w_sum, self.scanned)
 
     def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
@@ -527,6 +546,66 @@ class AgreementRows:
     def queries(self) -> np.ndarray:
         """The query token x_ℓ of every row, shape (c, d)."""
         return self.tokens[np.arange(len(self)), self.query]
+
+
+class _Redecoding:
+    """Which rows of a pool must be decoded again under a new Ŵ_Σ for its best ``count`` to be exact.
+
+    A row's relative residual cannot fall much when Ŵ_Σ moves.  Let â' be
+    its decoding under Ŵ'_Σ, within ``simplex_tol`` = τ of the simplex (else
+    the row cannot be chosen), so ‖â'‖₁ ≤ 1 + 2kτ = A.  The residual under
+    Ŵ_Σ is a minimum over affine weights, â' among them:
+
+        r(Ŵ_Σ)‖y‖ ≤ ‖â'ᵀXŴ_Σ − y‖ ≤ r(Ŵ'_Σ)‖y‖ + A · max_j ‖x_j‖ · ‖Ŵ_Σ − Ŵ'_Σ‖₂,
+
+    so r(Ŵ'_Σ) ≥ r(Ŵ_Σ) − A · max_j ‖x_j‖ · ‖Ŵ_Σ − Ŵ'_Σ‖₂ / ‖y‖, with Ŵ_Σ
+    the estimate the row was last decoded under.  A row whose bound exceeds
+    the ``count``-th smallest residual among decoded rows cannot be among
+    the best ``count``, and is not decoded; it keeps its last residual and
+    the estimate it was decoded under.  The rows are decoded in bands of
+    rising bound, the first up to the last call's ``count``-th residual (it
+    falls slowly as Ŵ_Σ converges), until that residual is below every
+    undecoded row's bound.  Rows whose last residual is not finite (a
+    degenerate decoding, y = 0) are always decoded.  The bound is shrunk by
+    a relative ``_BOUND_SLACK`` for the decoder's rounding.
+    """
+
+    def __init__(self, rows: AgreementRows, simplex_tol: float):
+        self.residual = np.full(len(rows), np.inf)
+        self.decoded_at = np.full(len(rows), -1)  # the call that last decoded each row (-1: none)
+        self.estimates = []  # Ŵ_Σ of every call
+        self.threshold, self.decoded = -np.inf, 0  # the last call's count-th residual, and its rows decoded
+        label_norm = np.sqrt(np.einsum("cd,cd->c", rows.label, rows.label))  # a quarter of norm's time
+        token_norm = np.sqrt(np.einsum("ckd,ckd->ck", rows.tokens, rows.tokens).max(axis=1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.reach = (1.0 + 2.0 * rows.tokens.shape[1] * simplex_tol) * token_norm / label_norm
+
+    def residuals_under(self, tokens, labels: np.ndarray, w_sum: np.ndarray, count: int, simplex_tol: float):
+        """Residuals and violations under ``w_sum``: decoded for the rows that may be among the best
+        ``count``, +inf and 0 for the rows ruled out (they can never be chosen)."""
+        moves = np.array([np.linalg.norm(w_sum - estimate, 2) for estimate in self.estimates] + [np.inf])
+        with np.errstate(invalid="ignore"):  # inf · 0, inf − inf: no bound
+            bound = self.residual - self.reach * moves[self.decoded_at]
+        bound = np.where(np.isfinite(bound), bound * (1.0 - _BOUND_SLACK), -np.inf)
+        residuals, violations = np.full(len(bound), np.inf), np.zeros(len(bound))
+        undecoded = np.ones(len(bound), dtype=bool)
+        limit = self.threshold
+        while True:
+            band = np.flatnonzero(undecoded & (bound <= limit))
+            if len(band):
+                found, violated = decoding_residuals(tokens, labels[:, None, :], w_sum, band)
+                residuals[band], violations[band] = found[:, 0], violated[:, 0]
+                undecoded[band] = False
+            chosen = best_rows(residuals, violations, count, simplex_tol)
+            threshold = residuals[chosen].max() if len(chosen) == count and count > 0 else np.inf
+            if threshold <= limit or not undecoded.any():
+                break
+            limit = threshold
+        decoded = ~undecoded
+        self.residual[decoded], self.decoded_at[decoded] = residuals[decoded], len(self.estimates)
+        self.estimates.append(w_sum)
+        self.threshold, self.decoded = threshold, int(np.count_nonzero(decoded))
+        return residuals, violations
 
 
 def decoded_rows(tokens: np.ndarray, query: np.ndarray, label: np.ndarray, w_sum: np.ndarray, scanned: int,

@@ -47,7 +47,8 @@ def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None =
     ``weights`` (one per slab, default 1) weigh the slabs' equations: 0
     leaves a slab out, 2 counts it twice (a bootstrap resample).  The right
     singular vectors and values come from the eigendecomposition of the
-    d² × d² normal matrix (E/t)ᵀW(E/t): one matrix product over the slabs
+    d² × d² normal matrix (E/t)ᵀW(E/t), formed as (√W E/t)ᵀ(√W E/t) over the
+    slabs of positive weight: one symmetric product over the slabs
     instead of an SVD of the tall slab matrix, and exact enough for
     singular values down to ~10⁻⁷ of the largest (the long directions sit at
     10⁻³–10⁻¹).
@@ -58,8 +59,12 @@ def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None =
     counted from the smallest (inf at m = 1).
     """
     scaled_E, scaled_b = slabs.weighted_equalities()
-    weighted = scaled_E if weights is None else scaled_E * weights[:, None]
-    eigenvalues, vectors = np.linalg.eigh(weighted.T @ scaled_E)
+    if weights is not None:  # √w on the slabs weighed: (√w E)ᵀ(√w E) = EᵀWE, and a slab left out costs nothing
+        used = np.flatnonzero(weights)
+        root = np.sqrt(weights[used])
+        scaled_E, scaled_b = scaled_E[used] * root[:, None], scaled_b[used] * root
+    # AᵀA of one array is a symmetric rank-k update (BLAS syrk): half the work of a general product.
+    eigenvalues, vectors = np.linalg.eigh(scaled_E.T @ scaled_E)
     singular = np.sqrt(np.maximum(eigenvalues[::-1], 0.0))
     right = vectors[:, ::-1].T
     thin = len(singular) - (heads - 1)
@@ -67,7 +72,7 @@ def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None =
     # normal matrix's rounding, as in a resample of few rows) get no component.
     squares = singular[:thin] ** 2
     inverse = np.divide(1.0, squares, out=np.zeros_like(squares), where=squares > _EIGEN_FLOOR * squares[0])
-    centre = right[:thin].T @ ((right[:thin] @ (weighted.T @ scaled_b)) * inverse)
+    centre = right[:thin].T @ ((right[:thin] @ (scaled_E.T @ scaled_b)) * inverse)
     long_directions = right[thin:]
     relative = singular / singular[0]
     gap = float(relative[thin - 1] / relative[thin]) if heads > 1 and relative[thin] > 0 else math.inf
