@@ -585,7 +585,9 @@ class _Redecoding:
     def residuals_under(self, tokens, labels: np.ndarray, w_sum: np.ndarray, count: int, simplex_tol: float):
         """Residuals and violations under ``w_sum``: decoded for the rows that may be among the best
         ``count``, +inf and 0 for the rows ruled out (they can never be chosen)."""
-        moves = np.array([np.linalg.norm(w_sum - estimate, 2) for estimate in self.estimates] + [np.inf])
+        moves = np.full(len(self.estimates) + 1, np.inf)  # by the call that last decoded a row; none: the last
+        for call in np.unique(self.decoded_at[self.decoded_at >= 0]):
+            moves[call] = np.linalg.norm(w_sum - self.estimates[call], 2)
         moves *= 1.0 + 2.0 * self.length * simplex_tol  # A
         with np.errstate(invalid="ignore"):  # inf · 0, inf − inf: no bound
             bound = self.residual - self.reach * moves[self.decoded_at]
