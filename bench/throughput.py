@@ -22,10 +22,11 @@ the phases" is the fit's wall time minus the phases').
 pass of each kernel the passes run (the decoder's residuals under
 Ŵ_Σ = Σ_i W_i, on the tokens and on their codes as the learner's source
 keeps them, and of one row per sequence, as our refit decodes its pool:
-what a sequence costs whatever its rows, and what a row adds; the margin kernel under Θ̄ = the heads' mean, for every row's
-mass, for the mass above the margin pass's floor 1 − η, and from the
-codes; coding the tokens; phase 1's token sums), in µs per sequence and
-against the blockwise labelling of the block.
+what a sequence costs whatever its rows, and what a row adds; the margin
+kernel under Θ̄ = the heads' mean, for every row's mass, for the mass
+above the margin pass's floor 1 − η, and from the codes; coding the
+tokens; phase 1's token sums), in µs per sequence and against the
+blockwise labelling of the block.
 
     python bench/throughput.py [--quick] [--small 100000] [--large 400000] [--repeats 3] [--seed 0] [--kernels]
 """

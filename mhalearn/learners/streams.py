@@ -294,6 +294,15 @@ class ScaledLabels(_BlockView):
         return self.labels[index] / self.scale
 
 
+def kernel_labels(Y) -> tuple[np.ndarray, float]:
+    """A block's labels as a kernel reads them: a C-contiguous array and the scale the kernel divides each
+    label by as it reads it (a :class:`ScaledLabels` block's own labels and scale: no divided copy; 1 for
+    an array)."""
+    if isinstance(Y, ScaledLabels):
+        return np.ascontiguousarray(Y.labels), float(Y.scale)
+    return np.ascontiguousarray(Y), 1.0
+
+
 class CodedTokens(_BlockView):
     """A block of Boolean sequences X with their tokens' codes
     (:func:`~mhalearn.learners.chen_li.sign_tables.token_codes`), shape (n, k, ⌈d / 6⌉), one byte each.

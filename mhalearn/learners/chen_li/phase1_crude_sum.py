@@ -19,7 +19,7 @@ from numba import njit
 
 from ..least_squares import solve_normal
 from ..report import PhaseResult, data_field
-from ..streams import stream_rows
+from ..streams import kernel_labels, stream_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,15 +55,14 @@ def _crude_block_summary(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None) 
 
     (k·x̄ᵀx̄, x̄ᵀ Σ_ℓ y_ℓ), d × d each.
     """
-    # A ScaledLabels block's labels are divided in the sweep, as they are read (no copy of the block).
-    mean, label_sum = token_sums(np.ascontiguousarray(X), np.ascontiguousarray(getattr(Y, "labels", Y)),
-                                 stream_rows(rows, len(X)), float(getattr(Y, "scale", 1.0)))
+    labels, label_scale = kernel_labels(Y)
+    mean, label_sum = token_sums(np.ascontiguousarray(X), labels, stream_rows(rows, len(X)), label_scale)
     return X.shape[1] * mean.T @ mean, mean.T @ label_sum
 
 
 @njit(cache=True)
 def token_sums(X, Y, rows, label_scale=1.0):
-    """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep, with y_ℓ = Y[ℓ] / ``label_scale``.
+    """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep; y_ℓ = Y[ℓ] / ``label_scale``.
 
     NumPy's reductions over the middle axis of (n, k, d) cost five times
     this sweep, which adds each sequence's k rows in order.

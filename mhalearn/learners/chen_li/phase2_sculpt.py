@@ -48,7 +48,7 @@ from numba import njit
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...seeding import draw_seed
 from ..report import PhaseResult, data_field
-from ..streams import CodedTokens, stream_rows
+from ..streams import CodedTokens, kernel_labels, stream_rows
 from .cholesky import cholesky_in_place
 from .sign_tables import block_codes, code_groups, sequence_codes, sign_tables, table_times, token_times
 from .settings import BodySettings
@@ -438,13 +438,13 @@ def _decode(X, Y, w_sum, *, full: bool, rows: np.ndarray | None = None):
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
     codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
-    label_scale = getattr(Y, "scale", 1.0)  # a ScaledLabels block: its labels are divided in the kernel
-    X, Y = np.ascontiguousarray(X), np.ascontiguousarray(getattr(Y, "labels", Y))
+    Y, label_scale = kernel_labels(Y)
+    X = np.ascontiguousarray(X)
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
     DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, codes, Y, float(label_scale), rows, w_sum, sign_tables(w_sum), chunks,
+                 _decode_patterns_parallel, X, codes, Y, label_scale, rows, w_sum, sign_tables(w_sum), chunks,
                  new_counter(), residuals, violations, patterns, spreads)
     return patterns, residuals, violations, spreads
 
