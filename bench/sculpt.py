@@ -37,6 +37,7 @@ import numpy as np
 import mhalearn
 from mhalearn.evaluation import compare_moment_route
 from mhalearn.learners.chen_li import CertifiedRefit
+from mhalearn.learners.report import Phase, Route
 from _common import load_jsonl, median_of, with_progress
 
 SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
@@ -67,17 +68,17 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET, net_sla
         "bound": report.selection.certificate["bound"],
         "bound_least_squares": report.selection.certificate_least_squares["bound"],
         "route": report.route, "refused": None if report.span is None else report.span.refused,
-        "body_distance": observer.span_distance("body"), "moment_distance": moment["moment_distance"],
-        "min_norm_distance": observer.figure("span", "min_norm_distance"),
+        "body_distance": observer.span_distance(Route.BODY), "moment_distance": moment["moment_distance"],
+        "min_norm_distance": observer.figure(Phase.SPAN, "min_norm_distance"),
         "spectral_gap": None if report.span is None else report.span.spectral_gap,
-        "feasible": observer.figure("sculpt", "teacher_feasible_fraction"),
-        "precision": observer.figure("sculpt", "precision"),
+        "feasible": observer.figure(Phase.SCULPT, "teacher_feasible_fraction"),
+        "precision": observer.figure(Phase.SCULPT, "precision"),
         "agreement_rows": None if final_body is None else final_body.accepted_rows,
-        "crude_w_sum_error": observer.figure("crude_sum", "w_sum_error"),
-        "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
+        "crude_w_sum_error": observer.figure(Phase.CRUDE_SUM, "w_sum_error"),
+        "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
         "moved_by": None if report.refined_sum is None else report.refined_sum.moved_by,
         "certified_rows": None if certified is None else certified.certified,
-        "body_seconds": report.body_phases().seconds if report.route == "body" else None,
+        "body_seconds": report.body_phases().seconds if report.route == Route.BODY else None,
         "moment_seconds": moment["moment_seconds"],
         "candidates": report.net.candidates, "net_slab": net_slab, "net_shape": report.net.shape,
         "net_resolution": report.net.resolution,
@@ -98,7 +99,7 @@ def report_part_a(rows, seeds):
         if not sel:
             continue
         movers = sorted({r["moved_by"] for r in sel if r["moved_by"]})
-        print(" | ".join([str(m), fraction(sel, lambda r: r["route"] == "body"),
+        print(" | ".join([str(m), fraction(sel, lambda r: r["route"] == Route.BODY),
                           f"{median_of(sel, 'body_distance'):.3f}", f"{median_of(sel, 'moment_distance'):.3f}",
                           f"{median_of(sel, 'min_norm_distance'):.3f}",
                           fraction(sel, lambda r: (r["feasible"] or 0) >= 0.99),

@@ -44,6 +44,7 @@ from mhalearn.attention.teachers import sample_teacher  # noqa: E402
 from mhalearn.evaluation import TeacherObserver  # noqa: E402
 from mhalearn.learners.chen_li.phase5_net import hull_frame  # noqa: E402
 from mhalearn.learners.chen_li.settings import SearchSettings  # noqa: E402
+from mhalearn.learners.report import Phase, Route  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
@@ -84,10 +85,10 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "resumed": list(report.resumed), "net_shape": report.net.shape, "heads_off_hull": heads_off_hull(report, teacher),
             "candidates": report.net.candidates, "net_resolution": report.net.resolution,
             "route": report.route, "fallback": report.fallback,
-            "body_distance": observer.span_distance("body"), "estimated_error": report.span.estimated_error,
-            "moment_distance": observer.span_distance("moment"),
-            "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
-            "kept_precision": observer.figure("span", "kept_precision"), "kept_rows": report.span.kept_rows,
+            "body_distance": observer.span_distance(Route.BODY), "estimated_error": report.span.estimated_error,
+            "moment_distance": observer.span_distance(Route.MOMENT),
+            "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
+            "kept_precision": observer.figure(Phase.SPAN, "kept_precision"), "kept_rows": report.span.kept_rows,
             "agreement_rows": report.sculpt[-1].found_rows,
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),

@@ -45,6 +45,7 @@ from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance
 from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, route_net, search_and_select
 from mhalearn.learners.moment_route import moment_span, sine_distance
+from mhalearn.learners.report import Phase, Route
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
 TARGET = 0.1
@@ -56,8 +57,8 @@ def held_out_errors(X, Y, span, moment, seed) -> dict:
     held = len(X) // 5
     settings = SearchSettings(refine="none")
     errors = {}
-    for route in ("body", "moment"):
-        if route == "body" and span.basis is None:  # too few equalities: the body read no span
+    for route in (Route.BODY, Route.MOMENT):
+        if route == Route.BODY and span.basis is None:  # too few equalities: the body read no span
             continue
         basis, radius, hull = route_net(route, span, moment, 2, settings)
         _, selection = search_and_select(X[:-held], Y[:-held], X[-held:], Y[-held:], basis, radius, 2, settings,
@@ -75,7 +76,7 @@ def fit_row(dim, length, samples, seed, compare_above, nets=False):
     report = learner.report_
     moment = report.moment
     if moment is not None:
-        moment_distance = observer.span_distance("moment")
+        moment_distance = observer.span_distance(Route.MOMENT)
     else:  # the fit did not need it: the same route on the same data, in the learners' units
         with threadpool_limits(limits=1, user_api="blas"):
             moment = moment_span(X / np.sqrt(np.mean(X ** 2)), Y / np.sqrt(np.mean(Y ** 2)), 2,
@@ -84,13 +85,13 @@ def fit_row(dim, length, samples, seed, compare_above, nets=False):
     span = report.span
     return {"dim": dim, "length": length, "samples": samples, "seed": seed, "route": report.route,
             "route_reason": report.route_reason, "moment_in_fit": report.moment is not None,
-            "body_distance": observer.span_distance("body"), "estimated_error": span.estimated_error,
+            "body_distance": observer.span_distance(Route.BODY), "estimated_error": span.estimated_error,
             "moment_distance": moment_distance, "moment_estimate": moment.estimated_error,
             "spans_apart": None if span.basis is None else sine_distance(span.basis, moment.basis),
             "moment_seconds": moment.seconds, "fit_seconds": report.total_seconds,
             "refused": span.refused, "kept_rows": span.kept_rows, "rows": span.rows,
-            "kept_precision": observer.figure("span", "kept_precision"),
-            "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
+            "kept_precision": observer.figure(Phase.SPAN, "kept_precision"),
+            "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
             **(held_out_errors(X, Y, span, moment, seed) if nets else {})}
 
 
@@ -120,9 +121,9 @@ def main():
     closer = not_used = 0
     for r in rows:
         body, moment = r["body_distance"], r["moment_distance"]
-        chosen, other = (body, moment) if r["route"] == "body" else (moment, body)
+        chosen, other = (body, moment) if r["route"] == Route.BODY else (moment, body)
         ok = other is None or chosen <= other
-        bad = r["route"] != "body" and body is not None and body <= TARGET
+        bad = r["route"] != Route.BODY and body is not None and body <= TARGET
         closer += ok
         not_used += bad
         fmt = lambda x: "   -  " if x is None else f"{x:.3f}"  # noqa: E731

@@ -10,11 +10,12 @@ outside), :mod:`mhalearn.random_features`
 Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
 the sweep machinery in :mod:`mhalearn.experiments`.  Sizes that cannot fit
 are refused before anything is allocated, against the memory budget of
-:func:`set_memory_budget` (:mod:`mhalearn._memory`).
+:func:`set_memory_budget`, or of :func:`memory_budget` inside a ``with``
+block (:mod:`mhalearn._memory`).
 """
 
 from . import attention
-from ._memory import get_memory_budget, set_memory_budget
+from ._memory import get_memory_budget, memory_budget, set_memory_budget
 from .attention import (
     TEACHER_FAMILIES,
     MultiHeadAttention,
@@ -54,6 +55,7 @@ from ._version import __version__
 
 __all__ = [
     "get_memory_budget",
+    "memory_budget",
     "set_memory_budget",
     "LEARNERS",
     "GradientLearner",

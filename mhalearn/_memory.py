@@ -8,7 +8,8 @@ that allocates arrays whose size follows from its arguments first adds up
 the bytes of the arrays it holds at once and calls :func:`check_memory`,
 which raises :class:`MemoryBudgetError` when they exceed the budget:
 
-* the budget is, in order, what :func:`set_memory_budget` set, else the
+* the budget is, in order, what :func:`set_memory_budget` set (or
+  :func:`memory_budget` for the body of a ``with`` block), else the
   environment variable ``MHALEARN_MEMORY_BUDGET``, else half of the memory
   this process may use (the machine's physical memory, or the address-space
   limit ``ulimit -v`` where that is lower): half, because the arrays of one
@@ -39,6 +40,8 @@ import numbers
 import os
 import re
 
+from ._scoped import ScopedSetting
+
 #: The environment variable read when :func:`set_memory_budget` has not been called.
 ENVIRONMENT_VARIABLE = "MHALEARN_MEMORY_BUDGET"
 
@@ -46,8 +49,8 @@ _BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
-# What set_memory_budget set (None: the environment variable or the default).
-_budget: int | None = None
+# (bytes, who set them) from set_memory_budget or memory_budget; None: the environment variable or the default.
+_BUDGET = ScopedSetting(None)
 
 
 class MemoryBudgetError(MemoryError, ValueError):
@@ -93,8 +96,9 @@ def usable_memory() -> int | None:
 
 
 def _budget_and_source() -> tuple[int | None, str]:
-    if _budget is not None:
-        return _budget, "set by mhalearn.set_memory_budget"
+    chosen = _BUDGET.get()
+    if chosen is not None:
+        return chosen
     setting = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
     if setting:
         return parse_bytes(setting, ENVIRONMENT_VARIABLE), f"set by {ENVIRONMENT_VARIABLE}"
@@ -117,10 +121,34 @@ def set_memory_budget(nbytes) -> None:
     nbytes : int, str or None
         Bytes, as an int or a string with a binary unit (``"12GiB"``,
         ``"512M"``); None goes back to ``MHALEARN_MEMORY_BUDGET`` or, without
-        it, half of the memory this process may use.
+        it, half of the memory this process may use.  Inside a
+        :func:`memory_budget` block it holds until the block ends.
     """
-    global _budget
-    _budget = None if nbytes is None else parse_bytes(nbytes, "nbytes")
+    _BUDGET.set(_chosen_budget(nbytes, "mhalearn.set_memory_budget"))
+
+
+def memory_budget(nbytes):
+    """The memory budget ``nbytes`` for the body of a ``with`` block, then the one in force before.
+
+    ``nbytes`` is read as by :func:`set_memory_budget` (None: the
+    environment variable, else half of the memory).  The budget is the
+    process's: every thread checks against it while the block is open.
+    Blocks nest, and leaving one puts back what was in force when it was
+    entered, also when threads leave their blocks out of order.
+
+    Examples
+    --------
+    >>> import mhalearn
+    >>> with mhalearn.memory_budget("2GiB"):
+    ...     mhalearn.get_memory_budget()
+    2147483648
+    """
+    return _BUDGET.scoped(_chosen_budget(nbytes, "mhalearn.memory_budget"))
+
+
+def _chosen_budget(nbytes, setter: str) -> tuple[int, str] | None:
+    """What :data:`_BUDGET` holds for ``nbytes`` given to ``setter``: (bytes, source), or None."""
+    return None if nbytes is None else (parse_bytes(nbytes, "nbytes"), f"set by {setter}")
 
 
 def check_memory(nbytes: float, name: str, what: str) -> None:
@@ -167,4 +195,4 @@ def peak_memory_mb() -> float:
 
 
 __all__ = ["ENVIRONMENT_VARIABLE", "MemoryBudgetError", "check_memory", "format_bytes", "get_memory_budget",
-           "parse_bytes", "set_memory_budget", "usable_memory"]
+           "memory_budget", "parse_bytes", "set_memory_budget", "usable_memory"]

@@ -17,7 +17,9 @@ sculpting learner's decoder and candidate scorer (:mod:`mhalearn.learners.kernel
   dispatcher, :data:`DISPATCH`, runs every parallel kernel either on the
   calling thread or on an explicit number of threads, whichever it
   measures to be faster.  Both paths compute the same chunks in the same
-  order, so results do not depend on the path nor on the thread count.
+  order, so results do not depend on the path nor on the thread count;
+  :func:`dispatch_mode` forces a path and :func:`kernel_threads` sets the
+  thread count for the body of a ``with`` block.
 
 All kernels take C-contiguous float64 arrays and are compiled with ``cache=True``.
 
@@ -42,6 +44,8 @@ import numpy as np
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from ._scoped import ScopedSetting
 
 # Contraction lets LLVM fuse multiply-adds.  Reassociation is deliberately
 # off: it would undo the rounding trick in ``exp_nonpositive`` and the
@@ -341,10 +345,13 @@ class Dispatcher:
     cost of a parallel call, and uses the pool when
     ``cost + work·rate/threads < work·rate``.  While the pool looks slower it
     is re-tried at most every ``retry_seconds``, so the choice follows the
-    machine's load.  ``mode`` = "serial" or "parallel" forces a path (tests).
-    Either path computes the same chunks in the same order: the results are
-    identical.
+    machine's load.  :meth:`forced` forces a path for the body of a
+    ``with`` block (tests, benchmarks; :func:`dispatch_mode` for
+    :data:`DISPATCH`).  Either path computes the same chunks in the same
+    order: the results are identical.
     """
+
+    MODES = ("serial", "parallel")
 
     default_rate = 1.2e-10   # s per multiply-add on one core (measured: ~1e-10)
     min_parallel = 2e-4      # s: below this predicted serial time, never use the pool
@@ -352,10 +359,26 @@ class Dispatcher:
     smoothing = 0.3
 
     def __init__(self):
-        self.mode = None
+        self._mode = ScopedSetting(None)
         self.rates = {}
         self.pool_cost = 5e-5
         self.retry_at = 0.0
+
+    @property
+    def mode(self) -> str | None:
+        """The forced path, ``"serial"`` or ``"parallel"``; None: the faster one, as measured."""
+        return self._mode.get()
+
+    def forced(self, mode: str | None):
+        """Run every call on ``mode``'s path (None: the faster) while inside the ``with`` block.
+
+        ``"parallel"`` runs on Numba's current thread count
+        (:func:`kernel_threads`), the calling thread alone when that is 1.
+        The mode is the process's: calls from every thread follow it.
+        """
+        if mode is not None and mode not in self.MODES:
+            raise ValueError(f"mode: expected one of {self.MODES} or None, received {mode!r}")
+        return self._mode.scoped(mode)
 
     def run(self, kernel, work, worker, parallel, *args):
         """Run ``worker(*args)`` on the calling thread or ``parallel(threads, *args)`` on the pool, and time it.
@@ -371,8 +394,9 @@ class Dispatcher:
         threads = numba.get_num_threads()
         rate = self.rates.get(kernel, self.default_rate)
         gain = rate * work * (1.0 - 1.0 / threads)
-        if self.mode is not None or threads == 1:
-            use_pool = self.mode == "parallel" and threads > 1
+        mode = self._mode.get()
+        if mode is not None or threads == 1:
+            use_pool = mode == "parallel" and threads > 1
         elif rate * work < self.min_parallel:
             use_pool = False
         else:
@@ -402,6 +426,19 @@ class Dispatcher:
 DISPATCH = Dispatcher()
 
 
+def dispatch_mode(mode: str | None):
+    """Every parallel kernel on ``mode``'s path (``"serial"``, ``"parallel"``; None: the faster) inside a ``with``.
+
+    The results are the same bits on either path; what changes is where the
+    work runs, and so its time.  Use it with :func:`kernel_threads` to run
+    the pool on a given number of threads::
+
+        with dispatch_mode("parallel"), kernel_threads(2):
+            forward(X, thetas, ws)
+    """
+    return DISPATCH.forced(mode)
+
+
 def chunk_count(n: int, limit: int = CHUNKS) -> int:
     """How many chunks a batch of ``n`` items is cut into: ``limit``, fewer for small n, at least 1."""
     return max(1, min(n, limit))
@@ -410,6 +447,25 @@ def chunk_count(n: int, limit: int = CHUNKS) -> int:
 def new_counter() -> np.ndarray:
     """A fresh chunk counter; a worker called directly with it runs every chunk on the calling thread."""
     return np.zeros(1, np.int64)
+
+
+@contextlib.contextmanager
+def kernel_threads(threads: int):
+    """Numba's kernels on ``threads`` threads (the calling one and ``threads − 1`` of the pool) while inside.
+
+    Numba keeps the count per thread, so this sets it for the calling thread
+    only; ``threads`` is at most ``NUMBA_NUM_THREADS``.  The results do not
+    depend on it (:data:`DISPATCH`), only the time.
+    """
+    limit = numba.config.NUMBA_NUM_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or not 1 <= threads <= limit:
+        raise ValueError(f"threads: expected an integer from 1 to NUMBA_NUM_THREADS = {limit}, received {threads!r}")
+    previous = numba.get_num_threads()
+    numba.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 @contextlib.contextmanager
@@ -423,10 +479,5 @@ def one_thread():
     """
     from threadpoolctl import threadpool_limits
 
-    threads = numba.get_num_threads()
-    numba.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    finally:
-        numba.set_num_threads(threads)
+    with kernel_threads(1), threadpool_limits(limits=1, user_api="blas"):
+        yield

@@ -16,7 +16,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import mhalearn
-from mhalearn._memory import MemoryBudgetError, set_memory_budget
+from mhalearn._memory import MemoryBudgetError, memory_budget
 from mhalearn.attention.data import labelled_block, load_dataset
 from mhalearn.learners.base import root_mean_square
 from mhalearn.learners.chen_li import phase1_crude_sum, phase2_sculpt, phase3_refine_sum
@@ -337,12 +337,8 @@ def test_a_billion_sequences_cost_nothing_until_a_block_is_computed(teacher):
 
 
 def test_lazy_blocks_are_checked_against_the_memory_budget(teacher):
-    set_memory_budget("1MiB")
-    try:
-        with pytest.raises(MemoryBudgetError, match="^chunks: "):
-            mhalearn.make_dataset(teacher, 10 ** 9, LENGTH, chunks=100_000)
-    finally:
-        set_memory_budget(None)
+    with memory_budget("1MiB"), pytest.raises(MemoryBudgetError, match="^chunks: "):
+        mhalearn.make_dataset(teacher, 10 ** 9, LENGTH, chunks=100_000)
 
 
 def test_npy_shards_load_as_one_dask_dataset(teacher, tmp_path):

@@ -6,6 +6,7 @@ import sys
 import textwrap
 import threading
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -93,20 +94,20 @@ def test_extreme_logits_stay_finite(rng):
 
 
 @pytest.mark.parametrize("shape", [(40, 5, 3, 2), (33, 16, 16, 4), (17, 7, 9, 3)])
-def test_parallel_path_matches_reference_and_serial_path(monkeypatch, rng, shape):
+def test_parallel_path_matches_reference_and_serial_path(rng, shape):
     """The threaded path (small batches normally run serially) gives the same bits."""
     n, k, d, m = shape
     X = rng.standard_normal((n, k, d))
     Y = rng.standard_normal((n, k, d))
     thetas = rng.standard_normal((m, d, d)) / d
     ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
-    monkeypatch.setattr(_numba.DISPATCH, "mode", "serial")
-    serial = (kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
-              kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
-    monkeypatch.setattr(_numba.DISPATCH, "mode", "parallel")
-    (out, weights), attention, features, (loss, dth, dw) = (
-        kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
-        kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
+    with _numba.dispatch_mode("serial"):
+        serial = (kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
+                  kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
+    with _numba.dispatch_mode("parallel"):
+        (out, weights), attention, features, (loss, dth, dw) = (
+            kernels.forward(X, thetas, ws, return_attention=True), kernels.attention(X, thetas),
+            kernels.head_features(X, thetas), kernels.loss_and_grad(X, Y, thetas, ws))
     np.testing.assert_allclose(out, reference.forward(X, thetas, ws), rtol=0, atol=1e-10)
     np.testing.assert_allclose(weights, reference.attention(X, thetas), rtol=0, atol=1e-12)
     np.testing.assert_array_equal(attention, weights)
@@ -147,13 +148,13 @@ def _random_features_call(rng):
 
 @pytest.mark.parametrize("make_call", [_decode_patterns_call, _score_candidates_call, _random_features_call],
                          ids=["decode_patterns", "score_candidates", "attention_random_features"])
-def test_other_parallel_kernels_give_the_same_bits_on_both_paths(monkeypatch, rng, make_call):
+def test_other_parallel_kernels_give_the_same_bits_on_both_paths(rng, make_call):
     """Every parallel kernel goes through the one dispatcher: the pool and the calling thread agree bitwise."""
     call = make_call(rng)
-    monkeypatch.setattr(_numba.DISPATCH, "mode", "serial")
-    serial = call()
-    monkeypatch.setattr(_numba.DISPATCH, "mode", "parallel")
-    parallel = call()
+    with _numba.dispatch_mode("serial"):
+        serial = call()
+    with _numba.dispatch_mode("parallel"):
+        parallel = call()
     for first, again in zip(serial if isinstance(serial, tuple) else (serial,),
                             parallel if isinstance(parallel, tuple) else (parallel,)):
         assert np.isfinite(first).any()
@@ -196,8 +197,8 @@ _COMPILED_SIGNATURES = textwrap.dedent("""
 
     phases = {}
     for mode in ("serial", "parallel"):
-        _numba.DISPATCH.mode = mode
-        run_every_kernel()
+        with _numba.dispatch_mode(mode):
+            run_every_kernel()
         phases[mode] = signatures()
     print(json.dumps(phases))
 """)
@@ -257,6 +258,24 @@ def test_worker_threads_are_new_in_a_forked_child_and_report_a_helpers_error(mon
     assert sorted(calls) == [False, False, True]
 
 
+def test_dispatch_mode_and_kernel_threads_hold_for_a_with_block_only():
+    assert _numba.DISPATCH.mode is None
+    threads = numba.get_num_threads()
+    with _numba.dispatch_mode("serial"):
+        assert _numba.DISPATCH.mode == "serial"
+        with _numba.dispatch_mode("parallel"), _numba.kernel_threads(1):
+            assert _numba.DISPATCH.mode == "parallel" and numba.get_num_threads() == 1
+        assert _numba.DISPATCH.mode == "serial" and numba.get_num_threads() == threads
+    assert _numba.DISPATCH.mode is None
+    with pytest.raises(ValueError, match=r"^mode: expected one of \('serial', 'parallel'\) or None, received 'fast'"):
+        _numba.dispatch_mode("fast")
+    for bad in (0, numba.config.NUMBA_NUM_THREADS + 1, 1.0, True):
+        with pytest.raises(ValueError, match=r"^threads: expected an integer from 1 to NUMBA_NUM_THREADS"):
+            with _numba.kernel_threads(bad):
+                pass
+    assert numba.get_num_threads() == threads
+
+
 def test_dispatcher_avoids_a_slow_thread_pool_and_retries_it(monkeypatch):
     clock = [0.0]
     fake_time = type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])})
@@ -287,8 +306,8 @@ def test_dispatcher_avoids_a_slow_thread_pool_and_retries_it(monkeypatch):
     dispatcher.run("kernel", 10, serial, fast_pool)  # tiny batch: never worth the pool
     assert ran == ["serial"]
     # A first call that compiles does not inflate the rate without bound.
-    dispatcher.mode = "serial"
-    dispatcher.run("new kernel", work, path("serial", 5.0), fast_pool)
+    with dispatcher.forced("serial"):
+        dispatcher.run("new kernel", work, path("serial", 5.0), fast_pool)
     assert dispatcher.rates["new kernel"] <= 4 * dispatcher.default_rate
 
 

@@ -11,7 +11,8 @@ import pytest
 
 import mhalearn
 from mhalearn import _memory
-from mhalearn._memory import MemoryBudgetError, check_memory, format_bytes, get_memory_budget, set_memory_budget
+from mhalearn._memory import (MemoryBudgetError, check_memory, format_bytes, get_memory_budget, memory_budget,
+                              set_memory_budget)
 from mhalearn.cli import EXIT_BAD_INPUT, main
 
 GIB = 1 << 30
@@ -20,9 +21,9 @@ GIB = 1 << 30
 @pytest.fixture
 def budget(monkeypatch):
     """A clean budget state: neither set_memory_budget nor MHALEARN_MEMORY_BUDGET in force, restored after."""
-    monkeypatch.setattr(_memory, "_budget", None)
     monkeypatch.delenv(_memory.ENVIRONMENT_VARIABLE, raising=False)
-    return monkeypatch
+    with memory_budget(None):
+        yield monkeypatch
 
 
 def test_check_memory_names_the_argument_the_size_and_how_to_raise_the_budget(budget):
@@ -51,6 +52,51 @@ def test_budget_comes_from_the_setter_then_the_environment_then_half_the_memory(
     assert mhalearn.get_memory_budget() == 512 << 20
     mhalearn.set_memory_budget(None)
     assert get_memory_budget() == 3 * GIB
+
+
+def test_a_budget_for_a_with_block_nests_and_gives_back_the_one_before(budget):
+    set_memory_budget("1GiB")
+    with mhalearn.memory_budget("2GiB") as chosen:
+        assert chosen == (2 * GIB, "set by mhalearn.memory_budget") and get_memory_budget() == 2 * GIB
+        with pytest.raises(MemoryBudgetError, match=r"budget of 2 GiB \(set by mhalearn.memory_budget\)"):
+            check_memory(3 * GIB, "samples", "3 GiB of sequences")
+        with memory_budget(None):  # the environment's, else half the memory
+            assert get_memory_budget() == _memory.usable_memory() // 2
+        assert get_memory_budget() == 2 * GIB
+        set_memory_budget("3GiB")  # inside a block: until the block ends
+        assert get_memory_budget() == 3 * GIB
+    assert get_memory_budget() == GIB
+    with pytest.raises(ZeroDivisionError), memory_budget("4GiB"):
+        1 / 0
+    assert get_memory_budget() == GIB
+    with pytest.raises(ValueError, match=r"^nbytes: expected a number of bytes >= 1"):
+        memory_budget("lots")
+
+
+def test_blocks_left_out_of_order_by_two_threads_end_with_the_budget_before_both(budget):
+    import threading
+
+    set_memory_budget("1GiB")
+    steps = [threading.Event() for _ in range(3)]
+    seen = {}
+
+    def second():  # enters after the main thread's block and leaves after it
+        with memory_budget("2GiB"):
+            steps[0].set()
+            steps[1].wait()
+            seen["after the first left"] = get_memory_budget()
+        steps[2].set()
+
+    thread = threading.Thread(target=second)
+    with memory_budget("3GiB"):
+        thread.start()
+        steps[0].wait()
+        seen["both open"] = get_memory_budget()
+    steps[1].set()
+    steps[2].wait()
+    thread.join()
+    assert seen == {"both open": 2 * GIB, "after the first left": 2 * GIB}
+    assert get_memory_budget() == GIB
 
 
 @pytest.mark.parametrize("value, expected", [(1000, 1000), ("1000", 1000), ("2K", 2048), ("1.5 GiB", 3 * GIB // 2),
@@ -176,8 +222,8 @@ def test_sculpt_learner_keeps_codes_and_training_rows_only_within_the_budget_and
     models = []
     # The default budget; one the rows (8 bytes a training sequence) fit in but not the codes; one neither does.
     for limit in (None, X.nbytes + Y.nbytes + 8 * len(X), X.nbytes + Y.nbytes):
-        set_memory_budget(limit)
-        learner = mhalearn.SculptLearner(2, random_state=0, max_candidates=500, refine="none").fit(X, Y)
+        with memory_budget(limit):
+            learner = mhalearn.SculptLearner(2, random_state=0, max_candidates=500, refine="none").fit(X, Y)
         models.append(learner.model_)
     assert kept == [(True, True), (True, False), (False, False)]
     for model in models[1:]:

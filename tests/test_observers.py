@@ -8,12 +8,16 @@ and its K* minimum-norm comparison switched on, which solves a convex
 problem of its own between phases.
 """
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import mhalearn
 from mhalearn import GradientLearner, MomentLearner, SculptLearner, TeacherObserver
 from mhalearn.evaluation import compare_moment_route, fit_timed
+from mhalearn.learners.report import Phase
 
 
 def _noisy_data(heads, dim, length, samples, seed, noise=0.0):
@@ -100,3 +104,66 @@ def test_compare_moment_route_is_the_moment_route_on_standardised_data_with_its_
     direct = moment_span(X, Y / np.sqrt(np.mean(Y ** 2)), 2, rng=np.random.default_rng(0))
     assert comparison["moment_distance"] == pytest.approx(span_distance(direct.basis, teacher), rel=1e-6)
     assert comparison["moment_seconds"] > 0.0
+
+
+# ------------------------------------------------------------ the phase names, one decision each
+
+def _notify_calls():
+    """(file, line, first argument) of every ``notify(...)`` call in the package."""
+    root = Path(mhalearn.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "notify":
+                yield path.relative_to(root), node.lineno, node.args[0] if node.args else None
+
+
+def test_every_phase_is_observed_or_deliberately_not():
+    """The observer decides, for each phase a learner can tell, to measure it or not; a new phase needs a decision."""
+    observed, unobserved = set(TeacherObserver.OBSERVED), set(TeacherObserver.UNOBSERVED)
+    assert not observed & unobserved
+    assert observed | unobserved == set(Phase)
+    assert all(callable(method) for method in TeacherObserver.OBSERVED.values())
+
+
+def test_learners_tell_phases_only_by_their_names():
+    # A literal ("span") would pass the Notifier's check as long as it is spelt right; named, a renamed or
+    # removed phase fails at import and a new one fails the test above.
+    calls = list(_notify_calls())
+    assert len(calls) >= 10  # base, gradient, moment and chen_li.fit all tell their phases
+    for path, line, argument in calls:
+        named = (isinstance(argument, ast.Attribute) and isinstance(argument.value, ast.Name)
+                 and argument.value.id == "Phase")
+        assert named, f"{path}:{line}: notify's phase is not a Phase member"
+
+
+def test_a_phase_outside_the_names_is_refused_by_the_notifier_and_the_observer():
+    from mhalearn.learners.report import Notifier
+
+    seen = []
+    notify = Notifier(lambda phase, result: seen.append(phase))
+    with pytest.raises(ValueError, match=r"^phase: expected a mhalearn.learners.report.Phase, received 'spam'"):
+        notify("spam", None)
+    with pytest.raises(ValueError, match=r"^phase: expected a mhalearn.learners.report.Phase"):
+        Notifier(None)("spam", None)  # refused even with nobody watching: the learner's mistake shows in any fit
+    assert seen == []
+    teacher = mhalearn.sample_teacher(1, 4, rng=0)
+    with pytest.raises(ValueError, match=r"^phase: expected a mhalearn.learners.report.Phase, received 'spam'"):
+        TeacherObserver(teacher)("spam", None)
+
+
+@pytest.mark.parametrize("make, heads, dim, length, samples", [
+    (lambda: SculptLearner(1, max_candidates=2000, refine_iter=20, random_state=1), 1, 6, 3, 1500),
+    (lambda: SculptLearner(1, max_candidates=2000, refine_iter=20, random_state=1), 1, 4, 5, 600),
+    (lambda: MomentLearner(1, max_candidates=2000, refine_iter=20, random_state=0), 1, 4, 5, 600),
+    (lambda: GradientLearner(1, restarts=2, max_iter=20, random_state=0), 1, 4, 5, 300),
+], ids=["sculpt-body", "sculpt-d<=k", "moment", "gradient"])
+def test_what_a_fit_tells_is_recorded_under_its_phase(make, heads, dim, length, samples):
+    teacher, X, Y = _noisy_data(heads, dim, length, samples, 3)
+    observer = TeacherObserver(teacher)
+    learner = make().fit(X, Y, callback=observer)
+    phases = [phase for phase, _, _ in observer.records]
+    assert phases[0] is Phase.START and all(type(phase) is Phase for phase in phases)
+    # Every phase the report shows ran was told to the observer (the report's names are the phases').
+    ran = {name for name, result in learner.report_.phases() if result is not None and name != "compared_net"}
+    assert ran <= set(phases)
+    assert [record["phase"] for record in observer.as_dict()] == [str(phase) for phase in phases]

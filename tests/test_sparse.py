@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 
-from mhalearn._numba import DISPATCH
+from mhalearn._numba import dispatch_mode, kernel_threads
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.registry import Grid
 from mhalearn.experiments import sparse_variables as experiment
@@ -82,21 +82,16 @@ def test_head_backward_matches_central_differences(rng):
         np.testing.assert_allclose(analytic, expected, rtol=1e-6, atol=1e-8)
 
 
-def test_head_kernels_are_identical_on_the_calling_thread_and_the_pool(monkeypatch, rng):
+def test_head_kernels_are_identical_on_the_calling_thread_and_the_pool(rng):
     """Both paths of the dispatcher, at any thread count, compute the same chunks: the same bits."""
     X, query, positions, bit_embeddings = _head_problem(rng, n=8192)
     upstream = rng.standard_normal((X.shape[0], query.size))
-    previous = numba.get_num_threads()
-    try:
-        results = []
-        for mode, threads in [("serial", 1)] + [("parallel", t) for t in sorted({1, numba.config.NUMBA_NUM_THREADS})]:
-            monkeypatch.setattr(DISPATCH, "mode", mode)
-            numba.set_num_threads(threads)
+    results = []
+    for mode, threads in [("serial", 1)] + [("parallel", t) for t in sorted({1, numba.config.NUMBA_NUM_THREADS})]:
+        with dispatch_mode(mode), kernel_threads(threads):
             pooled, weights = kernels.bit_attention_forward(X, query, positions, bit_embeddings)
             results.append((pooled, weights,
                             *kernels.bit_attention_backward(X, weights, query, positions, bit_embeddings, upstream)))
-    finally:
-        numba.set_num_threads(previous)
     for other in results[1:]:
         for first, again in zip(results[0], other):
             np.testing.assert_array_equal(first, again)

@@ -28,7 +28,7 @@ from ..learners.chen_li.body import ConvexBody
 from ..learners.chen_li.phase3_refine_sum import CertifiedRefit
 from ..learners.chen_li.phase4_span import span_basis
 from ..learners.moment_route import sine_distance
-from ..learners.report import figures_text, phase_table
+from ..learners.report import Phase, Route, figures_text, phase_table
 
 #: ℓ1 distance within which a head's pattern counts as the decoded one (agreement-row precision).
 PATTERN_TOLERANCE = 0.1
@@ -89,6 +89,11 @@ def certification_precision(margin, certified: np.ndarray, eta: float, teacher: 
 class TeacherObserver:
     """Measures every phase result of a fit against a planted teacher (pass it as ``callback``).
 
+    What it measures is chosen phase by phase: :attr:`OBSERVED` maps each
+    :class:`~mhalearn.learners.report.Phase` it measures to its method, and
+    :attr:`UNOBSERVED` lists, with the reason, those it leaves alone; a test
+    checks that every phase is in exactly one.
+
     For phase 4 it reports the body's span distance (``distance``, also for
     a span the body refused), the body's own estimate of it
     (``estimated_error``) and the precision of the K* rows the trimmed hull
@@ -110,6 +115,12 @@ class TeacherObserver:
 
     Attributes
     ----------
+    OBSERVED : dict
+        Class attribute: the method measuring each phase it measures.
+    UNOBSERVED : frozenset
+        Class attribute: the phases it records with no figure — phase 5's
+        net, whose candidates the teacher judges through phase 6's choice
+        (``selection``).
     records : list of (phase, figures dict, seconds)
         One per phase result seen, in order; cleared when a new fit starts.
     seconds : float
@@ -130,24 +141,24 @@ class TeacherObserver:
         self.compare_min_norm = bool(compare_min_norm)
         self.norm_bound = float(norm_bound)
         self.random_state = random_state
-        self.records: list[tuple[str, dict, float]] = []
+        self.records: list[tuple[Phase, dict, float]] = []
         self.seconds = 0.0
         self._truth, self._units, self._last_rows = teacher, None, None
 
-    def __call__(self, phase: str, result) -> None:
+    def __call__(self, phase: Phase, result) -> None:
         start = time.perf_counter()
-        observe = getattr(self, f"_observe_{phase}", None)
-        figures = {} if observe is None else observe(result)
+        if phase not in self.OBSERVED and phase not in self.UNOBSERVED:
+            raise ValueError(f"phase: expected a mhalearn.learners.report.Phase, received {phase!r}")
+        observe = self.OBSERVED.get(phase)
+        figures = {} if observe is None else observe(self, result)
         elapsed = time.perf_counter() - start
-        self.records.append((phase, figures, elapsed))
+        self.records.append((Phase(phase), figures, elapsed))
         self.seconds += elapsed
 
     def _parameter_error(self, model: MultiHeadAttention) -> float:
         """Head-matched parameter error of a layer in the fit's units, measured in the data's units
         (as the returned layer would be: the error mixes Θ and W, so it depends on the units)."""
         return parameter_error(self._units.to_data_units(model), self.teacher)["total"]
-
-    # One method per phase name (see mhalearn.learners.chen_li.fit and the learners).
 
     def _observe_start(self, start) -> dict:
         """A new fit: check the teacher's shape and express it in the fit's units."""
@@ -214,26 +225,34 @@ class TeacherObserver:
     def _observe_restart(self, result) -> dict:
         return {"parameter_error": self._parameter_error(result.model)}
 
+    OBSERVED = {Phase.START: _observe_start, Phase.CRUDE_SUM: _observe_crude_sum, Phase.SCULPT: _observe_sculpt,
+                Phase.REFINED_SUM: _observe_refined_sum, Phase.SPAN: _observe_span, Phase.MOMENT: _observe_moment,
+                Phase.SELECTION: _observe_selection, Phase.RESTART: _observe_restart}
+    # Phase 5's candidates have no single span or layer to hold against the teacher; phase 6's choice among
+    # them does (``selection``).
+    UNOBSERVED = frozenset({Phase.NET})
+
     # Reading the records.
 
-    def figure(self, phase: str, name: str):
+    def figure(self, phase: Phase, name: str):
         """The last value of figure ``name`` recorded for ``phase`` (None when there is none)."""
         for recorded, figures, _ in reversed(self.records):
             if recorded == phase and name in figures:
                 return figures[name]
         return None
 
-    def span_distance(self, route: str) -> float | None:
-        """The span distance of ``route``'s span: ``"body"`` (phase 4) or ``"moment"`` (ours)."""
-        return self.figure("span" if route == "body" else "moment", "distance")
+    def span_distance(self, route: Route) -> float | None:
+        """The span distance of ``route``'s span: ``Route.BODY`` (phase 4) or ``Route.MOMENT`` (ours)."""
+        return self.figure(Phase.SPAN if route == Route.BODY else Phase.MOMENT, "distance")
 
     def as_dict(self) -> list[dict]:
         """One dict per record: ``phase``, ``seconds`` (the observer's) and the figures."""
-        return [{"phase": phase, "seconds": seconds, **figures} for phase, figures, seconds in self.records]
+        return [{"phase": str(phase), "seconds": seconds, **figures} for phase, figures, seconds in self.records]
 
     def table(self) -> str:
         """The figures against the teacher, one line per phase result (seconds: the observer's own)."""
-        rows = [(phase, _Line(seconds, figures)) for phase, figures, seconds in self.records if phase != "start"]
+        rows = [(phase, _Line(seconds, figures)) for phase, figures, seconds in self.records
+                if phase != Phase.START]
         return phase_table(rows, [f"observer total {self.seconds:.2f} s (not the learner's)"])
 
 

@@ -115,7 +115,7 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         "observer_seconds": None if observer is None else float(observer.seconds),
         "candidates": None if span_search is None else int(span_search.net.candidates),
         "agreement_rows": None if final_body is None else int(final_body.accepted_rows),
-        "span_route": None if span_search is None else span_search.route,
+        "span_route": None if span_search is None else str(span_search.route),
         "span_distance": None if span_search is None or observer is None else observer.span_distance(
             span_search.route),
         **head_collapse(estimator.model_, teacher),

@@ -35,7 +35,7 @@ from ..evaluation import TeacherObserver
 from ..learners.checkpoint import open_checkpoint
 from ..learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, route_net, sculpt_span,
                                 search_and_select)
-from ..learners.report import Notifier
+from ..learners.report import Notifier, Phase, Route
 from ..learners.streams import TeacherSource
 from ..seeding import seeded_rng
 from ..attention.model import relative_error
@@ -116,11 +116,11 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
         "agreement_rows": final.found_rows,
         "agreement_rows_kept": final.accepted_rows,
         "agreement_fraction": final.accepted_fraction,
-        "precision": observer.figure("sculpt", "precision"),
-        "feasible": observer.figure("sculpt", "teacher_feasible_fraction"),
-        "crude_w_sum_error": observer.figure("crude_sum", "w_sum_error"),
-        "refined_w_sum_error": observer.figure("refined_sum", "refined_w_sum_error"),
-        "span_distance": observer.span_distance("body"),
+        "precision": observer.figure(Phase.SCULPT, "precision"),
+        "feasible": observer.figure(Phase.SCULPT, "teacher_feasible_fraction"),
+        "crude_w_sum_error": observer.figure(Phase.CRUDE_SUM, "w_sum_error"),
+        "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
+        "span_distance": observer.span_distance(Route.BODY),
         "estimated_error": span.estimated_error,
         "refused": span.refused,
         "spectral_gap": span.spectral_gap,
@@ -130,7 +130,7 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
     if span.refused is None:
         X, Y = source.head(min(samples, SELECTION_SAMPLES))
         n_val = max(1, len(X) // 5)
-        basis, radius, hull = route_net("body", span, None, heads, search_settings)
+        basis, radius, hull = route_net(Route.BODY, span, None, heads, search_settings)
         net, selection = search_and_select(X[n_val:], Y[n_val:], X[:n_val], Y[:n_val], basis, radius, heads,
                                            search_settings, rng, hull=hull, **certificate_bounds(X, Y))
         X_test = boolean_inputs(TEST_SAMPLES, length, dim, rng=seeded_rng(seed, heads, 7))

@@ -28,7 +28,7 @@ from .dask_data import (
 )
 from .streams import BLOCK_SIZE, ArraySource, DaskSource, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
-from .report import FitStart, Notifier, ZeroLabelsReport
+from .report import FitStart, Notifier, Phase, ZeroLabelsReport
 
 
 class AttentionLearner(SequenceRegressorMixin, Estimator):
@@ -120,7 +120,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             self.n_features_in_ = d
             return self
         units = FitStart(seconds=0.0, heads=heads, samples=n, length=k, dim=d, x_scale=x_scale, y_scale=y_scale)
-        notify("start", units)
+        notify(Phase.START, units)
         rng = as_generator(self.random_state)
         # The held-out certificate's assumptions (phase 6), in standardised units, over every example.
         if lazy:

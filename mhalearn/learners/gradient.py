@@ -15,7 +15,7 @@ from ..optim import AdamW
 from .base import AttentionLearner
 from .least_squares import lbfgs_refine, random_parameters, solve_projections, validation_error
 from .registry import register_learner
-from .report import LearnerReport, PhaseResult, data_field, format_value
+from .report import LearnerReport, Phase, PhaseResult, data_field, format_value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +44,7 @@ class GradientReport(LearnerReport):
     val_error: float
 
     def phases(self):
-        return [("restart", run) for run in self.runs]
+        return [(Phase.RESTART, run) for run in self.runs]
 
     def footer(self) -> list[str]:
         return [f"{self.method}: kept restart {self.kept}, validation error {format_value(self.val_error)}"]
@@ -119,7 +119,7 @@ class GradientLearner(AttentionLearner):
             run = Restart(seconds=time.perf_counter() - start, restart=restart,
                           val_error=validation_error(model, X_val, Y_val), iterations=history.get("iterations"),
                           val_history=history["val_error"], model=model)
-            notify("restart", run)
+            notify(Phase.RESTART, run)
             runs.append(run)
         kept = min(runs, key=lambda run: run.val_error)
         return {"model": kept.model}, {"method": self.method, "runs": tuple(runs), "kept": kept.restart,

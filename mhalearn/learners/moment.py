@@ -13,6 +13,7 @@ from .._estimator import store_parameters
 from .chen_li.fit import search_and_select
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
+from .report import Phase, Route
 from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
 
 
@@ -52,10 +53,10 @@ class MomentLearner(SpanSearchLearner):
 
     def _fit(self, X, Y, X_val, Y_val, rng, notify):
         moment = moment_span(X, Y, self.heads, rng=rng)
-        notify("moment", moment)
+        notify(Phase.MOMENT, moment)
         search = self._search_settings()
         # The moment route estimates each head, so one head's norm sets the net's radius.
         net, selection = search_and_select(X, Y, X_val, Y_val, moment.basis, search.radius(moment.head_norm, 1),
                                            self.heads, search, rng, notify=notify, **self._certificate_bounds())
-        fields = {"route": "moment", "moment": moment, "net": net, "selection": selection}
+        fields = {"route": Route.MOMENT, "moment": moment, "net": net, "selection": selection}
         return self._layers_of(fields), fields

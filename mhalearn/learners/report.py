@@ -17,11 +17,19 @@ the order the phases run (:class:`Notifier`).  That call is all a learner
 knows of its observers: they never change what it computes, and their time
 is kept out of the learner's ``total_seconds``.  The teacher's view of a fit
 is one such observer, :class:`mhalearn.evaluation.TeacherObserver`.
+
+The names a fit tells and stores are named here once: :class:`Phase` (the
+``phase`` of ``callback(phase, result)``; :class:`Notifier` refuses any
+other), :class:`Route` (where a span came from) and :class:`Rule` (how
+phase 2 accepted rows).  They are ``str`` enumerations: each member *is*
+its string, so reports, results rows and JSON hold the same strings as
+ever, and a stored string reads back equal to its member.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -31,15 +39,70 @@ import numpy as np
 from ..attention.model import MultiHeadAttention
 
 
+class Phase(enum.StrEnum):
+    """The phase results a learner's fit tells its observers, in the order they can come.
+
+    ``START`` comes first in every fit (:class:`FitStart`); then Chen & Li's
+    phases (:mod:`mhalearn.learners.chen_li`: ``SCULPT`` twice, under the
+    crude and the refined Ŵ_Σ), ``MOMENT`` for our moment route
+    (:mod:`mhalearn.learners.moment_route`), and ``RESTART`` once per run of
+    :class:`~mhalearn.GradientLearner`.  An observer decides, for each, what
+    it measures (:class:`~mhalearn.evaluation.TeacherObserver` lists the
+    phases it leaves alone).
+    """
+
+    START = "start"
+    CRUDE_SUM = "crude_sum"
+    SCULPT = "sculpt"
+    REFINED_SUM = "refined_sum"
+    SPAN = "span"
+    MOMENT = "moment"
+    NET = "net"
+    SELECTION = "selection"
+    RESTART = "restart"
+
+
+class Route(enum.StrEnum):
+    """Where the span that phases 5–6 search comes from (``report_.route``, ``span_route``).
+
+    ``BODY``: Chen & Li's sculpted body (phases 1–4); ``MOMENT``: our moment
+    route.  ``AUTO`` is a request only (``SculptLearner(span_route=...)``:
+    the body, and the moment route when it is the better bet), and ``BOTH``
+    a choice of :func:`~mhalearn.learners.chen_li.fit.choose_route` only
+    (phase 6 chooses between both routes' candidates); a report's route is
+    ``BODY`` or ``MOMENT``.
+    """
+
+    AUTO = "auto"
+    BODY = "body"
+    MOMENT = "moment"
+    BOTH = "both"
+
+
+class Rule(enum.StrEnum):
+    """How phase 2 accepts agreement rows (``SculptedBody.rule``).
+
+    ``QUANTILE``: the best share of every block, while Ŵ_Σ is crude;
+    ``ABSOLUTE``: every row whose relative residual is small enough, once
+    Ŵ_Σ is refined (the rows of K*).
+    """
+
+    QUANTILE = "quantile"
+    ABSOLUTE = "absolute"
+
+
 def data_field(default=None):
     """A field holding arrays or objects for later phases and observers, not a reported figure."""
     return field(default=default, repr=False, compare=False, metadata={"data": True})
 
 
 def plain(value):
-    """``value`` as nested plain dicts, lists and scalars (NumPy scalars become Python numbers)."""
+    """``value`` as nested plain dicts, lists and scalars (NumPy scalars become Python numbers, names
+    such as a :class:`Route` their strings)."""
     if isinstance(value, PhaseResult):
         return value.as_dict()
+    if isinstance(value, enum.StrEnum):
+        return str(value)
     if isinstance(value, dict):
         return {key: plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -133,7 +196,11 @@ class FitStart(PhaseResult):
 
 
 class Notifier:
-    """Calls the fit's ``callback(phase, result)`` and keeps the time spent in it out of the fit's."""
+    """Calls the fit's ``callback(phase, result)`` and keeps the time spent in it out of the fit's.
+
+    ``phase`` must be a :class:`Phase`: a name an observer could not know
+    is an error of the learner, raised whether or not anyone observes.
+    """
 
     def __init__(self, callback: Callable | None):
         if isinstance(callback, MultiHeadAttention):
@@ -145,12 +212,17 @@ class Notifier:
         self.callback = callback
         self.seconds = 0.0
 
-    def __call__(self, phase: str, result) -> None:
+    def __call__(self, phase: Phase, result) -> None:
+        if phase not in _PHASES:
+            raise ValueError(f"phase: expected a mhalearn.learners.report.Phase, received {phase!r}")
         if self.callback is None:
             return
         start = time.perf_counter()
         self.callback(phase, result)
         self.seconds += time.perf_counter() - start
+
+
+_PHASES = frozenset(Phase)
 
 
 def certificate_line(certificate: dict) -> str:
@@ -197,5 +269,5 @@ class ZeroLabelsReport(LearnerReport):
         return self.zero_labels
 
 
-__all__ = ["FitStart", "LearnerReport", "Notifier", "PhaseResult", "ZeroLabelsReport", "data_field",
-           "phase_table"]
+__all__ = ["FitStart", "LearnerReport", "Notifier", "Phase", "PhaseResult", "Route", "Rule", "ZeroLabelsReport",
+           "data_field", "phase_table"]

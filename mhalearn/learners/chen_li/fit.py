@@ -27,7 +27,7 @@ import numpy as np
 
 from ..checkpoint import NoCheckpoint, open_checkpoint
 from ..moment_route import MomentSpan, moment_span, sine_distance
-from ..report import LearnerReport, Notifier, certificate_line
+from ..report import LearnerReport, Notifier, Phase, Route, Rule, certificate_line
 from ..streams import ArraySource
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import sculpt_body
@@ -46,8 +46,9 @@ class SpanSearchReport(LearnerReport):
     (2: the round under the crude Ŵ_Σ, then the rows of K* under the refined
     one), ``refined_sum`` (3), ``span`` (4, read from the body), ``moment``
     (our moment route, when it gave the span), ``net`` (5), ``selection``
-    (6) — with ``route``, the route whose span phases 5–6 used (``"body"``:
-    the paper's; ``"moment"``: ours), ``fallback``, why the body's span was
+    (6) — with ``route``, the route whose span phases 5–6 used
+    (:class:`~mhalearn.learners.report.Route`; ``"body"``: the paper's;
+    ``"moment"``: ours), ``fallback``, why the body's span was
     not used, and ``route_reason``, why ``route`` was chosen, and
     ``compared_net``, the other route's net when phase 6 chose between both
     routes' candidates (``route`` is then the route of the chosen one), and
@@ -58,7 +59,7 @@ class SpanSearchReport(LearnerReport):
     learner runs only ``moment``, ``net`` and ``selection``).
     """
 
-    route: str
+    route: Route
     fallback: str | None = None
     route_reason: str | None = None
     resumed: tuple = ()
@@ -72,10 +73,11 @@ class SpanSearchReport(LearnerReport):
     selection: Selection | None = None
 
     def phases(self):
-        return [("crude_sum", self.crude_sum), *(("sculpt", body) for body in self.sculpt or [None]),
-                ("refined_sum", self.refined_sum), ("span", self.span), ("moment", self.moment), ("net", self.net),
+        return [(Phase.CRUDE_SUM, self.crude_sum), *((Phase.SCULPT, body) for body in self.sculpt or [None]),
+                (Phase.REFINED_SUM, self.refined_sum), (Phase.SPAN, self.span), (Phase.MOMENT, self.moment),
+                (Phase.NET, self.net),
                 *([("compared_net", self.compared_net)] if self.compared_net is not None else []),
-                ("selection", self.selection)]
+                (Phase.SELECTION, self.selection)]
 
     def body_phases(self) -> BodyPhases | None:
         """Phases 1–4 as :func:`sculpt_span` returned them (None when they did not run)."""
@@ -133,21 +135,21 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         # cannot be told apart (docs/design.md §4.1, step 2).
         span = SpanReading(seconds=0.0, refused=f"d = {source.dim} <= k = {source.length}: the decoding "
                                                 f"residual cannot detect agreement rows (needs d > k)")
-        notify("span", span)
+        notify(Phase.SPAN, span)
         return BodyPhases(None, (), None, span)
     crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(source))
-    notify("crude_sum", crude)
+    notify(Phase.CRUDE_SUM, crude)
     first = checkpoint.run("2_sculpt", rng,
-                           lambda: sculpt_body(source, crude.w_sum, heads, settings, rng, rule="quantile"))
-    notify("sculpt", first)
+                           lambda: sculpt_body(source, crude.w_sum, heads, settings, rng, rule=Rule.QUANTILE))
+    notify(Phase.SCULPT, first)
     refined = checkpoint.run("3_refined_sum", rng,
                              lambda: refine_projection_sum(source, heads, first, crude.w_sum, settings, rng))
-    notify("refined_sum", refined)
+    notify(Phase.REFINED_SUM, refined)
     final = checkpoint.run("4_sculpt", rng,
-                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule="absolute"))
-    notify("sculpt", final)
+                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE))
+    notify(Phase.SCULPT, final)
     span = checkpoint.run("4_span", rng, lambda: read_span(final.slabs, heads, settings, rng))
-    notify("span", span)
+    notify(Phase.SPAN, span)
     return BodyPhases(crude, (first, final), refined, span)
 
 
@@ -160,15 +162,15 @@ def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, head
     is the body's: the net then lies near it (:func:`search_net`).
     """
     net = search_net(X, Y, basis, heads, radius, settings, rng, hull=hull)
-    notify("net", net)
+    notify(Phase.NET, net)
     selection = select_candidate(X, Y, X_val, Y_val, list(net.kept), settings, label_bound=label_bound,
                                  token_norm=token_norm)
-    notify("selection", selection)
+    notify(Phase.SELECTION, selection)
     return net, selection
 
 
-def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySettings) -> tuple[str, str]:
-    """Which span phases 5–6 use, and why: ``("body" | "moment" | "both", reason)``.
+def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySettings) -> tuple[Route, str]:
+    """Which span phases 5–6 use, and why: ``(Route.BODY | Route.MOMENT | Route.BOTH, reason)``.
 
     The body's span is used unless it refused, or unless the moment route
     was run to compare (the body's estimated error exceeds
@@ -185,9 +187,9 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     (:func:`~mhalearn.learners.moment_route.moment_span`).
     """
     if span.refused is not None:
-        return "moment", f"the body refused ({span.refused}); used the moment route"
+        return Route.MOMENT, f"the body refused ({span.refused}); used the moment route"
     if moment is None:
-        return "body", (f"the body's estimated span error {span.estimated_error:.3f} <= "
+        return Route.BODY, (f"the body's estimated span error {span.estimated_error:.3f} <= "
                         f"{settings.compare_routes_above}: the moment route was not run")
     # sin of the largest principal angle is a metric on m-dimensional spans (‖P − P'‖₂), so two spans
     # within e and e' of the truth lie within e + e' of each other.  The moment route's estimate reads
@@ -196,15 +198,15 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     # (docs/design.md §4.1b).
     apart = sine_distance(span.basis, moment.basis)
     if apart > span.estimated_error + 2.0 * moment.estimated_error:
-        return "moment", (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
+        return Route.MOMENT, (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
                           f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
                           f"allow: the body's estimate is not trusted; used the moment route")
-    return "both", (f"the body's estimated span error {span.estimated_error:.3f} > "
+    return Route.BOTH, (f"the body's estimated span error {span.estimated_error:.3f} > "
                     f"{settings.compare_routes_above} (the moment route's {moment.estimated_error:.3f}): "
                     f"phase 6 chose between both routes' candidates on held-out data")
 
 
-def route_net(route: str, span: SpanReading | None, moment: MomentSpan | None, heads: int,
+def route_net(route: Route, span: SpanReading | None, moment: MomentSpan | None, heads: int,
               search: SearchSettings) -> tuple[np.ndarray, float, tuple | None]:
     """What phase 5 searches on ``route``: the span's basis, the net's radius and the hull (None: the ball).
 
@@ -212,14 +214,14 @@ def route_net(route: str, span: SpanReading | None, moment: MomentSpan | None, h
     read from) on either route; MomentLearner scales one head's norm
     (docs/design.md §4.1b).  Only the body reads a hull.
     """
-    if route == "body":
+    if route == Route.BODY:
         return span.basis, search.radius(span.head_norm, heads), span.hull
     return moment.basis, search.radius(moment.head_norm, heads), None
 
 
 def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentSpan, heads: int,
                           search: SearchSettings, rng: np.random.Generator, *, label_bound: float,
-                          token_norm: float) -> tuple[str, NetSearch, NetSearch, Selection]:
+                          token_norm: float) -> tuple[Route, NetSearch, NetSearch, Selection]:
     """Phases 5–6 on both routes' spans: each route's net, then phase 6 over all their candidates.
 
     The held-out error of W by least squares — phase 6's own criterion,
@@ -228,18 +230,18 @@ def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentS
     route, its net, the other route's net and the selection.
     """
     nets = {}
-    for route in ("body", "moment"):
+    for route in (Route.BODY, Route.MOMENT):
         basis, radius, hull = route_net(route, span, moment, heads, search)
         nets[route] = search_net(X, Y, basis, heads, radius, search, rng, hull=hull)
-    selection = select_candidate(X, Y, X_val, Y_val, [*nets["body"].kept, *nets["moment"].kept], search,
+    selection = select_candidate(X, Y, X_val, Y_val, [*nets[Route.BODY].kept, *nets[Route.MOMENT].kept], search,
                                  label_bound=label_bound, token_norm=token_norm)
     chosen = selection.least_squares_model.thetas
-    route = "body" if any(np.array_equal(chosen, thetas) for thetas in nets["body"].kept) else "moment"
-    return route, nets[route], nets["moment" if route == "body" else "body"], selection
+    route = Route.BODY if any(np.array_equal(chosen, thetas) for thetas in nets[Route.BODY].kept) else Route.MOMENT
+    return route, nets[route], nets[Route.MOMENT if route == Route.BODY else Route.BODY], selection
 
 
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
-               search: SearchSettings = SearchSettings(), span_route: str = "auto", rng: np.random.Generator,
+               search: SearchSettings = SearchSettings(), span_route: Route = Route.AUTO, rng: np.random.Generator,
                label_bound: float, token_norm: float, notify=Notifier(None), source=None,
                checkpoint_dir=None) -> dict:
     """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when it is the better bet.
@@ -269,37 +271,37 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     sample = () if source is None else (X, Y)
     source = ArraySource(X, Y) if source is None else source
     checkpoint = open_checkpoint(checkpoint_dir, source, heads, body, rng, span_route, *sample)
-    if span_route != "moment":
+    if span_route != Route.MOMENT:
         phases = sculpt_span(source, heads, body, rng, notify, checkpoint)
         span = phases.span
         fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum, span=span)
-    compare = (span_route == "auto" and span is not None and span.refused is None
+    compare = (span_route == Route.AUTO and span is not None and span.refused is None
                and span.estimated_error > body.compare_routes_above)
     if span is None or span.refused is not None or compare:
         moment = checkpoint.run("moment", rng, lambda: moment_span(X, Y, heads, rng=rng))
-        notify("moment", moment)
+        notify(Phase.MOMENT, moment)
         fields["moment"] = moment
     if span is None:
-        route, reason = "moment", "span_route='moment'"
+        route, reason = Route.MOMENT, "span_route='moment'"
     else:
         route, reason = choose_route(span, moment, body)
     fields["resumed"] = tuple(checkpoint.resumed)
-    if route == "both":
+    if route == Route.BOTH:
         route, fields["net"], fields["compared_net"], fields["selection"] = select_between_routes(
             X, Y, X_val, Y_val, span, moment, heads, search, rng, label_bound=label_bound,
             token_norm=token_norm)
         reason = (f"{reason}: the {route} route's held-out error {fields['selection'].val_least_squares:.3g} "
                   f"was the lower")
-        notify("net", fields["net"])
-        notify("selection", fields["selection"])
+        notify(Phase.NET, fields["net"])
+        notify(Phase.SELECTION, fields["selection"])
     else:
-        if route == "moment" and span is not None and span_route == "body":
+        if route == Route.MOMENT and span is not None and span_route == Route.BODY:
             warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
         basis, radius, hull = route_net(route, span, moment, heads, search)
         fields["net"], fields["selection"] = search_and_select(
             X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
             notify=notify, hull=hull)
     fields.update(route=route, route_reason=reason)
-    if route == "moment" and span is not None:
+    if route == Route.MOMENT and span is not None:
         fields["fallback"] = reason  # why the body's span was not used
     return fields
