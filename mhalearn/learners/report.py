@@ -22,8 +22,8 @@ The names a fit tells and stores are named here once: :class:`Phase` (the
 ``phase`` of ``callback(phase, result)``; :class:`Notifier` refuses any
 other), :class:`Route` (where a span came from) and :class:`Rule` (how
 phase 2 accepted rows).  They are ``str`` enumerations: each member *is*
-its string, so reports, results rows and JSON hold the same strings as
-ever, and a stored string reads back equal to its member.
+its string (``Phase.SPAN == "span"``), so reports, results rows and JSON
+hold plain strings, and a stored one reads back equal to its member.
 """
 
 from __future__ import annotations
