@@ -14,6 +14,7 @@ from mhalearn.learners import moment_route
 from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase5_net as net
 from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.least_squares import solve_projections
+from mhalearn.learners.report import Route
 
 
 def _data(heads, dim, length, samples, seed, **teacher_args):
@@ -177,6 +178,13 @@ def test_route_rule_distrusts_a_body_whose_span_the_moment_route_contradicts():
     assert choose_route(_span_reading(0.1), _moment_result(0.25, basis=tilted), settings)[0] == "both"
     # The body's low estimate alone does not run the comparison, so nothing contradicts it.
     assert choose_route(_span_reading(0.05), None, settings)[0] == "body"
+
+
+def test_span_route_takes_the_routes_a_request_can_name():
+    # SculptLearner checks span_route against plain strings; they must be Route's, or a route renamed in one
+    # place would be refused (or never taken) in the other.
+    options = SculptLearner._parameter_constraints["span_route"][0].values
+    assert options == (Route.AUTO, Route.BODY, Route.MOMENT) and set(Route) - set(options) == {Route.BOTH}
 
 
 def test_route_rule_prefers_the_body_unless_refused_or_uncertain():
