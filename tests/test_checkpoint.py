@@ -173,6 +173,24 @@ def test_span_route_names_the_checkpoint(data, tmp_path):
     _same_fit(moment_only, mhalearn.SculptLearner(HEADS, span_route="moment", **SMALL).fit(*data))
 
 
+def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data):
+    # A resumed fit is compared with one run earlier in the process, or in another process, where
+    # BLAS may have had another thread count (a sweep's worker limits it process-wide): a fit whose
+    # bits depended on it would not resume to the uninterrupted fit's bits on every machine.
+    from threadpoolctl import threadpool_limits
+
+    from mhalearn.learners.base import root_mean_square
+
+    X, Y = data
+    scales, thetas = [], []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            scales.append(root_mean_square(Y))
+            thetas.append(mhalearn.SculptLearner(HEADS, **SMALL).fit(X, Y).model_.thetas)
+    assert scales[0] == scales[1]
+    np.testing.assert_array_equal(thetas[0], thetas[1])
+
+
 def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
     from mhalearn.learners.checkpoint import CheckpointWarning
 

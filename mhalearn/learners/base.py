@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
 from .._validation import (
@@ -254,6 +255,13 @@ def standardised_rows(array: np.ndarray, rows: np.ndarray, scale: float) -> np.n
 _DIRECT_SQUARES = (1e-140, 1e140)
 
 
+@functools.cache
+def numpy_blas() -> ThreadpoolController:
+    """threadpoolctl's controller of the libraries loaded with NumPy's BLAS: taken once, as listing
+    them costs ~16 ms (limiting through it ~0.1 ms)."""
+    return ThreadpoolController()
+
+
 def root_mean_square(array: np.ndarray) -> float:
     """Root mean square of the entries, computed without overflow or underflow (0 for an all-zero array)."""
     peak = max(float(np.max(array)), -float(np.min(array)))
@@ -261,5 +269,8 @@ def root_mean_square(array: np.ndarray) -> float:
         return 0.0
     flat = array.reshape(-1)
     if _DIRECT_SQUARES[0] <= peak <= _DIRECT_SQUARES[1]:
-        return math.sqrt(float(np.dot(flat, flat)) / flat.size)
+        # On one BLAS thread, as the fit's own BLAS calls: a threaded dot sums one part per thread, so
+        # the scale's last bits, and with them every bit of the fit, would follow the thread count.
+        with numpy_blas().limit(limits=1, user_api="blas"):
+            return math.sqrt(float(np.dot(flat, flat)) / flat.size)
     return peak * float(np.sqrt(np.mean((array / peak) ** 2)))
