@@ -10,7 +10,8 @@ threaded scheduler of this process:
    once the phase ``--stop-after`` has ended;
 3. the same call again, which resumes after the last phase kept.
 
-It prints the wall time of each, the phases the third loaded, the seconds
+It prints the wall time of each, the phases the third loaded (and the
+seconds they took when computed, which its report adds to its own), the seconds
 the interruption lost (run 2 + run 3 − run 1) and the largest difference
 between run 3's parameters and run 1's (0: the same bits).
 
@@ -85,7 +86,11 @@ def main():
     print(f"2. interrupted after {args.stop_after}: {interrupted_seconds:.1f} s", flush=True)
 
     resumed, resumed_seconds = timed_fit(X, Y, seed, checkpoint=args.dir)
-    print(f"3. resumed: {resumed_seconds:.1f} s, loaded {', '.join(resumed.report_.resumed)}", flush=True)
+    report = resumed.report_
+    print(f"3. resumed: {resumed_seconds:.1f} s, loaded {', '.join(report.resumed)} ({report.kept_seconds:.1f} s "
+          f"when computed; report: {report.total_seconds:.1f} s run + {report.kept_seconds:.1f} s kept = "
+          f"{report.total_seconds + report.kept_seconds:.1f} s, run 1's {reference.report_.total_seconds:.1f} s)",
+          flush=True)
 
     difference = max(float(np.max(np.abs(mine - theirs))) for model in ("model_", "least_squares_model_")
                      for mine, theirs in zip(_parameters(getattr(resumed, model)),

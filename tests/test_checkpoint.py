@@ -5,13 +5,16 @@ give its parameters to the bit, and a checkpoint must never be reused for
 other data or other body settings.
 """
 
+import pickle
+import shutil
+
 import numpy as np
 import pytest
 
 import mhalearn
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.checkpoint import checkpoint_key
-from mhalearn.learners.streams import ArraySource, DaskSource
+from mhalearn.learners.streams import ArraySource, DaskSource, TeacherSource
 
 HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
 # Small budgets keep each fit to a second or two; the phases and the route logic are the ones of the defaults.
@@ -109,7 +112,7 @@ def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_work(data, tmp_p
 
 CELL = {"heads": 2, "dim": 8, "length": 3, "samples": 8000, "seed": 1}
 # Figures a rerun measures afresh (times, the process's memory); every other figure must be the same.
-TIMED = {"net_seconds", "peak_memory_mb"}
+TIMED = {"body_seconds", "kept_seconds", "net_seconds", "peak_memory_mb"}
 
 
 def test_an_interrupted_sculpt_vs_m_cell_resumes_to_the_same_row(tmp_path, monkeypatch):
@@ -127,11 +130,27 @@ def test_an_interrupted_sculpt_vs_m_cell_resumes_to_the_same_row(tmp_path, monke
         sculpt_vs_m.run_sculpt_vs_m_cell(dict(CELL), checkpoint_dir=tmp_path)
     monkeypatch.setattr(fit, "read_span", read_span)
     [kept] = list(tmp_path.iterdir())
-    assert sorted(path.name for path in kept.iterdir()) == ["1_crude_sum.pickle", "2_sculpt.pickle",
-                                                             "3_refined_sum.pickle", "4_sculpt.pickle"]
+    files = sorted(kept.iterdir())
+    assert [path.name for path in files] == ["1_crude_sum.pickle", "2_sculpt.pickle", "3_refined_sum.pickle",
+                                             "4_sculpt.pickle"]
+    stored = [pickle.loads(path.read_bytes()) for path in files]
+    rerun = []
+
+    def recorded(*args):
+        rerun.append(read_span(*args))
+        return rerun[-1]
+
+    monkeypatch.setattr(fit, "read_span", recorded)
     resumed = sculpt_vs_m.run_sculpt_vs_m_cell(dict(CELL), checkpoint_dir=tmp_path)
-    assert {key: value for key, value in resumed.items() if key not in TIMED | {"body_seconds"}} == \
-        {key: value for key, value in reference.items() if key not in TIMED | {"body_seconds"}}
+    assert {key: value for key, value in resumed.items() if key not in TIMED | {"resumed"}} == \
+        {key: value for key, value in reference.items() if key not in TIMED | {"resumed"}}
+    assert (reference["resumed"], reference["kept_seconds"]) == ("", 0.0)
+    assert resumed["resumed"] == "1_crude_sum, 2_sculpt, 3_refined_sum, 4_sculpt"
+    # The whole body's time: the kept phases' own, as computed and stored, and the phase rerun.
+    assert resumed["kept_seconds"] == pytest.approx(sum(kept["seconds"] for kept in stored), rel=1e-12)
+    crude, first, refined, final = (kept["result"] for kept in stored)
+    assert resumed["body_seconds"] == pytest.approx(
+        crude.seconds + first.seconds + final.seconds + refined.seconds + rerun[0].seconds, rel=1e-12)
 
 
 @pytest.mark.parametrize("backend", ["local", "dask"])
@@ -215,3 +234,79 @@ def test_a_phase_that_cannot_be_saved_leaves_the_fit_whole(data, uninterrupted, 
         fitted = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
     _same_fit(fitted, uninterrupted)
     assert [path.name for path in tmp_path.rglob("*") if path.is_file()] == []
+
+
+# ---------------------------------------------------------------- the kept phases' data
+
+def test_a_directory_copied_from_another_fits_data_is_computed_again(data, uninterrupted, tmp_path):
+    from mhalearn.learners.checkpoint import CheckpointWarning
+
+    other = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=6), SAMPLES, LENGTH, rng=7)
+    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "other", **SMALL).fit(*other)
+    [copied] = list((tmp_path / "other").iterdir())
+    with pytest.raises(KeyboardInterrupt):  # makes this fit's key directory
+        mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "mine", **SMALL).fit(*data, callback=StopAfter("crude_sum"))
+    [mine] = list((tmp_path / "mine").iterdir())
+    shutil.rmtree(mine)
+    shutil.copytree(copied, mine)
+    with pytest.warns(CheckpointWarning, match="1_crude_sum.pickle was computed on other data than this fit's .the examples of block 0 differ"):
+        resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "mine", **SMALL).fit(*data)
+    assert resumed.report_.resumed == ()
+    _same_fit(resumed, uninterrupted)
+    # The directory now holds this data's phases.
+    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "mine", **SMALL).fit(*data).report_.resumed != ()
+
+
+def test_dask_arrays_named_alike_that_hold_other_values_are_not_resumed(tmp_path):
+    # Phases 1–4 on a Dask stream, as a fit on more sequences than its in-memory sample (whose values the
+    # key hashes) runs them: the key knows the stream by its graph names only.
+    import dask.array as da
+
+    from mhalearn.learners.checkpoint import CheckpointWarning, open_checkpoint
+    from mhalearn.learners.chen_li.fit import sculpt_span
+
+    X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=4), 3000, LENGTH, rng=5)
+    flipped = X.copy()
+    flipped[-1] *= -1  # in the last block
+
+    def stream(X):
+        return DaskSource(da.from_array(X, chunks=(700, -1, -1), name="examples-x"),
+                          da.from_array(Y, chunks=(700, -1, -1), name="examples-y"))
+
+    def body(source, checkpoint_dir):
+        rng, settings = np.random.default_rng(3), BodySettings(refit_iterations=10)
+        checkpoint = open_checkpoint(checkpoint_dir, source, HEADS, settings, rng)
+        return sculpt_span(source, HEADS, settings, rng, checkpoint=checkpoint), checkpoint
+
+    body(stream(X), tmp_path)
+    assert checkpoint_key(stream(X), HEADS, BodySettings(), np.random.default_rng(0)) == \
+        checkpoint_key(stream(flipped), HEADS, BodySettings(), np.random.default_rng(0))
+    with pytest.warns(CheckpointWarning, match="computed on other data than this fit's .the examples of block 4 "
+                                               "differ") as told:
+        phases, checkpoint = body(stream(flipped), tmp_path)
+    assert len(told) == 1 and checkpoint.resumed == []
+    reference, _ = body(stream(flipped), None)
+    np.testing.assert_array_equal(phases.span.basis, reference.span.basis)
+    np.testing.assert_array_equal(phases.refined_sum.w_sum, reference.refined_sum.w_sum)
+
+
+def test_the_data_digest_reads_three_blocks_and_names_what_differs():
+    from mhalearn.learners.checkpoint import data_difference
+
+    teacher = mhalearn.sample_teacher(HEADS, DIM, rng=4)
+    read = []
+
+    class Counted(TeacherSource):
+        def _block(self, index):
+            read.append(index)
+            return super()._block(index)
+
+    source = Counted(teacher, 10_000, LENGTH, seed=1, block_size=1000)
+    digest = source.sample_digest()
+    assert read == [0, 4, 9] and list(digest["digests"]) == read
+    assert data_difference(digest, TeacherSource(teacher, 10_000, LENGTH, seed=1, block_size=1000).sample_digest()) \
+        is None
+    assert data_difference(digest, TeacherSource(teacher, 10_000, LENGTH, seed=2, block_size=1000).sample_digest()) \
+        == "the examples of blocks 0, 4, 9 differ"
+    assert data_difference(digest, TeacherSource(teacher, 9_000, LENGTH, seed=1, block_size=1000).sample_digest()) \
+        == "10000×3×8 sequences in 10 blocks, not the 9000×3×8 sequences in 9 blocks here"

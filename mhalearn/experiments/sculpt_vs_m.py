@@ -15,7 +15,11 @@ refinement, the body's span distance (or why it refused), then phases 5–6
 (:func:`~mhalearn.learners.chen_li.search_and_select` with ``refine="none"``)
 on the body's span: net candidates, net time, and the relative test error of
 the paper's output — the held-out best candidate with W by least squares,
-no polish — and the worker's peak memory.
+no polish — and the worker's peak memory.  A cell resumed from its
+checkpoint (``--checkpoints``) names the phases it loaded in ``resumed``
+("" when it ran whole; rows stored before the field lack it) and their
+seconds, counted in ``body_seconds`` as they were when computed, in
+``kept_seconds``.
 
 The figure shows span distance, agreement rows and the paper's test error
 against n per m, and the samples the body needs to reach span distance
@@ -124,7 +128,10 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
         "estimated_error": span.estimated_error,
         "refused": span.refused,
         "spectral_gap": span.spectral_gap,
+        # A resumed cell's phases loaded from its checkpoint count with the seconds they took when computed.
         "body_seconds": phases.seconds,
+        "resumed": ", ".join(checkpoint.resumed),
+        "kept_seconds": checkpoint.kept_seconds,
         "candidates": None, "net_seconds": None, "test_error": None,
     }
     if span.refused is None:
@@ -236,7 +243,9 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
             table.append((heads, samples, len(cells), median("agreement_rows"), median("precision"),
                           median("feasible"), median("refined_w_sum_error"), median("span_or_one"),
                           sum(row.get("refused") is not None for row in cells), median("candidates"),
-                          median("test_error"), median("body_seconds"), max(row["peak_memory_mb"] for row in cells)))
+                          median("test_error"), median("body_seconds"),
+                          sum(bool(row.get("resumed")) for row in cells),
+                          max(row["peak_memory_mb"] for row in cells)))
     needed = samples_to_target(rows)
     unreached = samples_values[-1] * 3
     values = [needed[heads] if math.isfinite(needed[heads]) else unreached for heads in heads_values]
@@ -271,7 +280,7 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
         write_tables(out_dir / "sculpt-vs-m.txt", [
             ("medians over seeds", ["m", "n", "seeds", "agreement_rows", "precision", "feasible", "W_sum_error",
                                     "span_distance", "refused", "candidates", "test_error", "body_s",
-                                    "peak_MB"], table),
+                                    "resumed", "peak_MB"], table),
             (f"samples for median span distance ≤ {SPAN_TARGET}", ["m", "n"],
              [(heads, needed[heads]) for heads in heads_values]),
             ("PROJECTION (not measured) where the target was not reached: agreement rows needed (log-linear in m "

@@ -18,6 +18,22 @@ the phases (so ``random_state`` must be fixed for a rerun to find it).
 Phases 5–6 are not kept and their settings are not in the key: a rerun
 with another net budget reuses phases 1–4.
 
+The key trusts the Dask graph names, and a directory is found by its name
+only: a directory copied from another fit, or Dask arrays named alike that
+hold other values, would be resumed on data it was not computed from.  So
+each file also keeps what its data looked like
+(:meth:`~mhalearn.learners.streams.BlockSource.sample_digest`: the stream's
+shape and a hash of its first, middle and last blocks, as the phases read
+them), and a phase whose
+file was computed on other data is computed again, with a
+:class:`CheckpointWarning`, as a damaged file is: the fit stays the one an
+uninterrupted fit computes, and the files are replaced by this data's.
+The digest reads three blocks once per fit that keeps or loads a phase (for
+a Dask source it computes those three tasks), never a full pass.
+
+Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
+phases loaded, the part of the fit's time an earlier run spent.
+
 The files are pickles: load only checkpoint directories you wrote.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool):
@@ -28,6 +44,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 import warnings
 from pathlib import Path
 
@@ -37,47 +54,102 @@ import numpy as np
 class PhaseCheckpoint:
     """The saved phase results of one fit: ``run(name, rng, compute)`` loads or computes and saves.
 
-    ``resumed`` lists, in order, the phases that were loaded.
+    ``resumed`` lists, in order, the phases that were loaded, and
+    ``kept_seconds`` sums the seconds they took in the run that computed them.
+    ``source`` is the stream the phases read: the digest of its data
+    (:meth:`~mhalearn.learners.streams.BlockSource.sample_digest`) is taken
+    when a phase is first saved or loaded, and a kept phase is used only if
+    its file holds the same.
     """
 
-    def __init__(self, directory, key: str):
+    def __init__(self, directory, key: str, source):
         self.path = Path(directory) / key
+        self.source = source
         self.resumed: list[str] = []
+        self.kept_seconds = 0.0
+        self._data = None
+        self._told_other_data = False
+
+    def data(self) -> dict:
+        """The digest of the source's data, taken on the first call."""
+        if self._data is None:
+            self._data = self.source.sample_digest()
+        return self._data
 
     def run(self, name: str, rng: np.random.Generator, compute):
         """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved.
 
-        A file that cannot be read is computed again, and a result that
-        cannot be saved (disk full) is not kept: each with a
-        :class:`CheckpointWarning`, since the fit itself need not fail.
+        A file that cannot be read or was computed on other data is computed
+        again, and a result that cannot be saved (disk full) is not kept:
+        each with a :class:`CheckpointWarning`, since the fit itself need
+        not fail.
         """
         file = self.path / f"{name}.pickle"
-        if file.exists():
-            try:
-                with open(file, "rb") as handle:
-                    result, state = pickle.load(handle)
-            except Exception as error:  # damaged, or pickled by other library versions
-                warnings.warn(f"checkpoint: {file} could not be read ({type(error).__name__}: {error}); "
-                              f"computing {name} again", CheckpointWarning, stacklevel=2)
-            else:
-                rng.bit_generator.state = state
-                self.resumed.append(name)
-                return result
+        kept = self._load(file, name)
+        if kept is not None:
+            rng.bit_generator.state = kept["rng_state"]
+            self.resumed.append(name)
+            self.kept_seconds += kept["seconds"]
+            return kept["result"]
+        start = time.perf_counter()
         result = compute()
-        self._save(file, result, rng)
+        seconds = time.perf_counter() - start
+        self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds,
+                          "data": self.data()})
         return result
 
-    def _save(self, file: Path, result, rng: np.random.Generator) -> None:
+    def _load(self, file: Path, name: str) -> dict | None:
+        """The kept phase in ``file`` when there is one and it was computed on this data, else None."""
+        if not file.exists():
+            return None
+        try:
+            with open(file, "rb") as handle:
+                kept = pickle.load(handle)
+            missing = {"result", "rng_state", "seconds", "data"} - set(kept)
+            if missing:
+                raise ValueError(f"no {', '.join(sorted(missing))}")
+        except Exception as error:  # damaged, pickled by other library versions, or not a phase file
+            warnings.warn(f"checkpoint: {file} could not be read ({type(error).__name__}: {error}); "
+                          f"computing {name} again", CheckpointWarning, stacklevel=3)
+            return None
+        difference = data_difference(kept["data"], self.data())
+        if difference is not None:
+            if not self._told_other_data:  # once a fit: every phase of a copied directory differs alike
+                warnings.warn(f"checkpoint: {file} was computed on other data than this fit's ({difference}: "
+                              f"a directory copied from another fit, or Dask arrays named alike that hold other "
+                              f"values); computing it and the phases after it again, and keeping this data's",
+                              CheckpointWarning, stacklevel=3)
+                self._told_other_data = True
+            return None
+        return kept
+
+    def _save(self, file: Path, kept: dict) -> None:
         partial = file.with_name(f"{file.name}.{os.getpid()}.partial")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             with open(partial, "wb") as handle:
-                pickle.dump((result, rng.bit_generator.state), handle, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(kept, handle, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(partial, file)
         except OSError as error:
             partial.unlink(missing_ok=True)
             warnings.warn(f"checkpoint: could not keep {file.stem} in {self.path} ({error}); the fit goes on "
                           f"without it", CheckpointWarning, stacklevel=3)
+
+
+def data_difference(kept: dict, here: dict) -> str | None:
+    """How the data a phase was computed on (``kept``) differ from ``here`` (digests of
+    :meth:`~mhalearn.learners.streams.BlockSource.sample_digest`), or None when they do not."""
+    if kept == here:
+        return None
+    if kept.get("shape") != here["shape"] or kept.get("blocks") != here["blocks"]:
+        return (f"{_shape(kept)} in {kept.get('blocks')} blocks, not the {_shape(here)} in "
+                f"{here['blocks']} blocks here")
+    differing = [index for index, digest in here["digests"].items() if kept.get("digests", {}).get(index) != digest]
+    return f"the examples of block{'s' * (len(differing) > 1)} {', '.join(map(str, differing))} differ"
+
+
+def _shape(data: dict) -> str:
+    return "×".join(map(str, data.get("shape") or ("?",))) + " sequences"
 
 
 class CheckpointWarning(RuntimeWarning):
@@ -88,6 +160,7 @@ class NoCheckpoint:
     """Nothing kept: ``run`` computes (``SculptLearner(checkpoint=None)``)."""
 
     resumed: tuple = ()
+    kept_seconds = 0.0
 
     @staticmethod
     def run(name: str, rng: np.random.Generator, compute):
@@ -98,7 +171,7 @@ def open_checkpoint(directory, source, heads: int, settings, rng: np.random.Gene
     """The checkpoint of a fit in ``directory`` (:func:`checkpoint_key`), or :class:`NoCheckpoint` when it is None."""
     if directory is None:
         return NoCheckpoint()
-    return PhaseCheckpoint(directory, checkpoint_key(source, heads, settings, rng, *extra))
+    return PhaseCheckpoint(directory, checkpoint_key(source, heads, settings, rng, *extra), source)
 
 
 def checkpoint_key(source, heads: int, settings, rng: np.random.Generator, *extra) -> str:

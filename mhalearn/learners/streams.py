@@ -23,7 +23,8 @@ again).  They read the examples through a *source*: an object with
   first ``samples`` sequences in memory;
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once
   (``map_until``);
-- ``fingerprint()``, a hash of the examples (:mod:`mhalearn.learners.checkpoint`).
+- ``fingerprint()``, a hash of the examples, and ``sample_digest()``, a hash of a few of their
+  blocks (:mod:`mhalearn.learners.checkpoint`).
 
 :class:`ArraySource` wraps arrays already in memory (optionally standardised
 and split block by block, in place: :class:`~mhalearn.SculptLearner` on
@@ -38,6 +39,7 @@ active (threads, processes or a ``distributed.Client``).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Iterator
 
@@ -71,6 +73,27 @@ class BlockSource:
 
     def fingerprint(self) -> str:
         raise NotImplementedError
+
+    def sample_digest(self, blocks: int = 3) -> dict:
+        """What a checkpoint checks its data by: the stream's shape, its block count and a hash of
+        ``blocks`` of its blocks (the first, the last, evenly between), as the phases read them.
+
+        Reads those blocks only (a Dask source computes those tasks), where :meth:`fingerprint`
+        reads every byte of in-memory arrays and nothing of Dask arrays.
+        """
+        last = self.block_count - 1
+        indices = sorted({position * last // max(blocks - 1, 1) for position in range(blocks)})
+        digests = {}
+        for index in indices:
+            X, Y, rows = self._block(index)
+            X, Y = np.asarray(X), np.asarray(Y)
+            digest = hashlib.blake2b(digest_size=16)
+            for array in (X, Y) if rows is None else (X[rows], Y[rows]):
+                array = np.ascontiguousarray(array)
+                digest.update(f"{array.shape}{array.dtype.str}".encode())
+                digest.update(array.data)
+            digests[index] = digest.hexdigest()
+        return {"shape": (self.samples, self.length, self.dim), "blocks": self.block_count, "digests": digests}
 
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""

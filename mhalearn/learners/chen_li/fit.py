@@ -54,7 +54,8 @@ class SpanSearchReport(LearnerReport):
     routes' candidates (``route`` is then the route of the chosen one), and
     ``resumed``, the phases loaded from a checkpoint
     (``SculptLearner(checkpoint=...)``; their ``seconds`` are those of the
-    run that computed them).  ``moment`` is also set when the moment route
+    run that computed them), and ``kept_seconds``, the sum of those seconds:
+    the fit's whole time is ``total_seconds`` (this run's) + ``kept_seconds``.  ``moment`` is also set when the moment route
     ran only to be compared with the body.  A phase that did not run is None (the moment
     learner runs only ``moment``, ``net`` and ``selection``).
     """
@@ -63,6 +64,7 @@ class SpanSearchReport(LearnerReport):
     fallback: str | None = None
     route_reason: str | None = None
     resumed: tuple = ()
+    kept_seconds: float = 0.0
     crude_sum: CrudeSum | None = None
     sculpt: tuple = ()
     refined_sum: RefinedSum | None = None
@@ -88,7 +90,8 @@ class SpanSearchReport(LearnerReport):
         lines = [f"span from the {self.route} route" + ("" if reason is None else f": {reason}")]
         if self.resumed:
             lines.append(f"loaded from the checkpoint (their seconds are the run's that computed them): "
-                         f"{', '.join(self.resumed)}")
+                         f"{', '.join(self.resumed)}; with their {self.kept_seconds:.2f} s the fit took "
+                         f"{self.total_seconds + self.kept_seconds:.2f} s")
         if self.selection is not None:
             lines.append(certificate_line(self.selection.certificate))
         return lines
@@ -261,8 +264,9 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     route keep their results there as they end, and a rerun resumes after
     the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns the
     report's fields (the phase results, ``compared_net`` when both routes'
-    candidates were compared, ``route``, ``fallback``, ``route_reason`` and
-    ``resumed``, the phases loaded from the checkpoint) as a dict.
+    candidates were compared, ``route``, ``fallback``, ``route_reason``,
+    ``resumed``, the phases loaded from the checkpoint, and ``kept_seconds``,
+    the seconds they took when computed) as a dict.
     """
     fields = {}
     span = moment = None
@@ -285,7 +289,7 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
         route, reason = Route.MOMENT, "span_route='moment'"
     else:
         route, reason = choose_route(span, moment, body)
-    fields["resumed"] = tuple(checkpoint.resumed)
+    fields["resumed"], fields["kept_seconds"] = tuple(checkpoint.resumed), checkpoint.kept_seconds
     if route == Route.BOTH:
         route, fields["net"], fields["compared_net"], fields["selection"] = select_between_routes(
             X, Y, X_val, Y_val, span, moment, heads, search, rng, label_bound=label_bound,
