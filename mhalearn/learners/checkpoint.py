@@ -24,12 +24,13 @@ hold other values, would be resumed on data it was not computed from.  So
 each file also keeps what its data looked like
 (:meth:`~mhalearn.learners.streams.BlockSource.sample_digest`: the stream's
 shape and a hash of its first, middle and last blocks, as the phases read
-them), and a phase whose
-file was computed on other data is computed again, with a
-:class:`CheckpointWarning`, as a damaged file is: the fit stays the one an
-uninterrupted fit computes, and the files are replaced by this data's.
-The digest reads three blocks once per fit that keeps or loads a phase (for
-a Dask source it computes those three tasks), never a full pass.
+them), and a phase whose file was computed on other data is computed
+again, with one :class:`CheckpointWarning` a fit, as a damaged file is: the
+fit stays the one an uninterrupted fit computes, and the files are replaced
+by this data's.  The digest reads three blocks once per fit that keeps or
+loads a phase (for a Dask source it computes those three tasks), never a
+full pass; data that differ only elsewhere under the same graph names are
+not caught.
 
 Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
 phases loaded, the part of the fit's time an earlier run spent.
