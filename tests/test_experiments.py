@@ -298,3 +298,20 @@ def test_projection_extrapolates_the_rows_needed_and_divides_by_the_rate():
     assert needed == pytest.approx(60_000) and rate == pytest.approx(4e-6)
     assert projected == pytest.approx(1.5e10)
     assert projected_samples([cell(3, 10**6, 10, None)]) == []
+
+
+def test_sculpt_vs_m_table_counts_resumed_cells_and_reads_rows_stored_before_the_field(tmp_path):
+    from mhalearn.experiments.sculpt_vs_m import plot_sculpt_vs_m
+
+    def cell(seed, **resumed):
+        return {"heads": 2, "dim": 12, "length": 4, "samples": 3000, "seed": seed, "agreement_rows": 50,
+                "precision": 1.0, "feasible": 1.0, "refined_w_sum_error": 0.01, "span_distance": 0.05,
+                "refused": None, "candidates": 100, "test_error": 0.01, "body_seconds": 2.0,
+                "peak_memory_mb": 300.0, **resumed}
+
+    rows = [cell(0), cell(1, resumed="", kept_seconds=0.0), cell(2, resumed="1_crude_sum, 2_sculpt", kept_seconds=0.9)]
+    plot_sculpt_vs_m(rows, tmp_path)
+    lines = (tmp_path / "sculpt-vs-m.txt").read_text().splitlines()
+    header = next(line.split() for line in lines if line.split()[:3] == ["m", "n", "seeds"])
+    row = next(line.split() for line in lines if line.split()[:3] == ["2", "3000", "3"])
+    assert row[header.index("resumed")] == "1"  # the row stored before the field counts as not resumed
