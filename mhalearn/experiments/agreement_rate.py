@@ -23,10 +23,11 @@ sequences of length k:
   (no ``max_rows`` cap): the fewest rows whose span distance is ≤
   :data:`SPAN_TARGET`.
 
-:func:`agreement_law` fits log₁₀(rate per row) = a + b·(m − 1)(k − 1) over
-the cells of one τ and ‖Θ‖_F, with a 90 % bootstrap interval over
-teachers; :func:`held_out_prediction` refits it without one (m, k) cell and
-compares its prediction with that cell's measured rate.  These use the
+:func:`agreement_law` fits a law of log₁₀(rate per row) in (m, k)
+(:data:`LAWS`: a + b·(m − 1)(k − 1), or (m − 1)·(c + b·(k − 1))) over the
+cells of one τ and ‖Θ‖_F by Poisson likelihood, with 90 % bootstrap
+intervals over teachers; :func:`held_out_prediction` refits it without one
+(m, k) cell and compares its prediction with that cell's measured rate.  These use the
 teacher and are diagnostics, not learners.
 """
 
@@ -165,131 +166,164 @@ def _run_cell(cell: dict) -> dict:
             for key, value in metrics.items()}
 
 
+#: The laws fitted: log₁₀(rate per row) as a linear form in these features of (m, k).
+#: ``"slope"``: a + b·(m − 1)(k − 1).  ``"per-head"``: (m − 1)·(c + b·(k − 1)), which is 0 at m = 1
+#: (every row agrees) and says that each head past the first multiplies the rate by 10^(c + b(k − 1)).
+LAWS = {
+    "slope": (("a", lambda u, v: np.ones_like(u)), ("b", lambda u, v: u * v)),
+    "per-head": (("c", lambda u, v: u), ("b", lambda u, v: u * v)),
+}
+
+
 def _law_points(rows: list[dict], tolerance: float, theta_norm: float) -> list[tuple]:
-    """(seed, x = (m − 1)(k − 1), rows found, rate per row, m, k) of every rate cell with m ≥ 2 at ‖Θ‖_F."""
-    points = []
-    for row in rows:
-        if row["heads"] < 2 or not math.isclose(row["theta_norm"], theta_norm) or not row.get("sequences"):
-            continue
-        count = row["teacher_rows"][f"{tolerance:g}"]
-        points.append((row["seed"], (row["heads"] - 1) * (row["length"] - 1), count,
-                       count / (row["sequences"] * row["length"]), row["heads"], row["length"]))
-    return points
+    """(seed, m − 1, k − 1, rows found, rows drawn) of every rate cell with m ≥ 2 at ‖Θ‖_F = ``theta_norm``."""
+    return [(row["seed"], row["heads"] - 1, row["length"] - 1, row["teacher_rows"][f"{tolerance:g}"],
+             row["sequences"] * row["length"])
+            for row in rows
+            if row["heads"] >= 2 and math.isclose(row["theta_norm"], theta_norm) and row.get("sequences")]
 
 
-def _line(points) -> tuple[float, float]:
-    """Least-squares intercept and slope of log₁₀ rate against x."""
-    slope, intercept = np.polyfit([p[1] for p in points], [math.log10(p[3]) for p in points], 1)
-    return float(intercept), float(slope)
+def _poisson_fit(points, law: str) -> np.ndarray:
+    """Maximum-likelihood coefficients of log₁₀ rate = features · β, counts Poisson with their rows as exposure.
 
-
-def agreement_law(rows: list[dict], *, tolerance: float = LAW_TOLERANCE, theta_norm: float = 2.0,
-                  min_rows: int = 10, exclude=None, resamples: int = 2000, seed: int = 0) -> dict:
-    """log₁₀(rate per row) = a + b·(m − 1)(k − 1), fitted over cells with m ≥ 2, with 90 % bootstrap intervals.
-
-    Cells with fewer than ``min_rows`` agreement rows are left out of the
-    fit (their rates are too noisy to take a logarithm of) and counted in
-    ``censored``; ``exclude`` is an (m, k) pair to leave out (a held-out
-    cell).  The bootstrap resamples teachers (seeds), keeping each
-    teacher's cells together, since one teacher's cells share its Θ.
+    The likelihood uses every cell, those with few or no agreement rows
+    included: leaving them out would keep, at large (m, k), only the
+    teachers whose rate happened to be high, and flatten the law.
     """
-    points = [p for p in _law_points(rows, tolerance, theta_norm) if exclude is None or p[4:] != tuple(exclude)]
-    kept = [p for p in points if p[2] >= min_rows]
-    if len({p[1] for p in kept}) < 2:
-        raise ValueError(f"rows: the agreement law needs cells at two values of (m - 1)(k - 1) with at least "
-                         f"{min_rows} rows at tolerance {tolerance}, received {len(kept)} such cells")
-    intercept, slope = _line(kept)
+    from scipy.optimize import minimize
+
+    u, v, count, drawn = (np.array([p[i] for p in points], dtype=float) for i in (1, 2, 3, 4))
+    features = np.stack([feature(u, v) for _, feature in LAWS[law]], axis=1) * math.log(10.0)
+    log_drawn = np.log(drawn)
+
+    def negative_log_likelihood(beta):
+        log_mean = log_drawn + features @ beta
+        mean = np.exp(log_mean)
+        return float((mean - count * log_mean).sum()), features.T @ (mean - count)
+
+    start = np.full(features.shape[1], -0.3)
+    return minimize(negative_log_likelihood, start, jac=True, method="BFGS", options={"gtol": 1e-10}).x
+
+
+def agreement_law(rows: list[dict], *, law: str = "slope", tolerance: float = LAW_TOLERANCE,
+                  theta_norm: float = 2.0, exclude=None, resamples: int = 200, seed: int = 0) -> dict:
+    """One of :data:`LAWS` fitted to the cells with m ≥ 2, with 90 % bootstrap intervals over teachers.
+
+    Poisson maximum likelihood on the agreement rows counted at
+    ``tolerance`` (:func:`_poisson_fit`); ``exclude`` is an (m, k) pair left
+    out (a held-out cell).  The bootstrap resamples teachers (seeds),
+    keeping each teacher's cells together, since they share its Θ.
+    """
+    points = [p for p in _law_points(rows, tolerance, theta_norm)
+              if exclude is None or (p[1] + 1, p[2] + 1) != tuple(exclude)]
+    if len({p[1] * p[2] for p in points}) < 2 or not any(p[3] for p in points):
+        raise ValueError(f"rows: the agreement law needs cells at two values of (m - 1)(k - 1) and some "
+                         f"agreement rows at tolerance {tolerance}, received {len(points)} cells")
+    beta = _poisson_fit(points, law)
     by_seed = {}
-    for p in kept:
-        by_seed.setdefault(p[0], []).append(p)
+    for point in points:
+        by_seed.setdefault(point[0], []).append(point)
     seeds = sorted(by_seed)
     generator = np.random.default_rng(seed)
-    slopes, intercepts = [], []
-    for _ in range(resamples):
-        sample = [p for s in generator.choice(seeds, len(seeds), replace=True) for p in by_seed[s]]
-        if len({p[1] for p in sample}) >= 2:
-            a, b = _line(sample)
-            intercepts.append(a)
-            slopes.append(b)
-    return {"tolerance": tolerance, "theta_norm": theta_norm, "intercept": intercept, "slope": slope,
-            "slope_interval": tuple(float(v) for v in np.quantile(slopes, [0.05, 0.95])),
-            "intercept_interval": tuple(float(v) for v in np.quantile(intercepts, [0.05, 0.95])),
-            "cells": len({p[4:] for p in kept}), "teachers": len(seeds), "points": len(kept),
-            "censored": len(points) - len(kept)}
+    draws = np.array([_poisson_fit([p for s in generator.choice(seeds, len(seeds)) for p in by_seed[s]], law)
+                      for _ in range(resamples)])
+    names = [name for name, _ in LAWS[law]]
+    return {"law": law, "tolerance": tolerance, "theta_norm": theta_norm,
+            "coefficients": dict(zip(names, map(float, beta))),
+            "intervals": {name: tuple(map(float, np.quantile(draws[:, i], [0.05, 0.95])))
+                          for i, name in enumerate(names)},
+            "cells": len({(p[1], p[2]) for p in points}), "teachers": len(seeds),
+            "cells_without_rows": sum(p[3] == 0 for p in points)}
+
+
+def predicted_rate(law: dict, heads: int, length: int) -> float:
+    """The rate per row a fitted law predicts at (m, k)."""
+    u, v = np.array([heads - 1.0]), np.array([length - 1.0])
+    exponent = sum(law["coefficients"][name] * feature(u, v)[0] for name, feature in LAWS[law["law"]])
+    return float(10.0 ** exponent)
 
 
 def held_out_prediction(rows: list[dict], cell=HELD_OUT, **law_options) -> dict:
     """The law fitted without the (m, k) ``cell``, its predicted rate per row there, and the measured median."""
     law = agreement_law(rows, exclude=cell, **law_options)
-    heads, length = cell
-    measured = [p[3] for p in _law_points(rows, law["tolerance"], law["theta_norm"]) if p[4:] == tuple(cell)]
+    measured = [p[3] / p[4] for p in _law_points(rows, law["tolerance"], law["theta_norm"])
+                if (p[1] + 1, p[2] + 1) == tuple(cell)]
     if not measured:
-        raise ValueError(f"rows: no measured cell at (m, k) = {cell} to compare the law's prediction with")
-    predicted = 10 ** (law["intercept"] + law["slope"] * (heads - 1) * (length - 1))
+        raise ValueError(f"rows: no measured cell at (m, k) = {tuple(cell)} to compare the law's prediction with")
+    predicted = predicted_rate(law, *cell)
     median = float(np.median(measured))
-    return {"cell": tuple(cell), "predicted": predicted, "measured_median": median,
-            "measured": measured, "ratio": predicted / median if median > 0 else math.inf, "law": law}
+    return {"cell": tuple(cell), "predicted": predicted, "measured_median": median, "measured": measured,
+            "ratio": predicted / median if median > 0 else math.inf, "law": law}
 
 
 def plot_agreement_rate(rows: list[dict], out_dir: Path) -> list[Path]:
-    """Writes ``agreement-rate.png`` and ``agreement-rate.txt`` (the law, its held-out check, every cell)."""
+    """Writes ``agreement-rate.png`` and ``agreement-rate.txt``: every cell, both laws and the held-out check."""
     if not rows:
         raise ValueError("rows: expected stored results of agreement-rate, received none (run the sweep first)")
     out_dir = Path(out_dir)
     rate_rows = [row for row in rows if row.get("sequences")]
-    norms = sorted({row["theta_norm"] for row in rate_rows})
-    names = [f"‖Θ‖_F = {norm:g}" for norm in norms]
-    fig, (rate_ax, tol_ax) = new_figure(2)
-    laws = []
-    for norm, name in zip(norms, names):
-        group = [row for row in rate_rows if math.isclose(row["theta_norm"], norm) and row["heads"] >= 2]
-        x = [(row["heads"] - 1) * (row["length"] - 1) for row in group]
-        y = [max(row["teacher_rate_per_row"], 0.5 / (row["sequences"] * row["length"])) for row in group]
+    fig, (rate_ax, law_ax) = new_figure(2)
+    lengths = sorted({row["length"] for row in rate_rows})
+    names = [f"k = {length}" for length in lengths]
+    laws, checks = [], []
+    for norm in sorted({row["theta_norm"] for row in rate_rows}):
+        for tolerance in TOLERANCES:
+            for law in LAWS:
+                try:
+                    laws.append(agreement_law(rows, law=law, tolerance=tolerance, theta_norm=norm))
+                except ValueError:
+                    continue
+    for law in LAWS:
+        try:
+            checks.append(held_out_prediction(rows, law=law))
+        except ValueError:
+            continue
+    main = [row for row in rate_rows if math.isclose(row["theta_norm"], 2.0)]
+    per_head = next((fit for fit in laws if fit["law"] == "per-head" and fit["tolerance"] == LAW_TOLERANCE
+                     and math.isclose(fit["theta_norm"], 2.0)), None)
+    for length, name in zip(lengths, names):
         style = style_for(name, names)
-        rate_ax.scatter(x, y, s=12, color=style["color"], label=name,
-                        marker="o" if norm == 2.0 else "s", alpha=0.7)
-        try:
-            law = agreement_law(rows, theta_norm=norm)
-        except ValueError:
-            continue
-        laws.append(law)
-        grid = np.linspace(0, max(x), 50)
-        rate_ax.plot(grid, 10 ** (law["intercept"] + law["slope"] * grid), color=style["color"], lw=1)
-    for tau in TOLERANCES:
-        try:
-            law = agreement_law(rows, tolerance=tau)
-        except ValueError:
-            continue
-        if tau != LAW_TOLERANCE:
-            laws.append(law)
-        tol_ax.errorbar([tau], [law["slope"]], yerr=[[law["slope"] - law["slope_interval"][0]],
-                                                     [law["slope_interval"][1] - law["slope"]]], fmt="o", color="0.2")
-    rate_ax.set_yscale("log")
-    rate_ax.set_xlabel("(m − 1)(k − 1)")
-    rate_ax.set_ylabel(f"agreement rows per row (τ = {LAW_TOLERANCE}); censored at 0.5/rows")
-    rate_ax.legend(fontsize=8)
-    tol_ax.set_xscale("log")
-    tol_ax.set_xlabel("tolerance τ (ℓ1)")
-    tol_ax.set_ylabel("slope of log₁₀ rate per unit of (m − 1)(k − 1), 90 % interval")
+        group = [row for row in main if row["length"] == length]
+        heads = np.array([row["heads"] for row in group])
+        # A cell without agreement rows is drawn at half a row: an upper bound, marked open.
+        found = np.array([row["teacher_rows"][f"{LAW_TOLERANCE:g}"] for row in group])
+        rate = np.maximum(found, 0.5) / np.array([row["sequences"] * row["length"] for row in group])
+        rate_ax.scatter(heads[found > 0], rate[found > 0], s=14, color=style["color"], label=name)
+        rate_ax.scatter(heads[found == 0], rate[found == 0], s=14, facecolors="none", edgecolors=style["color"])
+        if per_head is not None and len(heads):
+            grid = np.arange(1, heads.max() + 1)
+            law_ax.plot(grid, [predicted_rate(per_head, m, length) for m in grid], color=style["color"], label=name)
+            law_ax.scatter(heads[found > 0], rate[found > 0], s=10, color=style["color"])
+    for ax in (rate_ax, law_ax):
+        ax.set_yscale("log")
+        ax.set_xlabel("heads m")
+        ax.grid(True, alpha=0.3)
+    rate_ax.set_ylabel(f"agreement rows per row, teacher alone (τ = {LAW_TOLERANCE}); open: none found")
+    law_ax.set_ylabel("the per-head law, fitted on every cell")
+    rate_ax.legend(fontsize=7, ncol=2)
     first = rate_rows[0]
-    fig.suptitle(f"Agreement rows from the teacher alone — d = {first['dim']}, Boolean inputs", fontsize=9)
-    try:
-        check = held_out_prediction(rows)
-        checks = [(f"m = {check['cell'][0]}, k = {check['cell'][1]}", check["predicted"], check["measured_median"],
-                   check["ratio"], check["law"]["slope"])]
-    except ValueError:
-        checks = []
+    fig.suptitle(f"Agreement rows from the teacher alone — d = {first['dim']}, ‖Θ_i‖_F = 2, Boolean inputs; "
+                 f"three teachers per m", fontsize=9)
     cells = sorted(rows, key=lambda row: (row["theta_norm"], row["heads"], row["length"], row["seed"]))
+
+    def coefficient(fit, name):
+        value = fit["coefficients"].get(name)
+        return ("", "", "") if value is None else (value, *fit["intervals"][name])
+
     return [
         save_figure(fig, out_dir / "agreement-rate.png"),
         write_tables(out_dir / "agreement-rate.txt", [
-            ("law: log10 rate per row = a + b (m - 1)(k - 1), 90 % bootstrap intervals over teachers",
-             ["tolerance", "theta_norm", "a", "a_lo", "a_hi", "b", "b_lo", "b_hi", "cells", "teachers",
-              "censored"],
-             [(law["tolerance"], law["theta_norm"], law["intercept"], *law["intercept_interval"], law["slope"],
-               *law["slope_interval"], law["cells"], law["teachers"], law["censored"]) for law in laws]),
-            (f"held-out cell (fit without it, tolerance {LAW_TOLERANCE}, theta_norm 2)",
-             ["cell", "predicted_rate", "measured_median", "ratio", "slope_without"], checks),
+            ("laws of log10 rate per row, Poisson fits over every cell with m >= 2 (zero counts included), "
+             "90 % bootstrap intervals over teachers: slope = a + b (m-1)(k-1); per-head = (m-1)(c + b (k-1))",
+             ["law", "tolerance", "theta_norm", "a_or_c", "lo", "hi", "b", "b_lo", "b_hi", "cells", "teachers",
+              "cells_without_rows"],
+             [(fit["law"], fit["tolerance"], fit["theta_norm"],
+               *coefficient(fit, "a" if fit["law"] == "slope" else "c"), *coefficient(fit, "b"), fit["cells"],
+               fit["teachers"], fit["cells_without_rows"]) for fit in laws]),
+            (f"held-out cell, fixed before the sweep ran (each law fitted without it; tolerance {LAW_TOLERANCE}, "
+             f"theta_norm 2)", ["law", "m", "k", "predicted_rate", "measured_median", "ratio"],
+             [(check["law"]["law"], *check["cell"], check["predicted"], check["measured_median"], check["ratio"])
+              for check in checks]),
             ("every cell", ["m", "d", "k", "theta_norm", "seed", "sequences", "rows_0.05", "rows_0.1", "rows_0.2",
                             "rate_per_row", "decoder_rows", "decoder_rate_per_seq", "decoder_precision",
                             "rows_needed", "span_distance"],
