@@ -68,6 +68,7 @@ def _synthetic_rows(law_exponent, heads_values, lengths, teachers, drawn, seed):
                 rate = 10.0 ** law_exponent(heads, length)
                 found = int(generator.poisson(rate * drawn * length))
                 rows.append({"heads": heads, "length": length, "theta_norm": 2.0, "seed": seed_, "dim": 12,
+                             "max_samples": drawn, "target_rows": 200,
                              "sequences": drawn, "teacher_rows": {"0.05": found, "0.1": found, "0.2": found}})
     return rows
 
