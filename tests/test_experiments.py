@@ -283,23 +283,6 @@ def test_figures_are_written_with_the_numbers_they_show(tmp_path):
         plot_error_vs_samples([], tmp_path)
 
 
-def test_projection_extrapolates_the_rows_needed_and_divides_by_the_rate():
-    from mhalearn.experiments.sculpt_vs_m import projected_samples
-
-    def cell(heads, samples, rows, distance):
-        return {"heads": heads, "samples": samples, "agreement_rows": rows, "span_distance": distance,
-                "refused": None if distance is not None else "refused"}
-
-    rows = [cell(2, 10_000, 200, 0.3), cell(2, 30_000, 600, 0.05), cell(3, 10**6, 400, 0.9),
-            cell(3, 10**7, 6_000, 0.08), cell(4, 10**6, 2, None), cell(4, 10**7, 40, None)]
-    # R*_2 = 600, R*_3 = 6000: ten times per head, so R*_4 = 60 000; r_4 = 40 / 10⁷.
-    (heads, needed, rate, projected), = projected_samples(rows)
-    assert heads == 4
-    assert needed == pytest.approx(60_000) and rate == pytest.approx(4e-6)
-    assert projected == pytest.approx(1.5e10)
-    assert projected_samples([cell(3, 10**6, 10, None)]) == []
-
-
 def test_sculpt_vs_m_table_counts_resumed_cells_and_reads_rows_stored_before_the_field(tmp_path):
     from mhalearn.experiments.sculpt_vs_m import plot_sculpt_vs_m
 
@@ -315,3 +298,28 @@ def test_sculpt_vs_m_table_counts_resumed_cells_and_reads_rows_stored_before_the
     header = next(line.split() for line in lines if line.split()[:3] == ["m", "n", "seeds"])
     row = next(line.split() for line in lines if line.split()[:3] == ["2", "3000", "3"])
     assert row[header.index("resumed")] == "1"  # the row stored before the field counts as not resumed
+
+
+def test_sculpt_vs_m_counts_every_teacher_and_labels_an_unreached_m_at_its_own_largest_n(tmp_path):
+    from mhalearn.experiments.sculpt_vs_m import plot_sculpt_vs_m, samples_to_target
+
+    def cell(heads, samples, seed, distance):
+        return {"heads": heads, "dim": 12, "length": 4, "samples": samples, "seed": seed,
+                "span_distance": distance, "refused": None if distance is not None else "refused",
+                "agreement_rows": 10, "precision": 1.0, "feasible": 1.0, "refined_w_sum_error": 0.01,
+                "candidates": None, "test_error": None, "body_seconds": 1.0, "peak_memory_mb": 100.0}
+
+    rows = [cell(2, 10**4, seed, 0.05) for seed in range(3)]
+    rows += [cell(3, 10**7, 0, 0.15), cell(3, 10**7, 1, None), cell(3, 10**7, 2, 0.06)]  # median 0.15
+    rows += [cell(3, 10**8, 0, 0.05), cell(3, 10**8, 2, 0.04)]  # a cell run without teacher 1 ...
+    assert samples_to_target(rows)[3] == 10**8  # ... reaches on the teachers it has,
+    rows.append(cell(3, 10**8, 1, None))
+    assert samples_to_target(rows)[3] == 10**8  # and with teacher 1 refused (distance 1) the median is 0.05;
+    rows.append(cell(4, 10**7, 0, None))
+    assert samples_to_target(rows)[4] == math.inf
+    plot_sculpt_vs_m(rows, tmp_path)
+    table = (tmp_path / "sculpt-vs-m.txt").read_text().splitlines()
+    assert any(line.split() == ["4", ">", "1e+07"] for line in table)  # its own largest n, not 10⁸
+    rows[-2] = cell(3, 10**8, 1, 0.96)
+    rows.append(cell(3, 10**8, 3, 0.97))  # two of four off: the median is no longer within 0.1
+    assert samples_to_target(rows)[3] == math.inf
