@@ -239,6 +239,8 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
                        help="TOML grid file to sweep instead of the experiment's own (its [full] table, "
                             "or [quick] with --quick)")
     sweep.add_argument("--quick", action="store_true", help="the grid's [quick] table (about a minute)")
+    sweep.add_argument("--max-cells", type=int, default=None, metavar="N",
+                       help="the most cells the grid may have, counted before it is expanded (default 1000000)")
     sweep.add_argument("--workers", type=int, default=None,
                        help="local worker processes (default and at most: CPU cores)")
     sweep.add_argument("--backend", choices=("local", "dask"), default="local", help="where cells run")
@@ -390,7 +392,7 @@ def command_learn(args) -> int:
 
 def command_sweep(args) -> int:
     """``mhalearn sweep``: run or resume a named experiment, or show what a results file holds."""
-    from .experiments.runner import WORKER_TIMEOUT, WRITE_TIMEOUT, run_sweep
+    from .experiments.runner import MAX_CELLS, WORKER_TIMEOUT, WRITE_TIMEOUT, run_sweep
     from .experiments.store import format_status
 
     if args.status:
@@ -404,7 +406,8 @@ def command_sweep(args) -> int:
                         retry_failed=args.retry_failed, allow_mixed=args.allow_mixed,
                         write_timeout=WRITE_TIMEOUT if args.write_timeout is None else args.write_timeout,
                         worker_timeout=WORKER_TIMEOUT if args.worker_timeout is None else args.worker_timeout,
-                        checkpoints=args.checkpoints)
+                        checkpoints=args.checkpoints,
+                        max_cells=MAX_CELLS if args.max_cells is None else args.max_cells)
     print(summary)
     return EXIT_FAILURE if summary.failed else 0
 

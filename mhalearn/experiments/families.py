@@ -20,7 +20,7 @@ import numpy as np
 from ..attention.teachers import TEACHER_FAMILIES, get_family
 from ..plotting import dodge, group_rows, median_quartiles, new_figure, save_figure, style_for, write_tables
 from .learning import learning_cells, run_learning_cell
-from .registry import Experiment, register_experiment
+from .registry import Experiment, axes_count, register_experiment
 
 #: Relative test error at or below which a fit counts as a recovery.
 SUCCESS_ERROR = 1e-6
@@ -36,9 +36,14 @@ def teacher_families_cells(grid: dict) -> list[dict]:
 
     A family that sets its own sample count overrides the grid's ``samples``.
     """
-    cells = learning_cells({"family": list(TEACHER_FAMILIES), **grid}, "teacher-families")
+    cells = learning_cells(with_every_family(grid), "teacher-families")
     return [{**cell, "samples": family_samples(cell["family"], cell["heads"], cell["dim"], cell["length"],
                                                cell["samples"])} for cell in cells]
+
+
+def with_every_family(grid: dict) -> dict:
+    """The table with ``family`` every registered family when it leaves ``family`` out."""
+    return {"family": list(TEACHER_FAMILIES), **grid}
 
 
 def run_family_cell(cell: dict) -> dict:
@@ -105,4 +110,5 @@ def plot_teacher_families(rows: list[dict], out_dir: Path) -> list[Path]:
 register_experiment(Experiment(
     "teacher-families",
     "success rate of every learner on every registered teacher family, m = 1, 2, 3",
-    teacher_families_cells, run_family_cell, plot_teacher_families))
+    teacher_families_cells, run_family_cell, plot_teacher_families,
+    count=lambda grid: axes_count(with_every_family(grid))))

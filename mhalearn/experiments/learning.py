@@ -19,20 +19,23 @@ a deterministic function of them: the teacher depends
 on (family, m, d, k, seed) only, so every learner and every n of a seed
 faces the same teacher; the training set depends on the cell's n as well,
 and the learner gets ``random_state=seed``.  Grids leave out the (m, n)
-whose n·k·d labels are fewer than twice the 2·m·d² unknowns.  Learners that
-are not registered are left out of the grid with a warning (a resumed sweep
-picks them up once they exist, as new cells).
+whose n·k·d labels are fewer than twice the 2·m·d² unknowns.  A grid naming
+a learner or a family that is not registered, or a value no cell could run
+(m, d, n < 1, k < 2, noise < 0, seed < 0, a string or boolean for a number),
+is refused before any cell runs, every bad value named
+(:func:`learning_constraints`).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from .. import learners as learner_registry
+from .._validation import Integer, Options, Real
+from ..attention.teachers import TEACHER_FAMILIES
 from ..evaluation import learn_planted
 from ..plotting import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
                       summarize_curve, write_tables)
@@ -51,34 +54,24 @@ CELL_FIELDS = ("learner", "family", "heads", "dim", "length", "samples", "noise"
 LABELS_PER_UNKNOWN = 2
 
 
-def available_learners(names=LEARNER_NAMES) -> list[str]:
-    """The learners of ``names`` that are registered, warning about the others.
-
-    Raises ``ValueError`` when none is registered.
-    """
-    present = [name for name in names if name in learner_registry.LEARNERS]
-    missing = [name for name in names if name not in learner_registry.LEARNERS]
-    if not present:
-        raise ValueError(
-            f"learner: none of {list(names)} is registered (registered: "
-            f"{sorted(learner_registry.LEARNERS) or 'none'}); the learning experiments need at least one")
-    if missing:
-        warnings.warn(f"learners {missing} are not registered yet and are left out of the grid",
-                      RuntimeWarning, stacklevel=2)
-    return present
+def learning_constraints() -> dict:
+    """What each field of a learning cell accepts: the learners and families registered now, and the
+    ranges :func:`~mhalearn.evaluation.plant_instance` and the learners' ``fit`` accept (k >= 2: with
+    one token Θ is not identifiable)."""
+    return {"learner": [Options(*learner_registry.LEARNERS)], "family": [Options(*TEACHER_FAMILIES)],
+            "heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)], "samples": [Integer(1)],
+            "noise": [Real(0.0)], "seed": [Integer(0)]}
 
 
 def learning_cells(grid: dict, experiment: str = "learning") -> list[dict]:
-    """The cells of a learning grid table: every combination of its axes, less two kinds of cell.
+    """The cells of a learning grid table: every combination of its axes, less the (m, n) whose n·k·d
+    scalar labels are fewer than :data:`LABELS_PER_UNKNOWN` times the 2·m·d² unknowns.
 
-    Left out: learners that are not registered (with a warning, see
-    :func:`available_learners`), and (m, n) whose n·k·d scalar labels are
-    fewer than :data:`LABELS_PER_UNKNOWN` times the 2·m·d² unknowns.
+    Every value is checked first against :func:`learning_constraints`.
     """
-    cells = expand_grid(grid, CELL_FIELDS, experiment=experiment)
-    learners = set(available_learners(sorted({cell["learner"] for cell in cells})))
-    return [cell for cell in cells if cell["learner"] in learners
-            and cell["samples"] * cell["length"] * cell["dim"]
+    cells = expand_grid(grid, CELL_FIELDS, experiment=experiment, constraints=learning_constraints())
+    return [cell for cell in cells
+            if cell["samples"] * cell["length"] * cell["dim"]
             >= LABELS_PER_UNKNOWN * 2 * cell["heads"] * cell["dim"] * cell["dim"]]
 
 

@@ -46,13 +46,15 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validation import Integer, Options
 from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
 from ..seeding import seeded_rng
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, axes_count, expand_grid, refuse_problems, register_experiment, value_problems
 from ..sparse_variables.growth import bootstrap_median
 from ..random_features import bounds
 from ..random_features.models import RandomFeatureAttention, RandomFeatureMLP
-from ..random_features.targets import RANDOM_FEATURE_TARGETS, make_random_feature_target, make_sequence_dataset
+from ..random_features.targets import (RANDOM_FEATURE_TARGETS, SEQUENCE_LAWS, make_random_feature_target,
+                                      make_sequence_dataset)
 
 #: Models compared, in plotting order.
 MODEL_NAMES = ("attention-zero", "attention-identity", "mlp")
@@ -70,24 +72,47 @@ GRID_KEYS = ("target", "model", "law", "dim", "keys", "heads", "samples", "seed"
 LEVEL = 0.9
 
 
+#: The keys of a fit cell and of a floor cell.
+FIT_KEYS = ("target", "model", "law", "dim", "keys", "heads", "samples", "seed")
+FLOOR_KEYS = ("model", "law", "dim", "keys", "floor_heads", "floor_seed", "floor_factor")
+
+
+def _with_defaults(grid: dict) -> dict:
+    """The table with ``target`` and ``model`` every target and model when it leaves them out."""
+    return {"target": list(RANDOM_FEATURE_TARGETS), "model": list(MODEL_NAMES), **grid}
+
+
+def random_features_count(grid: dict) -> int:
+    """The fit cells and floor cells of a table, counted without expanding it."""
+    grid = _with_defaults(grid)
+    return sum(axes_count({key: grid[key] for key in keys if key in grid}) for keys in (FIT_KEYS, FLOOR_KEYS))
+
+
 def random_features_cells(grid: dict) -> list[dict]:
     """Every fit cell (target, model, n, seed) and floor cell (model, M, seed) of a grid table, as flat dicts."""
     unknown = sorted(set(grid) - set(GRID_KEYS))
     if unknown:
         raise ValueError(f"grid: expected the keys {list(GRID_KEYS)} of 'random-features', "
                          f"received unknown keys {unknown}")
-    every = dict(target=list(RANDOM_FEATURE_TARGETS), model=list(MODEL_NAMES))
+    positive, seed = [Integer(1)], [Integer(0)]
+    constraints = {"target": [Options(*RANDOM_FEATURE_TARGETS)], "model": [Options(*MODEL_NAMES)],
+                   "law": [Options(*SEQUENCE_LAWS)], "dim": positive, "keys": positive, "heads": positive,
+                   "samples": positive, "seed": seed, "floor_heads": positive, "floor_seed": seed,
+                   "floor_factor": positive}
+    # Checked here, over fit and floor keys together, so one message names every bad value.
+    refuse_problems([problem for key, rules in constraints.items() if key in grid
+                     for problem in value_problems(key, grid[key] if isinstance(grid[key], list) else [grid[key]],
+                                                   rules)], "random-features")
 
     def expand(fields):
-        return expand_grid({key: grid[key] for key in fields if key in grid}, fields, defaults=every,
-                           experiment="random-features")
+        return expand_grid({key: grid[key] for key in fields if key in grid}, fields,
+                           defaults=_with_defaults({}), experiment="random-features")
 
-    fits = [dict(kind="fit", **cell) for cell in expand(("target", "model", "law", "dim", "keys", "heads",
-                                                         "samples", "seed"))]
+    fits = [dict(kind="fit", **cell) for cell in expand(FIT_KEYS)]
     floors = [dict(kind="floor", model=cell["model"], law=cell["law"], dim=cell["dim"], keys=cell["keys"],
                    heads=cell["floor_heads"], seed=cell["floor_seed"],
                    samples=cell["floor_factor"] * cell["floor_heads"] * (cell["dim"] + 1))
-              for cell in expand(("model", "law", "dim", "keys", "floor_heads", "floor_seed", "floor_factor"))]
+              for cell in expand(FLOOR_KEYS)]
     return fits + floors
 
 
@@ -322,4 +347,5 @@ RANDOM_FEATURES = register_experiment(Experiment(
     expand=random_features_cells,
     run_cell=run_random_features_cell,
     plot=plot_random_features,
+    count=random_features_count,
 ))

@@ -19,8 +19,10 @@ Contract for the three callables of an experiment:
 
 ``expand(grid: dict) -> list[dict]``
     The cells of a grid table.  Usually :func:`expand_grid` with the
-    experiment's field names, plus the experiment's own rules (e.g. leave
-    out under-determined cells).  Each cell is a flat dict of JSON scalars
+    experiment's field names and the constraints on their values, plus the
+    experiment's own rules (e.g. leave out under-determined cells).  Every
+    bad value of a table is refused at once, in one ``ValueError`` naming
+    each key, value and what was expected.  Each cell is a flat dict of JSON scalars
     (str, int, float, bool) that identifies it uniquely, e.g.
     ``{"learner": "sculpt", "heads": 2, "samples": 1000, "seed": 3}``.
 ``run_cell(cell: dict) -> dict``
@@ -31,6 +33,11 @@ Contract for the three callables of an experiment:
 ``plot(rows: list[dict], out_dir: pathlib.Path) -> list[pathlib.Path]``
     Renders PNG figures from the stored rows (each row is the cell merged
     with its metrics) and returns the files written.
+``count(grid: dict) -> int`` (optional)
+    How many cells ``expand`` makes of a table at most, counted without
+    expanding it (default :func:`axes_count`, the product of the axes'
+    lengths).  A grid of more than ``max_cells`` cells (default
+    :data:`MAX_CELLS`) is refused before it is expanded.
 """
 
 from __future__ import annotations
@@ -43,11 +50,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
-from .._validation import add_unique, registered
+from .._validation import add_unique, check_allowed, registered
 
 #: The grid tables of a grid file: the experiment's grid and the one of ``--quick``.
 GRID_NAMES = ("full", "quick")
 _SCALARS = (str, int, float, bool)
+#: Cells a sweep accepts in one grid unless told otherwise (``mhalearn sweep --max-cells``).  The
+#: cells, their keys and the store's lookup of them are held in memory (about 2 KB a cell: 2 GB for
+#: 10⁶), and the fastest cells take about a second, so 10⁶ cells are already days on a few cores;
+#: a larger count is almost always a list written where a single value was meant.
+MAX_CELLS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,8 @@ class Experiment:
     #: Whether ``run_cell`` takes ``checkpoint_dir=``, where it keeps its long phases so that a cell
     #: interrupted mid-way resumes after them (``mhalearn sweep --checkpoints DIR``).
     checkpoints: bool = False
+    #: The cells a table makes at most, counted without expanding it (None: :func:`axes_count`).
+    count: Callable[[dict], int] | None = None
 
     def grid(self, quick: bool = False, path: str | Path | None = None) -> Grid:
         """The grid table to sweep: ``[quick]`` or ``[full]`` of ``path`` (default: the experiment's file)."""
@@ -93,9 +107,24 @@ class Experiment:
             source, text = f"mhalearn/experiments/grids/{self.name}.toml", packaged.read_text(encoding="utf-8")
         return Grid(self.name, name, grid_table(parse_grid_file(text, source), name, source), source, text)
 
-    def cells(self, quick: bool = False, path: str | Path | None = None) -> list[dict]:
-        """The cells of :meth:`grid` (``quick`` picks the ``[quick]`` table)."""
-        return self.expand(self.grid(quick, path).table)
+    def cells(self, quick: bool = False, path: str | Path | None = None, max_cells: int = MAX_CELLS) -> list[dict]:
+        """The cells of :meth:`grid` (``quick`` picks the ``[quick]`` table); see :meth:`expand_table`."""
+        return self.expand_table(self.grid(quick, path), max_cells)
+
+    def expand_table(self, grid: Grid, max_cells: int = MAX_CELLS) -> list[dict]:
+        """The cells of ``grid``, refused (``ValueError``) before expanding it when it has more than
+        ``max_cells``; errors name the grid's file and table."""
+        count = (self.count or axes_count)(grid.table)
+        where = f"{grid.source} [{grid.name}]"
+        if count > max_cells:
+            raise ValueError(f"grid: {where} has {count:,} cells of {self.name!r}, more than the bound of "
+                             f"{max_cells:,} (each cell is held in memory and 10⁶ take days on a few cores); "
+                             "check for a list written where one value was meant, or raise the bound with "
+                             "--max-cells (max_cells=)")
+        try:
+            return self.expand(grid.table)
+        except ValueError as error:
+            raise ValueError(f"{error} (in {where})") from None
 
 
 def _read_text(path: Path, name: str) -> str:
@@ -131,7 +160,34 @@ def grid_table(tables: dict, name: str, source: str = "<grid>") -> dict:
     return tables[name]
 
 
-def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment: str = "experiment") -> list[dict]:
+def axes_count(table: dict) -> int:
+    """The cells of a table's axes: the product of its lists' lengths (a single value counts once)."""
+    return math.prod(len(value) for value in table.values() if isinstance(value, list))
+
+
+def value_problems(key: str, values, rules: list) -> list[str]:
+    """What is wrong with each distinct value of ``values`` for ``key`` under the constraints ``rules``
+    (:func:`mhalearn._validation.check_allowed`'s messages), in order; empty when all hold."""
+    problems, seen = [], []
+    for value in values:
+        if any(value == other and type(value) is type(other) for other in seen):
+            continue
+        seen.append(value)
+        try:
+            check_allowed(value, key, rules)
+        except ValueError as error:
+            problems.append(str(error))
+    return problems
+
+
+def refuse_problems(problems: list[str], experiment: str) -> None:
+    """Raise one ``ValueError`` listing every problem of a grid table, when there is any."""
+    if problems:
+        raise ValueError(f"grid: {experiment!r} cannot run this table: {'; '.join(problems)}")
+
+
+def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment: str = "experiment",
+                constraints: dict | None = None) -> list[dict]:
     """Every combination of a grid table's axes, as cells with the keys ``fields``.
 
     Parameters
@@ -146,6 +202,10 @@ def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment
         Values of keys the table may leave out.
     experiment : str
         Name used in error messages.
+    constraints : dict, optional
+        Key → the constraints one of which each of its values must satisfy
+        (:class:`~mhalearn._validation.Integer`, :class:`~mhalearn._validation.Real`,
+        :class:`~mhalearn._validation.Options`…, as ``check_allowed`` takes them).
 
     Returns
     -------
@@ -154,27 +214,33 @@ def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment
     Raises
     ------
     ValueError
-        Unknown or missing keys, nested tables, empty lists, non-finite numbers.
+        Unknown or missing keys, nested tables, empty lists, non-finite
+        numbers, values outside ``constraints``: all of them in one message.
     """
-    defaults = defaults or {}
+    defaults, constraints = defaults or {}, constraints or {}
+    problems = []
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise ValueError(f"grid: expected the keys {list(fields)} of {experiment!r}, received unknown keys {unknown}")
+        problems.append(f"unknown keys {unknown} (expected {list(fields)})")
     values = {**defaults, **table}
     missing = [key for key in fields if key not in values]
     if missing:
-        raise ValueError(f"grid: {experiment!r} needs the keys {missing} (expected {list(fields)})")
+        problems.append(f"missing keys {missing} (expected {list(fields)})")
     axes = []
     for key in fields:
-        value = values[key]
+        value = values.get(key)
         options = value if isinstance(value, list) else [value]
+        if key in missing:
+            continue
         if not options:
-            raise ValueError(f"grid: key {key!r} of {experiment!r} is an empty list")
-        for option in options:
-            if not isinstance(option, _SCALARS) or (isinstance(option, float) and not math.isfinite(option)):
-                raise ValueError(f"grid: key {key!r} of {experiment!r} expected a string, number or boolean "
-                                 f"(or a list of them), received {option!r}")
+            problems.append(f"{key}: expected a value or a non-empty list, received []")
+        scalars = [option for option in options
+                   if isinstance(option, _SCALARS) and not (isinstance(option, float) and not math.isfinite(option))]
+        problems += [f"{key}: expected a string, number or boolean (or a list of them), received {option!r}"
+                     for option in options if not any(option is scalar for scalar in scalars)]
+        problems += value_problems(key, scalars, constraints[key]) if key in constraints else []
         axes.append(options)
+    refuse_problems(problems, experiment)
     return [dict(zip(fields, combination)) for combination in itertools.product(*axes)]
 
 

@@ -57,7 +57,7 @@ from urllib.parse import urlsplit
 from .._progress import progress_bar
 from .._validation import check_choice, check_output_directory, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
-from .registry import EXPERIMENTS, Grid, get_experiment
+from .registry import EXPERIMENTS, MAX_CELLS, Grid, get_experiment
 from .store import STATUS_FAILED, STATUS_OK, ResultStore, cell_key
 from .writer_lock import WriterLock, describe_write_error
 
@@ -192,9 +192,10 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def grid_cells(experiment_name: str, grid: Grid) -> list[dict]:
-    """The cells of ``grid`` for the experiment; ``ValueError`` when the grid repeats a cell."""
-    cells = get_experiment(experiment_name).expand(grid.table)
+def grid_cells(experiment_name: str, grid: Grid, max_cells: int = MAX_CELLS) -> list[dict]:
+    """The cells of ``grid`` for the experiment; ``ValueError`` when the grid has a bad value, more than
+    ``max_cells`` cells (counted before expanding) or a repeated cell."""
+    cells = get_experiment(experiment_name).expand_table(grid, max_cells)
     keys = [cell_key(experiment_name, cell) for cell in cells]
     if len(set(keys)) != len(keys):
         raise ValueError(f"grid: {grid.source} [{grid.name}] repeats cells of {experiment_name!r}; "
@@ -365,7 +366,7 @@ class _StoreUnavailable(Exception):
 def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, workers: int | None = None,
               backend: str = "local", scheduler: str | None = None, progress: bool = True,
               retry_failed: bool = False, allow_mixed: bool = False, write_timeout: float = WRITE_TIMEOUT,
-              worker_timeout: float = WORKER_TIMEOUT, checkpoints=None) -> SweepSummary:
+              worker_timeout: float = WORKER_TIMEOUT, checkpoints=None, max_cells: int = MAX_CELLS) -> SweepSummary:
     """Compute the cells of a named experiment that ``db_path`` lacks, storing each as it finishes.
 
     Parameters
@@ -410,6 +411,9 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
         after them on the next sweep, and its subdirectory is removed once
         its row is stored.  With the Dask backend it must be a path the
         workers can write.
+    max_cells : int
+        The most cells the grid may have (:data:`~mhalearn.experiments.registry.MAX_CELLS`
+        by default), counted before the grid is expanded.
 
     Returns
     -------
@@ -419,7 +423,8 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     Raises
     ------
     ValueError
-        Bad arguments, a file that is not a results file, a read-only or
+        Bad arguments, a grid with bad values (every one named in one
+        message) or more than ``max_cells`` cells, a file that is not a results file, a read-only or
         locked file, a second coordinator, rows of other code, an
         unreachable scheduler: all before any cell is computed.
     RuntimeError
@@ -444,6 +449,7 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
         workers = check_positive_int(workers, "workers")
     write_timeout = check_real(write_timeout, "write_timeout", low=0.0)
     worker_timeout = check_real(worker_timeout, "worker_timeout", low=0.0)
+    max_cells = check_positive_int(max_cells, "max_cells")
     experiment = get_experiment(experiment_name)  # unknown names fail before the store is touched
     if checkpoints is not None:
         if not experiment.checkpoints:
@@ -452,7 +458,7 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
                              f"long phases to keep; those that do: {keeping})")
         checkpoints = check_output_directory(checkpoints, "checkpoints")
     chosen_grid = experiment.grid(quick, grid)
-    cells = grid_cells(experiment_name, chosen_grid)
+    cells = grid_cells(experiment_name, chosen_grid, max_cells)
     if backend == "dask":
         check_scheduler_address(scheduler)
     current = code_id()

@@ -35,6 +35,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._memory import peak_memory_mb
+from .._validation import Integer
 from ..evaluation import TeacherObserver
 from ..learners.checkpoint import open_checkpoint
 from ..learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, route_net, sculpt_span,
@@ -71,9 +72,11 @@ FIELDS = ("heads", "dim", "length", "samples", "seed")
 def sculpt_vs_m_cells(table: dict) -> list[dict]:
     """The cells of a grid table (``grids/sculpt-vs-m.toml``): m × n × seeds.
 
-    Refuses d ≤ k, where the body cannot detect agreement rows.
+    Refuses values no cell could run, and d ≤ k, where the body cannot detect agreement rows.
     """
-    cells = expand_grid(table, FIELDS, experiment="sculpt-vs-m")
+    constraints = {"heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)], "samples": [Integer(1)],
+                   "seed": [Integer(0)]}
+    cells = expand_grid(table, FIELDS, experiment="sculpt-vs-m", constraints=constraints)
     for cell in cells:
         if cell["dim"] <= cell["length"]:
             raise ValueError(f"grid: sculpt-vs-m needs dim > length (the body detects agreement rows only "

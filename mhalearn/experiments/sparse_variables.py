@@ -49,10 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import check_choice, check_positive_int
+from .._validation import Integer, Options, Real
 from ..plotting import write_tables
 from ..seeding import seeded_rng
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, expand_grid, refuse_problems, register_experiment, value_problems
 from ..sparse_variables import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
 from ..sparse_variables.growth import bisect_samples
 from ..sparse_variables.summary import plot_sparse_variables
@@ -96,23 +96,55 @@ def _hyperparameter_settings(grid: dict) -> list[dict] | None:
                        experiment="sparse-variables")
 
 
-def _check_series(series) -> list[dict]:
+#: What each scalar key of a grid table accepts (``lengths`` and the AdamW keys: each of their values).
+SCALAR_CONSTRAINTS = {"sparsity": [Integer(1)], "target": [Real(0.0, 1.0, low_open=True)], "start": [Integer(1)],
+                      "max_samples": [Integer(1)], "per_octave": [Integer(1)], "first_seed": [Integer(0)]}
+LIST_CONSTRAINTS = {"lengths": [Integer(1)], "steps": [Integer(1)], "learning_rate": [Real(0.0, low_open=True)],
+                    "weight_decay": [Real(0.0)]}
+SERIES_CONSTRAINTS = {"function": [Options(*FUNCTIONS)], "student": [Options(*STUDENTS)], "seeds": [Integer(1)],
+                      "lengths": [Integer(1)]}
+
+
+def _as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _grid_problems(grid: dict) -> list[str]:
+    """Every bad value of a table (its scalar keys, lists and series entries), as messages."""
+    problems = [problem for key, rules in SCALAR_CONSTRAINTS.items() if key in grid
+                for problem in value_problems(key, [grid[key]], rules)]
+    problems += [problem for key, rules in LIST_CONSTRAINTS.items() if key in grid
+                 for problem in value_problems(key, _as_list(grid[key]), rules)]
+    problems += [f"{key}: expected a non-empty list, received []" for key in LIST_CONSTRAINTS
+                 if grid.get(key) == []]
+    series = grid.get("series")
     if not isinstance(series, list) or not series:
-        raise ValueError("grid: 'sparse-variables' expected 'series' to be a non-empty array of tables "
-                         f"{{function, student, seeds[, lengths]}}, received {series!r}")
-    for entry in series:
+        return problems + ["series: expected a non-empty array of tables {function, student, seeds[, lengths]}, "
+                           f"received {series!r}"]
+    for number, entry in enumerate(series):
         if (not isinstance(entry, dict) or not set(SERIES_KEYS) <= set(entry)
                 or not set(entry) <= set(SERIES_KEYS + SERIES_OPTIONAL_KEYS)):
-            raise ValueError(f"grid: each 'series' entry expected the keys {list(SERIES_KEYS)} (optionally "
-                             f"{list(SERIES_OPTIONAL_KEYS)}), received {entry!r}")
-        check_choice(entry["function"], "series function", FUNCTIONS)
-        check_choice(entry["student"], "series student", STUDENTS)
-        check_positive_int(entry["seeds"], "series seeds")
-        if "lengths" in entry and (not isinstance(entry["lengths"], list) or not entry["lengths"]):
-            raise ValueError(f"grid: a series' 'lengths' expected a non-empty list of T, received {entry!r}")
-        for length in entry.get("lengths", []):
-            check_positive_int(length, "series lengths")
-    return series
+            problems.append(f"series[{number}]: expected the keys {list(SERIES_KEYS)} (optionally "
+                            f"{list(SERIES_OPTIONAL_KEYS)}), received {entry!r}")
+            continue
+        if entry.get("lengths", None) == [] or not isinstance(entry.get("lengths", []), list):
+            problems.append(f"series[{number}] lengths: expected a non-empty list of T, received {entry['lengths']!r}")
+        problems += [f"series[{number}] {problem}" for key, rules in SERIES_CONSTRAINTS.items() if key in entry
+                     for problem in value_problems(key, _as_list(entry[key]), rules)]
+    return problems
+
+
+def sparse_variables_count(grid: dict) -> int:
+    """The cells of a table, counted without expanding it (0 for a table too malformed to count)."""
+    try:
+        settings = math.prod(len(_as_list(grid[key])) for key in HYPERPARAMETER_KEYS) \
+            if all(key in grid for key in HYPERPARAMETER_KEYS) else 1
+        return sum(len(_as_list(entry.get("lengths", grid.get("lengths", []))))
+                   * (entry["seeds"] if isinstance(entry["seeds"], int) else 1)
+                   * (settings if entry.get("student") in GRADIENT_STUDENTS else 1)
+                   for entry in grid["series"])
+    except (KeyError, TypeError, AttributeError):
+        return 0  # the expansion names what is wrong
 
 
 def sparse_variables_cells(grid: dict) -> list[dict]:
@@ -131,9 +163,10 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
         raise ValueError(f"grid: 'sparse-variables' expected the keys {list(GRID_KEYS)} (optionally "
                          f"{list(GRID_DEFAULTS) + list(HYPERPARAMETER_KEYS)}); unknown {unknown}, missing {missing}")
     grid = {**GRID_DEFAULTS, **grid}
+    refuse_problems(_grid_problems(grid), "sparse-variables")
     settings = _hyperparameter_settings(grid)
     cells = []
-    for series in _check_series(grid["series"]):
+    for series in grid["series"]:
         function, student = series["function"], series["student"]
         seeds = range(grid["first_seed"], grid["first_seed"] + series["seeds"])
         for length, seed in itertools.product(series.get("lengths", grid["lengths"]), seeds):
@@ -312,6 +345,7 @@ SPARSE_VARIABLES = register_experiment(Experiment(
                 "accuracy by bisection per seed, attention head vs MLP on raw bits vs parity search, log-T and "
                 "power-law fits (Edelman et al. 2022)",
     expand=sparse_variables_cells,
+    count=sparse_variables_count,
     run_cell=run_sparse_variables_cell,
     plot=plot_sparse_variables,
 ))
@@ -321,6 +355,7 @@ SPARSE_VARIABLES_TUNING = register_experiment(Experiment(
     description="Choose the AdamW steps, learning rate and weight decay of the sparse-variables students on "
                 "tasks that are not evaluated (2-sparse AND and parity, other seeds)",
     expand=sparse_variables_cells,
+    count=sparse_variables_count,
     run_cell=run_sparse_variables_cell,
     plot=plot_tuning,
 ))

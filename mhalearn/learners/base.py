@@ -27,7 +27,7 @@ from .dask_data import (
     in_memory_sample,
     split_blocks,
 )
-from .streams import BLOCK_SIZE, ArraySource, DaskSource, is_dask_array
+from .streams import BLOCK_SIZE, ArraySource, DaskSource, held_out_counts, is_dask_array
 from .chen_li.phase6_select import certificate_bounds
 from .report import FitStart, Notifier, Phase, ZeroLabelsReport
 
@@ -130,7 +130,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             bounds = certificate_bounds(X, Y, x_scale, y_scale, boolean=boolean)
             self.label_bound_, self.token_norm_ = bounds["label_bound"], bounds["token_norm"]
         if lazy:
-            held_out = [self._validation_size(size) for size in X.chunks[0]]
+            held_out = held_out_counts(X.chunks[0], self._validation_size(n))
             X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, draw_seed(rng))
             data = (*in_memory_sample(X_train, Y_train, X_val, Y_val), rng, notify)
             extra = {"source": DaskSource(X_train, Y_train)}
@@ -138,7 +138,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             # The split a Dask dataset gets, held in place: phases 1–4 read the training rows of
             # every block where they lie (no copy of the training set), and phases 5–6 see the first
             # training and held-out sequences of the split, as on a Dask dataset.
-            held_out = [self._validation_size(size) for size in block_sizes(n)]
+            held_out = held_out_counts(block_sizes(n), self._validation_size(n))
             source = ArraySource(X, Y, scales=(x_scale, y_scale), held_out=held_out, seed=draw_seed(rng),
                                  boolean=boolean)
             data = (*source.head(SAMPLE_TRAINING), *source.held_out_head(SAMPLE_VALIDATION), rng, notify)

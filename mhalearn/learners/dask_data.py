@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._memory import check_memory
+from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
 from .streams import DaskSource, held_out_mask
 
 #: Training sequences SculptLearner's phases 5–6 use, on a Dask dataset or NumPy arrays alike (92 MB with the
@@ -41,7 +42,9 @@ def check_dask_pair(X, Y):
     """Dask arrays X, Y of one shape (n, k, d), real and numeric, as float64 with Y chunked like X along n.
 
     Computes nothing; raises ValueError naming X or Y otherwise (values are
-    checked by :func:`dask_statistics`).
+    checked by :func:`dask_statistics`).  Warns when X's blocks average fewer than
+    :data:`~mhalearn.attention.data.MIN_BLOCK_SEQUENCES` sequences
+    (:func:`~mhalearn.attention.data.warn_small_blocks`).
     """
     import dask.array as da
 
@@ -59,6 +62,8 @@ def check_dask_pair(X, Y):
         arrays[name] = array.astype(np.float64)
     if Y.shape != X.shape:
         raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+    warn_small_blocks(X.shape[0], len(X.chunks[0]), "X", f"rechunk X and Y to blocks of at least "
+                      f"{MIN_BLOCK_SEQUENCES} sequences, e.g. X.rechunk({{0: {MIN_BLOCK_SEQUENCES}}})")
     return arrays["X"], arrays["Y"].rechunk({0: X.chunks[0]})
 
 

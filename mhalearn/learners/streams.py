@@ -159,6 +159,22 @@ def stream_rows(rows: np.ndarray | None, samples: int) -> np.ndarray:
     return np.arange(samples) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def held_out_counts(sizes, held_out: int) -> list[int]:
+    """How many of ``held_out`` sequences each block of ``sizes`` sequences holds out: in proportion to its size.
+
+    Block b, holding sequences [s_b, e_b) of n, holds out ⌊H·e_b/n⌋ − ⌊H·s_b/n⌋ of the H = ``held_out``:
+    the counts add up to H whatever the blocks, so the split holds out the same fraction of the
+    examples under any chunking.  (Rounding each block's own share up to at least one would hold
+    out every sequence of blocks of one, and half of blocks of two.)
+    """
+    samples = sum(sizes)
+    counts, start = [], 0
+    for size in sizes:
+        counts.append(held_out * (start + size) // samples - held_out * start // samples)
+        start += size
+    return counts
+
+
 def held_out_mask(size: int, held_out: int, seed: int, index: int) -> np.ndarray:
     """Which of block ``index``'s ``size`` sequences are held out: ``held_out`` of them, drawn from
     ``default_rng([seed, index])`` (the same wherever and whenever the block is read)."""
