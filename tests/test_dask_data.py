@@ -24,7 +24,8 @@ from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.learners.dask_data import dask_statistics, split_blocks
-from mhalearn.learners.streams import BLOCK_SIZE, ArraySource, CodedTokens, DaskSource, TeacherSource
+from mhalearn.learners.streams import (BLOCK_SIZE, ArraySource, CodedTokens, DaskSource, TeacherSource,
+                                      held_out_counts)
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
@@ -164,7 +165,7 @@ def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
     with dask.config.set(scheduler="threads"):
         learner.fit(X, Y)
     rng = np.random.default_rng(0)
-    held_out = [learner._validation_size(size) for size in X.chunks[0]]
+    held_out = held_out_counts(X.chunks[0], learner._validation_size(X.shape[0]))
     assert held_out == [200] * 4
     X_train, Y_train, X_val, _ = split_blocks(X, Y / learner.report_.y_scale, held_out, draw_seed(rng))
     X_train, Y_train = dask.compute(X_train, Y_train, scheduler="sync")

@@ -221,11 +221,11 @@ def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment
     problems = []
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        problems.append(f"unknown keys {unknown} (expected {list(fields)})")
+        problems.append(f"expected the keys {list(fields)}, received unknown keys {unknown}")
     values = {**defaults, **table}
     missing = [key for key in fields if key not in values]
     if missing:
-        problems.append(f"missing keys {missing} (expected {list(fields)})")
+        problems.append(f"needs the keys {missing} (expected {list(fields)})")
     axes = []
     for key in fields:
         value = values.get(key)
@@ -233,7 +233,7 @@ def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment
         if key in missing:
             continue
         if not options:
-            problems.append(f"{key}: expected a value or a non-empty list, received []")
+            problems.append(f"key {key!r} of {experiment!r} is an empty list")
         scalars = [option for option in options
                    if isinstance(option, _SCALARS) and not (isinstance(option, float) and not math.isfinite(option))]
         problems += [f"{key}: expected a string, number or boolean (or a list of them), received {option!r}"
