@@ -7,11 +7,13 @@ give the same bits whatever the scheduler and the number of workers.
 
 import multiprocessing
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 import dask
 import dask.array as da
 import numpy as np
+from dask.array.core import PerformanceWarning
 import pytest
 from threadpoolctl import threadpool_limits
 
@@ -23,7 +25,7 @@ from mhalearn.learners.chen_li import phase1_crude_sum, phase2_sculpt, phase3_re
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
-from mhalearn.learners.dask_data import dask_statistics, split_blocks
+from mhalearn.learners.dask_data import check_dask_pair, dask_statistics, split_blocks
 from mhalearn.learners.streams import (BLOCK_SIZE, ArraySource, CodedTokens, DaskSource, TeacherSource,
                                       held_out_counts)
 from mhalearn.seeding import draw_seed
@@ -368,3 +370,59 @@ def test_zarr_store_loads_as_the_same_dask_dataset(teacher, tmp_path):
     assert X_disk.chunks == X.chunks
     np.testing.assert_array_equal(X_disk.compute(), X.compute())
     np.testing.assert_array_equal(Y_disk.compute(), Y.compute())
+
+
+# ------------------------------------------------------------ block sizes
+
+@pytest.mark.parametrize("sizes", [(1,) * 40, (2,) * 20, (7, 7, 7, 7, 7, 5), (3, 1, 30, 6), (40,)])
+def test_the_split_holds_out_the_same_fraction_under_any_chunking(sizes):
+    # The learner holds out max(1, round(0.2 n)) = 8 of 40 sequences: each block its share, rounded so
+    # that the shares add up (a block of one cannot hold out its only sequence by rounding up).
+    counts = held_out_counts(sizes, 8)
+    assert sum(counts) == 8
+    assert all(0 <= count <= size and abs(count - 8 * size / 40) < 1 for count, size in zip(counts, sizes))
+
+
+@pytest.mark.slow
+def test_a_fit_on_blocks_of_one_sequence_is_the_numpy_fit():
+    # Blocks of one sequence once held out every sequence ("the mean tokens do not span R^d").
+    one_head_teacher = mhalearn.sample_teacher(1, DIM, rng=11)
+    one = mhalearn.SculptLearner(1, random_state=0)
+    X, Y = mhalearn.make_dataset(one_head_teacher, 40, LENGTH, rng=3)
+    with dask.config.set(scheduler="sync"), pytest.warns(PerformanceWarning, match="40 blocks of 1 sequences"):
+        lazy = mhalearn.SculptLearner(1, random_state=0).fit(da.from_array(X, chunks=(1, -1, -1)),
+                                                            da.from_array(Y, chunks=(1, -1, -1)))
+    one.fit(X, Y)
+    assert lazy.report_.crude_sum.sequences == one.report_.crude_sum.sequences == 40 - 8
+    X_test, _ = mhalearn.make_dataset(one_head_teacher, 500, LENGTH, rng=4)
+    for fitted in (lazy, one):
+        assert mhalearn.relative_error(fitted.model_, one_head_teacher, X_test) < 1e-8
+
+
+def test_small_blocks_warn_and_too_many_blocks_are_refused(teacher):
+    with pytest.warns(PerformanceWarning, match=r"^chunks: 300 blocks of 1 sequences .*93 s in blocks of 7.*"
+                                                r"chunks >= 100"):
+        mhalearn.make_dataset(teacher, 300, LENGTH, chunks=1)
+    X = da.zeros((3500, LENGTH, DIM), chunks=(7, -1, -1))
+    with pytest.warns(PerformanceWarning, match=r"^X: 500 blocks of 7 sequences.*X.rechunk"):
+        check_dask_pair(X, X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_dask_pair(X.rechunk({0: 500}), X.rechunk({0: 500}))
+        mhalearn.make_dataset(teacher, 300, LENGTH, chunks=100)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^chunks: expected at most 100,000 blocks, received chunks=100000, "
+                                         r"which makes 10,000,000 blocks.*pass chunks >= 10,000,000$"):
+        mhalearn.make_dataset(teacher, 10**12, LENGTH, chunks=10**5)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_lazy_dataset_is_built_without_a_task_per_block(teacher):
+    # Every layer is a rule for all blocks, not a task per block: building 10⁵ blocks costs what 1 does.
+    X, Y = mhalearn.make_dataset(teacher, 10**8, LENGTH, chunks=1000, rng=0)
+    assert X.numblocks[0] == 100_000
+    for array in (X, Y):
+        assert not any(layer.is_materialized() for layer in array.dask.layers.values())
+    seed = draw_seed(np.random.default_rng(0))
+    np.testing.assert_array_equal(Y.blocks[3].compute(), labelled_block(teacher, LENGTH, "boolean", 0.0, seed, 3,
+                                                                        1000)[1])
