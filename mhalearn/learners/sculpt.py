@@ -57,8 +57,11 @@ class SculptLearner(SpanSearchLearner):
 
     X and Y are NumPy arrays or Dask arrays chunked along n
     (``make_dataset(..., chunks=...)``, ``load_dataset``).  Either way
-    ``validation_fraction`` of every block's sequences (blocks of 65 536 for
-    NumPy arrays, Dask's chunks otherwise) are held out at random; phases 1–4
+    ``validation_fraction`` of the sequences are held out at random, each block
+    (of 65 536 for NumPy arrays, Dask's chunks otherwise) its share
+    (:func:`~mhalearn.learners.streams.held_out_counts`: the same fraction
+    under any chunking; blocks of fewer than 100 sequences warn, as their
+    scheduling costs more than their work); phases 1–4
     pass over the training sequences block by block, wherever the active
     Dask scheduler runs the blocks (on NumPy arrays in place, without a
     copy, keeping only the codes of Boolean tokens — one byte per token and
