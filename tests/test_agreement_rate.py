@@ -106,3 +106,11 @@ def test_quick_sweep_stores_every_cell_and_plots(tmp_path):
     paths = mhalearn.experiments.get_experiment("agreement-rate").plot(rows, tmp_path / "figures")
     assert all(path.exists() for path in paths)
     assert math.isfinite(agreement_law(rows, resamples=10)["coefficients"]["b"])
+
+
+def test_a_bad_grid_is_refused_whole_before_any_work(tmp_path):
+    grid = tmp_path / "bad.toml"
+    grid.write_text("[full]\nheads = [0, 2]\ndim = 12\nlength = 4\ntheta_norm = -1.0\nseed = 0\nmax_samples = 100\n")
+    with pytest.raises(ValueError, match=r"heads: .*received 0.*theta_norm: .*received -1.0"):
+        run_sweep("agreement-rate", tmp_path / "rows.db", grid=grid, workers=1, progress=False)
+    assert not (tmp_path / "rows.db").exists()

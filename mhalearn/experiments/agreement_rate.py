@@ -49,6 +49,7 @@ from ..learners.chen_li.phase4_span import read_affine_hull, span_basis
 from ..learners.streams import TeacherSource
 from ..plotting import new_figure, save_figure, style_for, write_tables
 from ..seeding import seeded_rng
+from .._validation import Integer, Real
 from .registry import Experiment, expand_grid, register_experiment
 
 #: ℓ1 distances of every head's attention row to the heads' mean that count as agreement.
@@ -69,7 +70,10 @@ _DEFAULTS = {"theta_norm": 2.0, "target_rows": 200, "decode_samples": 0, "span_s
 
 def agreement_rate_cells(table: dict) -> list[dict]:
     """The cells of a grid table (``grids/agreement-rate.toml``): m × k × ‖Θ‖_F × teachers."""
-    cells = expand_grid(table, FIELDS, defaults=_DEFAULTS, experiment="agreement-rate")
+    constraints = {"heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)],
+                   "theta_norm": [Real(0.0, low_open=True)], "seed": [Integer(0)], "max_samples": [Integer(1)],
+                   "target_rows": [Integer(1)], "decode_samples": [Integer(0)], "span_samples": [Integer(0)]}
+    cells = expand_grid(table, FIELDS, defaults=_DEFAULTS, experiment="agreement-rate", constraints=constraints)
     for cell in cells:
         if (cell["decode_samples"] or cell["span_samples"]) and cell["dim"] <= cell["length"]:
             raise ValueError(f"grid: agreement-rate decodes rows only for dim > length, received dim = "
