@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 import numbers
 import os
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 import scipy.sparse
+
+from ._files import check_output_directory, check_output_file  # noqa: F401  (re-exported)
 
 
 def check_dense(value, name: str) -> None:
@@ -363,40 +364,6 @@ def check_predictor(value, name: str):
         raise TypeError(f"{name}: expected a MultiHeadAttention or an object with predict(X), "
                         f"received {type(value).__name__} ({value!r:.80})")
     return value
-
-
-def check_output_file(path, name: str) -> Path:
-    """Return ``path`` as a ``Path`` a file can be written at, raising ``ValueError`` otherwise.
-
-    Checked before long work starts, so a fit or sweep is not lost to a
-    typo in an output path: the parent directory must exist and be
-    writable, and ``path`` must not be a directory (an existing file is
-    overwritten, as ``save`` does).
-    """
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        raise ValueError(f"{name}: expected a file path, {str(path)!r} is a directory")
-    if not parent.is_dir():
-        raise ValueError(f"{name}: directory {str(parent)!r} of {str(path)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{name}: {str(path)!r} is not writable")
-    return path
-
-
-def check_output_directory(path, name: str) -> Path:
-    """Return ``path`` as a ``Path`` of a directory that exists or can be created, and written to."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{name}: expected a directory, {str(path)!r} is a file")
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{name}: cannot create {str(path)!r}: {str(existing)!r} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{name}: {str(existing)!r} is not writable, so {str(path)!r} cannot be written")
-    return path
 
 
 # ------------------------------------------------------ optional dependencies

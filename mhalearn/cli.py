@@ -27,9 +27,11 @@ import argparse
 import ast
 import inspect
 import math
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -349,6 +351,40 @@ def _learn_and_report(args, setting: dict, estimator, *, description: str):
     return teacher, metrics
 
 
+def _model_bytes(heads: int, dim: int) -> int:
+    """About the size of a saved model: Θ and W as float64, and the zip's headers."""
+    return 2 * heads * dim * dim * 8 + 2048
+
+
+def _write_or_keep(write, path: Path, name: str, what: str) -> str | None:
+    """Write a finished result with ``write(path)``; when that fails (a full disk, a file-size limit),
+    keep it in a file of the temporary directory instead.  Returns None, or the line that says what
+    failed and where the result is."""
+    try:
+        write(path)
+        return None
+    except OSError as error:
+        reason = error.strerror or str(error)
+    descriptor, fallback = tempfile.mkstemp(prefix=f"mhalearn-{what}-", suffix=Path(path).suffix)
+    os.close(descriptor)
+    try:
+        write(fallback)
+    except OSError as error:
+        os.unlink(fallback)
+        return (f"{name}: could not write {str(path)!r} ({reason}) nor keep the {what} in "
+                f"{tempfile.gettempdir()!r} ({error.strerror or error}); it is lost")
+    return f"{name}: could not write {str(path)!r} ({reason}); the {what} is kept in {fallback}"
+
+
+def _remove_if_empty(directory: Path, existed: bool) -> None:
+    """Remove ``directory`` when this command created it and a failed write left it empty."""
+    if not existed:
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+
+
 def command_demo(args) -> int:
     """``mhalearn demo``: the package's main job on one planted m = 2 instance."""
     from .learners import LEARNERS
@@ -363,30 +399,40 @@ def command_demo(args) -> int:
     _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")
     teacher, metrics = _learn_and_report(args, setting, estimator, description="demo")
-    figure = save_figure(demo_figure(estimator.model_, teacher, metrics, length=setting["length"],
-                                     seed=setting["seed"]),
-                         Path(args.out) / "mhalearn-demo.png")
-    print(f"final test error {metrics['test_error']:.3e}; figure written to {figure}")
+    figure = demo_figure(estimator.model_, teacher, metrics, length=setting["length"], seed=setting["seed"])
+    path, existed = Path(args.out) / "mhalearn-demo.png", Path(args.out).exists()
+    failure = _write_or_keep(lambda target: save_figure(figure, target), path, "out", "figure")
+    if failure:
+        _remove_if_empty(Path(args.out), existed)
+        raise RuntimeError(f"final test error {metrics['test_error']:.3e}; {failure}")
+    print(f"final test error {metrics['test_error']:.3e}; figure written to {path}")
     return 0
 
 
 def command_learn(args) -> int:
     """``mhalearn learn``: one learner, one planted instance, model saved."""
     hyperparams = {key[3:]: value for key, value in vars(args).items() if key.startswith("hp_")}
-    check_output_file(args.out, "out")
-    if args.teacher_out is not None:
-        check_output_file(args.teacher_out, "teacher-out")
-        if Path(args.teacher_out).resolve() == Path(args.out).resolve():
-            raise ValueError(f"teacher-out: expected a file other than --out, received {str(args.teacher_out)!r}")
     setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
                    family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
     estimator = checked_learner(setting, hyperparams)
-    teacher, _ = _learn_and_report(args, setting, estimator, description="learn")
-    estimator.model_.save(args.out)
-    print(f"model saved to {args.out}")
+    outputs = {"out": (args.out, "model")}
     if args.teacher_out is not None:
-        teacher.save(args.teacher_out)
-        print(f"teacher saved to {args.teacher_out}")
+        if Path(args.teacher_out).resolve() == Path(args.out).resolve():
+            raise ValueError(f"teacher-out: expected a file other than --out, received {str(args.teacher_out)!r}")
+        outputs["teacher-out"] = (args.teacher_out, "teacher")
+    for name, (path, _) in outputs.items():
+        check_output_file(path, name, size=_model_bytes(args.heads, args.dim))
+    teacher, _ = _learn_and_report(args, setting, estimator, description="learn")
+    models = {"model": estimator.model_, "teacher": teacher}
+    failures = []
+    for name, (path, what) in outputs.items():
+        failure = _write_or_keep(models[what].save, path, name, what)
+        if failure:
+            failures.append(failure)
+        else:
+            print(f"{what} saved to {path}")
+    if failures:
+        raise RuntimeError("; ".join(failures))
     return 0
 
 
@@ -426,7 +472,11 @@ def command_export(args) -> int:
             raise ValueError(f"experiment: expected one of the experiments stored in {str(args.db)!r} "
                              f"{store.experiments()}, received {args.experiment!r}")
         columns, rows = store.table(args.experiment)
-    write_table(columns, rows, args.out, table_format)
+    try:
+        write_table(columns, rows, args.out, table_format)
+    except OSError as error:
+        raise RuntimeError(f"out: could not write {str(args.out)!r} ({error.strerror or error}); the results "
+                           "file is unchanged: export again where there is room") from None
     print(f"{args.experiment}: {len(rows)} rows × {len(columns)} columns written to {args.out}")
     return 0
 
@@ -444,7 +494,13 @@ def command_plot(args) -> int:
     if not rows:
         raise ValueError(f"db: {str(args.db)!r} holds no finished rows of {args.experiment!r}; run "
                          f"`mhalearn sweep {args.experiment} --db {args.db}` first")
-    paths = experiment.plot(rows, Path(args.out))
+    existed = Path(args.out).exists()
+    try:
+        paths = experiment.plot(rows, Path(args.out))
+    except OSError as error:
+        _remove_if_empty(Path(args.out), existed)
+        raise RuntimeError(f"out: could not write the figures in {str(args.out)!r} ({error.strerror or error}); "
+                           "the results file is unchanged: plot again where there is room") from None
     _say(args, f"{args.experiment}: {len(rows)} rows" + (f" ({failed} failed cells left out)" if failed else ""))
     for path in paths:
         print(path)

@@ -20,6 +20,8 @@ matplotlib.use("Agg")  # headless: experiments render files, never windows
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ._files import written_atomically  # noqa: E402
+
 #: Colours, markers and line styles of the learners and models, stable across figures.
 _PALETTE = plt.get_cmap("tab10").colors
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -105,13 +107,16 @@ def new_figure(panels: int, *, width: float = 4.2, height: float = 3.8, sharey: 
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (parents created) and close it."""
+    """Write ``fig`` as a PNG at ``path`` (parents created; written whole, as every output) and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
+        with written_atomically(path, "out") as temporary:
+            fig.savefig(temporary, dpi=130, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -141,7 +146,8 @@ def write_tables(path: Path, tables: Sequence[tuple[str, Sequence[str], Iterable
         blocks.append("\n".join(text))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(blocks) + "\n")
+    with written_atomically(path, "out") as temporary:
+        Path(temporary).write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
     return path
 
 

@@ -10,12 +10,10 @@ interrupted export never leaves half a table.
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
+from ._files import written_atomically
 from ._validation import check_choice, check_optional_dependencies
 
 TABLE_FORMATS = ("csv", "parquet")
@@ -35,19 +33,6 @@ def dataframe(columns: Sequence[str], rows: Sequence[dict]):
     return pandas.DataFrame.from_records(list(rows), columns=list(columns)).convert_dtypes()
 
 
-@contextmanager
-def _replaced_atomically(path: Path) -> Iterator[str]:
-    """A temporary file beside ``path``, renamed over ``path`` when the block succeeds, deleted otherwise."""
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(descriptor)
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
 def write_table(columns: Sequence[str], rows: Sequence[dict], path, table_format: str) -> Path:
     """Write ``rows`` (dicts of column → value) to ``path`` as a table, atomically.
 
@@ -59,7 +44,8 @@ def write_table(columns: Sequence[str], rows: Sequence[dict], path, table_format
         The table's rows, e.g. from
         :meth:`~mhalearn.experiments.store.ResultStore.table`.
     path : str or os.PathLike
-        The file written (replaced if it exists).
+        The file written (replaced whole if it exists; a symbolic link is followed; a FIFO, device or
+        directory raises ``ValueError``).
     table_format : {"csv", "parquet"}
         CSV (standard library; ``None`` is an empty cell) or Parquet (needs
         pandas and pyarrow, the ``tables`` extra).
@@ -73,7 +59,7 @@ def write_table(columns: Sequence[str], rows: Sequence[dict], path, table_format
     path = Path(path)
     if table_format == "parquet":
         check_optional_dependencies("Parquet tables", "tables", "pandas", "pyarrow")
-    with _replaced_atomically(path) as temporary:
+    with written_atomically(path, "out") as temporary:
         if table_format == "csv":
             with open(temporary, "w", newline="", encoding="utf-8") as handle:
                 writer = csv.DictWriter(handle, fieldnames=list(columns))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .._files import written_atomically
 from .._validation import check_inputs, check_instance, check_parameters, check_positive_int, check_predictor
 from . import kernels
 
@@ -111,25 +111,16 @@ class MultiHeadAttention:
     def save(self, path) -> None:
         """Write the parameters to an ``.npz`` file carrying a format version.
 
-        The file is written next to ``path`` under a temporary name and then
-        renamed over it (:func:`os.replace`), so ``path`` never holds a
-        half-written model, even if the process is killed.
+        The file is written whole under a temporary name and renamed into
+        place (:func:`mhalearn._files.written_atomically`), so ``path`` never
+        holds a half-written model, even if the process is killed.  A symbolic
+        link is followed; a path that is neither a regular file nor absent
+        (a directory, a FIFO, a device) raises ``ValueError``.
         """
         path = _check_path(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        handle = tempfile.NamedTemporaryFile(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                                             delete=False)
-        try:
-            with handle:
-                np.savez(handle, format=np.array(_FORMAT_TAG), version=np.array(FORMAT_VERSION),
-                         thetas=self.thetas, ws=self.ws)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(handle.name, path)
-        except BaseException:
-            if os.path.exists(handle.name):
-                os.unlink(handle.name)
-            raise
+        with written_atomically(path) as temporary, open(temporary, "wb") as handle:
+            np.savez(handle, format=np.array(_FORMAT_TAG), version=np.array(FORMAT_VERSION),
+                     thetas=self.thetas, ws=self.ws)
 
     @classmethod
     def load(cls, path, *, max_bytes: int = MAX_MODEL_BYTES) -> "MultiHeadAttention":

@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .._files import check_regular_or_absent
 from .._validation import check_optional_dependencies
 from .results_file import (
     SCHEMA_VERSION,
@@ -140,8 +141,8 @@ class ResultStore:
         self.path = Path(path)
         self.readonly = bool(readonly)
         self._connection = None
-        if self.path.is_dir():
-            raise ValueError(f"db: expected a results file, {str(self.path)!r} is a directory")
+        # A FIFO or a device is refused before it is opened (a read would block, a creation replace it).
+        target = check_regular_or_absent(self.path, "db", "a results file or a new path")
         present = self.path.exists() and self.path.stat().st_size > 0
         version = _inspect_existing(self.path) if present else None
         if version is None and (self.readonly or not create):
@@ -152,12 +153,12 @@ class ResultStore:
             self._connection = _connect_readonly(self.path)
             self.schema_version = version
             return
-        if not self.path.parent.is_dir():
-            raise ValueError(f"db: directory {str(self.path.parent)!r} of the results file does not exist")
-        _check_writable(self.path)
+        if not target.parent.is_dir():
+            raise ValueError(f"db: directory {str(target.parent)!r} of the results file does not exist")
+        _check_writable(target)
         if version is None:
-            _remove_stale_temporaries(self.path.parent)
-            _create_atomically(self.path, replace=self.path.exists())
+            _remove_stale_temporaries(target.parent)
+            _create_atomically(target, replace=target.exists())  # through a symbolic link: the link stays
             version = _inspect_existing(self.path)
         self._connection = sqlite3.connect(self.path, timeout=timeout)
         try:

@@ -13,7 +13,9 @@ import os
 import socket
 from pathlib import Path
 
+from .._files import check_regular_or_absent
 from .results_file import _now
+
 
 def describe_write_error(error: Exception, timeout: float) -> str:
     """A sentence for an SQLite write failure: locked, full, read-only, damaged or I/O."""
@@ -49,7 +51,9 @@ class WriterLock:
     """
 
     def __init__(self, path: str | os.PathLike, purpose: str = "sweep"):
-        self.path = Path(f"{os.fspath(path)}.lock")
+        # Beside the file the results file's links lead to: every link to one file takes the same lock.
+        self.path = Path(f"{os.path.realpath(path)}.lock")
+        self._results = Path(path)
         self.purpose = purpose
         self._handle = None
 
@@ -60,12 +64,17 @@ class WriterLock:
             return self
         if not self.path.parent.is_dir():
             raise ValueError(f"db: directory {str(self.path.parent)!r} of the results file does not exist")
+        # A results file that cannot be one leaves no lock behind; a lock that is a FIFO would block the
+        # open, one that is a directory fail it: each is named as what it is.
+        check_regular_or_absent(self._results, "db", "a results file or a new path")
+        check_regular_or_absent(self.path, "db", "a regular file (or none) as the results file's lock")
+        created = not self.path.exists()
         try:
             handle = open(self.path, "a+", encoding="utf-8")
         except OSError as error:
-            raise ValueError(f"db: the directory {str(self.path.parent)!r} of the results file is read-only "
-                             f"({error.strerror}); a sweep writes its lock and journal beside the file: copy the "
-                             "file to a writable place or use another --db; nothing was computed") from None
+            raise ValueError(f"db: cannot open the lock file {str(self.path)!r}: {self._why(error)}; a sweep "
+                             "writes its lock and journal beside the results file: fix that, or use another "
+                             "--db; nothing was computed") from None
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -78,12 +87,33 @@ class WriterLock:
                 f"db: another sweep is writing to {str(self.path)[:-5]!r} ({holder}); running a second "
                 "coordinator on the same file would compute the same cells twice. Wait for it to finish "
                 "(or stop it), or give this sweep another --db") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{self.purpose}, pid {os.getpid()} on {socket.gethostname()}, since {_now()}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{self.purpose}, pid {os.getpid()} on {socket.gethostname()}, since {_now()}\n")
+            handle.flush()
+        except OSError as error:  # a full disk, a file-size limit: no empty lock is left behind
+            if created:
+                self.path.unlink(missing_ok=True)
+            handle.close()
+            raise ValueError(f"db: cannot write the lock file {str(self.path)!r}: {self._why(error)}; "
+                             "nothing was computed") from None
         self._handle = handle
         return self
+
+    def _why(self, error: OSError) -> str:
+        """Why the lock file could not be opened or written, in words that point at the cause."""
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"the disk is full ({error.strerror})"
+        if error.errno == errno.EFBIG:
+            return f"the file-size limit is reached ({error.strerror}; see ulimit -f)"
+        if error.errno == errno.EPERM:
+            return f"{error.strerror} (is it immutable or append-only? lsattr shows it)"
+        if error.errno in (errno.EACCES, errno.EROFS):
+            if self.path.exists() and not os.access(self.path, os.W_OK):
+                return f"the lock file is read-only ({error.strerror})"
+            return f"its directory {str(self.path.parent)!r} is read-only ({error.strerror})"
+        return error.strerror or str(error)
 
     def release(self) -> None:
         if self._handle is not None:
