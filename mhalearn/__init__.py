@@ -12,69 +12,51 @@ the sweep machinery in :mod:`mhalearn.experiments`.  Sizes that cannot fit
 are refused before anything is allocated, against the memory budget of
 :func:`set_memory_budget`, or of :func:`memory_budget` inside a ``with``
 block (:mod:`mhalearn._memory`).
+
+Names are imported when first used (PEP 562), so ``import mhalearn`` and
+``mhalearn --version`` cost no NumPy, Numba or scikit-learn import; a
+name's module is imported whole on its first access.
 """
 
-from . import attention
-from ._memory import get_memory_budget, memory_budget, set_memory_budget
-from .attention import (
-    TEACHER_FAMILIES,
-    MultiHeadAttention,
-    NondegeneracyReport,
-    TeacherFamily,
-    add_label_noise,
-    boolean_inputs,
-    draw_inputs,
-    gaussian_inputs,
-    get_family,
-    head_collapse,
-    load_dataset,
-    make_dataset,
-    make_teacher,
-    match_heads,
-    nondegeneracy,
-    parameter_error,
-    register_family,
-    relative_error,
-    sample_teacher,
-)
-from .evaluation import TeacherObserver
-from .learners import LEARNERS, GradientLearner, MomentLearner, SculptLearner, get_learner, make_learner
-from .random_features import (
-    RANDOM_FEATURE_TARGETS,
-    RandomFeatureAttention,
-    RandomFeatureMLP,
-    RandomFeatureTarget,
-    make_random_feature_target,
-    make_sequence_dataset,
-    sequence_inputs,
-    sphere_inputs,
-)
-from .sparse_variables import AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch
+from __future__ import annotations
+
+import importlib
 
 from ._version import __version__
 
-__all__ = [
-    "get_memory_budget",
-    "memory_budget",
-    "set_memory_budget",
-    "LEARNERS",
-    "GradientLearner",
-    "MomentLearner",
-    "SculptLearner",
-    "TeacherObserver",
-    "get_learner",
-    "make_learner",
-    *attention.__all__,  # the layer, its data and teachers
-    "RANDOM_FEATURE_TARGETS",
-    "RandomFeatureAttention",
-    "RandomFeatureMLP",
-    "RandomFeatureTarget",
-    "make_random_feature_target",
-    "make_sequence_dataset",
-    "sequence_inputs",
-    "sphere_inputs",
-    "AttentionStudent",
-    "MLPStudent",
-    "SparseBooleanTask",
-    "SparseParitySearch",
-]
+#: The public names, by the module that defines them.
+_EXPORTS = {
+    "._memory": ["get_memory_budget", "memory_budget", "set_memory_budget"],
+    ".learners": ["LEARNERS", "GradientLearner", "MomentLearner", "SculptLearner", "get_learner", "make_learner"],
+    ".evaluation": ["TeacherObserver"],
+    ".attention": ["MultiHeadAttention", "NondegeneracyReport", "TEACHER_FAMILIES", "TeacherFamily",
+                   "add_label_noise", "boolean_inputs", "draw_inputs", "gaussian_inputs", "get_family",
+                   "head_collapse", "load_dataset", "make_dataset", "make_teacher", "match_heads", "nondegeneracy",
+                   "parameter_error", "register_family", "relative_error", "sample_teacher"],
+    ".random_features": ["RANDOM_FEATURE_TARGETS", "RandomFeatureAttention", "RandomFeatureMLP",
+                         "RandomFeatureTarget", "make_random_feature_target", "make_sequence_dataset",
+                         "sequence_inputs", "sphere_inputs"],
+    ".sparse_variables": ["AttentionStudent", "MLPStudent", "SparseBooleanTask", "SparseParitySearch"],
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [name for names in _EXPORTS.values() for name in names]
+
+
+def __getattr__(name: str):
+    """A public name or a submodule, imported on first use and kept as an attribute."""
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    else:
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

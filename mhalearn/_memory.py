@@ -151,7 +151,7 @@ def _chosen_budget(nbytes, setter: str) -> tuple[int, str] | None:
     return None if nbytes is None else (parse_bytes(nbytes, "nbytes"), f"set by {setter}")
 
 
-def check_memory(nbytes: float, name: str, what: str) -> None:
+def check_memory(nbytes: float, name: str, what: str, *, lower: str | None = None) -> None:
     """Raise :class:`MemoryBudgetError` if ``nbytes`` exceed the memory budget; call it before allocating.
 
     Parameters
@@ -163,12 +163,15 @@ def check_memory(nbytes: float, name: str, what: str) -> None:
     what : str
         What needs the memory, read after ``name:``, e.g. ``"1000000000
         random features of 20 samples"``.
+    lower : str, optional
+        What to lower, when that is not ``name`` itself (an array whose
+        shape sets the size: ``"k, the sequence length"``).
     """
     budget, source = _budget_and_source()
     if budget is not None and nbytes > budget:
         raise MemoryBudgetError(
             f"{name}: {what} would take {format_bytes(nbytes)}, more than the memory budget of "
-            f"{format_bytes(budget)} ({source}); lower {name}, or raise the budget with "
+            f"{format_bytes(budget)} ({source}); lower {lower or name}, or raise the budget with "
             f"mhalearn.set_memory_budget(nbytes) or the environment variable {ENVIRONMENT_VARIABLE}")
 
 

@@ -481,3 +481,32 @@ def one_thread():
 
     with kernel_threads(1), threadpool_limits(limits=1, user_api="blas"):
         yield
+
+
+# ------------------------------------------------------------ input checks
+
+@njit(cache=True)
+def all_finite(flat: np.ndarray) -> bool:
+    """Whether every entry of the flat array is finite (:func:`mhalearn._validation.as_float_array`)."""
+    # As all_plus_minus_one: one read, no temporary the size of the array (np.isfinite writes one).
+    for start in range(0, flat.size, 4096):
+        bad = 0
+        for value in flat[start:start + 4096]:
+            bad += not np.isfinite(value)
+        if bad:
+            return False
+    return True
+
+
+@njit(cache=True)
+def all_plus_minus_one(flat: np.ndarray) -> bool:
+    """Whether every entry of the flat array is +1 or -1 (:func:`mhalearn._validation.check_boolean`)."""
+    # One read of the data and no temporary the size of X (np.abs(X) == 1 writes two); the count
+    # over a stretch vectorises where a test per entry with an early return would not.
+    for start in range(0, flat.size, 4096):
+        bad = 0
+        for value in flat[start:start + 4096]:
+            bad += abs(value) != 1.0
+        if bad:
+            return False
+    return True

@@ -11,16 +11,18 @@ import importlib
 import numbers
 import os
 
+import sys
+
 import numpy as np
-from numba import njit
-import scipy.sparse
 
 from ._files import check_output_directory, check_output_file  # noqa: F401  (re-exported)
 
 
 def check_dense(value, name: str) -> None:
     """Raise ``ValueError`` naming the argument when ``value`` is a SciPy sparse array or matrix."""
-    if scipy.sparse.issparse(value):
+    # Only an imported scipy.sparse makes sparse arrays: not importing it keeps the command line light.
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is not None and sparse.issparse(value):
         raise ValueError(f"{name}: expected a dense array, received a sparse {type(value).__name__} "
                          "(sparse input is not supported; pass value.toarray())")
 
@@ -42,7 +44,7 @@ def as_float_array(value, name: str, ndim: int, finite: bool = True) -> np.ndarr
     if array.ndim != ndim:
         raise ValueError(f"{name}: expected an array of rank {ndim}, received shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float64)
-    if finite and not _all_finite(array.reshape(-1)):
+    if finite and not _numba_checks().all_finite(array.reshape(-1)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
         raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
     return array
@@ -85,29 +87,11 @@ def check_pair(X, Y, dim: int | None = None, finite_x: bool = True) -> tuple[np.
     return X, Y
 
 
-@njit(cache=True)
-def _all_finite(flat: np.ndarray) -> bool:
-    # As _all_plus_minus_one: one read, no temporary the size of the array (np.isfinite writes one).
-    for start in range(0, flat.size, 4096):
-        bad = 0
-        for value in flat[start:start + 4096]:
-            bad += not np.isfinite(value)
-        if bad:
-            return False
-    return True
+def _numba_checks():
+    """:mod:`mhalearn._numba`, imported on the first array check (Numba costs a second; ``--version`` none)."""
+    from . import _numba
 
-
-@njit(cache=True)
-def _all_plus_minus_one(flat: np.ndarray) -> bool:
-    # One read of the data and no temporary the size of X (np.abs(X) == 1 writes two); the count
-    # over a stretch vectorises where a test per entry with an early return would not.
-    for start in range(0, flat.size, 4096):
-        bad = 0
-        for value in flat[start:start + 4096]:
-            bad += abs(value) != 1.0
-        if bad:
-            return False
-    return True
+    return _numba
 
 
 def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_non_boolean=True") -> None:
@@ -115,7 +99,7 @@ def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_no
     flat = np.asarray(X).reshape(-1)  # in X's own dtype: int8 bits stay one byte each
     if flat.dtype == np.bool_:
         flat = flat.view(np.uint8)
-    if not _all_plus_minus_one(flat):
+    if not _numba_checks().all_plus_minus_one(flat):
         hint = f" (pass {opt_in} to opt in)" if opt_in else ""
         raise ValueError(
             f"{name}: expected Boolean entries in {{-1, +1}}, received values such as "

@@ -202,7 +202,9 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"mhalearn {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Not required here: an unknown option before the command is then reported as such (main asks for
+    # the missing command once everything else has parsed).
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     demo = commands.add_parser("demo", parents=[common], help="learn a planted m = 2 teacher with SculptLearner",
                                description="Plant an m = 2 teacher (d = 12, k = 4), learn it with SculptLearner, "
@@ -318,11 +320,15 @@ def checked_learner(setting: dict, hyperparams: dict):
     learner can serve, so that bad input is reported before a teacher is
     planted or anything is printed.
     """
+    from .attention.data import _check_sequences_memory
     from .attention.teachers import get_family
     from .learners import get_learner
 
     for name, constraint in SETTING_CONSTRAINTS.items():
         check_allowed(setting[name], name, [constraint])
+    for name in ("samples", "test_samples"):  # each draw named by its own flag (9 bytes per Boolean entry)
+        _check_sequences_memory(9, setting[name], setting["length"], setting["dim"], "Boolean sequences",
+                                name.replace("_", "-"))
     get_family(setting["family"])
     estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
     estimator._check_params()
@@ -438,11 +444,19 @@ def command_learn(args) -> int:
 
 def command_sweep(args) -> int:
     """``mhalearn sweep``: run or resume a named experiment, or show what a results file holds."""
+    from .experiments import EXPERIMENTS
     from .experiments.runner import MAX_CELLS, WORKER_TIMEOUT, WRITE_TIMEOUT, run_sweep
-    from .experiments.store import format_status
+    from .experiments.store import ResultStore, format_status
 
     if args.status:
-        print(format_status(args.db, args.experiment))
+        status = format_status(args.db, args.experiment)
+        if args.experiment is not None and args.experiment not in EXPERIMENTS:
+            with ResultStore(args.db, readonly=True) as store:
+                if args.experiment not in store.experiments():
+                    raise ValueError(f"experiment: expected a registered experiment or one stored in "
+                                     f"{str(args.db)!r} {sorted(set(EXPERIMENTS) | set(store.experiments()))}, "
+                                     f"received {args.experiment!r}")
+        print(status)
         return 0
     if args.experiment is None:
         raise ValueError("experiment: expected an experiment name (or --status), received none; "
@@ -465,12 +479,13 @@ def command_export(args) -> int:
 
     table_format = check_choice(args.format or args.out.suffix.lstrip(".").lower(), "format", TABLE_FORMATS)
     check_output_file(args.out, "out")
-    if table_format == "parquet":
-        check_optional_dependencies("export --format parquet", "tables", "pandas", "pyarrow")
     with ResultStore(args.db, readonly=True) as store:
         if args.experiment not in store.experiments():
             raise ValueError(f"experiment: expected one of the experiments stored in {str(args.db)!r} "
                              f"{store.experiments()}, received {args.experiment!r}")
+        # After the results file's checks: importing pandas and pyarrow takes seconds.
+        if table_format == "parquet":
+            check_optional_dependencies("export --format parquet", "tables", "pandas", "pyarrow")
         columns, rows = store.table(args.experiment)
     try:
         write_table(columns, rows, args.out, table_format)
@@ -583,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser(_learner_requested(argv))
         args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("the following arguments are required: COMMAND")
         if args.command in ("sweep", "plot", "experiments"):
             import mhalearn.experiments  # noqa: F401  registers the named experiments
         with warnings.catch_warnings():

@@ -38,10 +38,11 @@ def warn_small_blocks(samples: int, blocks: int, name: str, remedy: str) -> None
                       PerformanceWarning, stacklevel=3)
 
 
-def _check_sequences_memory(bytes_per_entry: int, samples: int, length: int, dim: int, what: str) -> None:
-    """The memory budget's check (:mod:`mhalearn._memory`) for arrays of ``samples`` sequences of length × dim."""
-    check_memory(bytes_per_entry * samples * length * dim, "samples",
-                 f"{samples} {what} of {length} × {dim} entries")
+def _check_sequences_memory(bytes_per_entry: int, samples: int, length: int, dim: int, what: str,
+                            name: str = "samples") -> None:
+    """The memory budget's check (:mod:`mhalearn._memory`) for arrays of ``samples`` sequences of length × dim,
+    naming ``name`` (the argument that set ``samples``)."""
+    check_memory(bytes_per_entry * samples * length * dim, name, f"{samples} {what} of {length} × {dim} entries")
 
 
 def boolean_inputs(samples: int, length: int, dim: int, rng=None) -> np.ndarray:

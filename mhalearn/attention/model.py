@@ -213,11 +213,14 @@ def relative_error(model, reference, X) -> float:
     X = check_inputs(X)
     truth = reference.predict(X)
     estimate = model.predict(X)
-    scale = np.sum(truth ** 2)
-    if not scale > 0:
+    # Both sums in units of the largest output: squares of outputs near 1e-160 or 1e+160 would underflow
+    # to 0 or overflow to inf, where the ratio itself is an ordinary number.
+    unit = float(np.max(np.abs(truth)))
+    if not unit > 0:
         raise ValueError("reference: expected outputs that are not all zero on X (the relative error divides by "
                          "Σ‖F(X)‖²), received a reference whose outputs are all zero")
-    error = float(np.sum((estimate - truth) ** 2) / scale)
+    with np.errstate(over="ignore"):
+        error = float(np.sum(((estimate - truth) / unit) ** 2) / np.sum((truth / unit) ** 2))
     if not np.isfinite(error):
         raise ValueError(f"model: expected finite outputs on X, the relative error is {error}")
     return error

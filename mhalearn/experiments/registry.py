@@ -131,7 +131,11 @@ class Experiment:
 def _read_text(path: Path, name: str) -> str:
     if not path.is_file():
         raise ValueError(f"{name}: expected a TOML grid file, {str(path)!r} does not exist")
-    return path.read_text(encoding="utf-8")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:  # TOML is UTF-8
+        raise ValueError(f"{name}: expected a TOML grid file in UTF-8, {str(path)!r} has byte "
+                         f"{error.object[error.start]:#04x} at offset {error.start}, which is not UTF-8") from None
 
 
 def parse_grid_file(text: str, source: str = "<grid>") -> dict:

@@ -268,12 +268,20 @@ def _run_local(run_cell: Callable[[dict], dict], cells: list[dict], workers: int
         pool.shutdown(wait=finished, cancel_futures=True)
 
 
+#: Address schemes of Dask's communication layer besides tcp:// and tls://, which are checked here.
+DASK_SCHEMES = ("inproc", "ucx", "ws", "wss")
+
+
 def check_scheduler_address(scheduler: str, timeout: float = 5.0) -> None:
     """Fail fast (``ValueError``) on a malformed Dask scheduler address or a TCP port nobody listens on."""
     if not isinstance(scheduler, str) or not scheduler:
         raise ValueError(f"scheduler: expected an address such as tcp://127.0.0.1:8786, received {scheduler!r}")
     parts = urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
     if parts.scheme not in ("tcp", "tls"):
+        if parts.scheme not in DASK_SCHEMES:
+            raise ValueError(f"scheduler: expected an address such as tcp://127.0.0.1:8786 (schemes "
+                             f"{', '.join(f'{scheme}://' for scheme in ('tcp', 'tls') + DASK_SCHEMES)}), received "
+                             f"{scheduler!r}")
         return  # inproc://, ucx://…: leave them to Dask
     try:
         port = parts.port

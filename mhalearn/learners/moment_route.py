@@ -73,11 +73,15 @@ def moment_memory(length: int, dim: int) -> int:
 
 
 def check_moment_memory(length: int, dim: int) -> None:
-    """Refuse, before anything is built, a moment route whose memory exceeds the budget, naming d."""
+    """Refuse, before anything is built, a moment route whose memory exceeds the budget, naming d or k."""
     features = dim + dim ** 3
-    check_memory(moment_memory(length, dim), "X",
-                 f"the moment route at token dimension d = {dim} (its d + d³ = {features:,} features make a "
-                 f"{features:,}² Gram matrix)")
+    gram, block = 8 * 2 * features * features, 8 * _BLOCK * length * features
+    # Name the size that dominates: the Gram matrix grows with d⁶, the blocks of features with k·d³.
+    cause = (f"the {features:,}² Gram matrix of its d + d³ = {features:,} features at token dimension d = {dim}"
+             if gram >= block else
+             f"blocks of {_BLOCK} sequences × k = {length:,} tokens × {features:,} features (d = {dim})")
+    check_memory(gram + block, "X", f"the moment route's {cause}",
+                 lower="d, the token dimension" if gram >= block else "k, the sequence length")
 
 
 def _centred_token_covariance(X: np.ndarray) -> np.ndarray:

@@ -161,6 +161,10 @@ class _BooleanStudent(BooleanClassifier):
         loss, d_scores = logistic_loss(scores, y)
         return loss, self._backward(parameters, cache, d_scores)
 
+    def _size_parameter(self) -> str:
+        """The hyper-parameter a memory budget error names: the size that dominates the training's memory."""
+        return "hidden"
+
     def fit(self, X, y):
         """Train on Boolean inputs ``X`` (n, T) with labels ``y`` (n,) in {±1}; returns ``self``.
 
@@ -168,16 +172,19 @@ class _BooleanStudent(BooleanClassifier):
         loss per step) and ``n_features_in_`` (= T).  ``X`` is held as int8
         and each mini-batch converted to float64 when it is used.
 
-        Raises ``MemoryError`` naming ``hidden``, before initialising, when
-        training exceeds the memory budget (:func:`mhalearn.set_memory_budget`):
-        it holds the parameters four times (with their gradient and Adam's
-        two moments) and about four batch × hidden work arrays.
+        Raises ``MemoryError`` naming ``hidden`` (or ``embedding_dim``, when
+        it is the larger), before initialising, when training exceeds the
+        memory budget (:func:`mhalearn.set_memory_budget`): it holds the
+        parameters four times (with their gradient and Adam's two moments)
+        and about four batch × hidden work arrays.
         """
         self._check_params()
         X, y = check_examples(X, y)
         parameters, batch = self._parameter_entries(X.shape[1]), min(self.batch_size, X.shape[0])
-        check_memory(8 * (4 * parameters + 4 * batch * self.hidden), "hidden",
-                     f"{self.hidden} hidden units ({parameters} parameters) trained in batches of {batch}")
+        name = self._size_parameter()
+        check_memory(8 * (4 * parameters + 4 * batch * self.hidden), name,
+                     f"{name} = {getattr(self, name)} ({parameters} parameters, {self.hidden} hidden units) "
+                     f"trained in batches of {batch}")
         rng = as_generator(self.random_state)
         parameters = self._initial_parameters(X.shape[1], rng)
         # A step's matrix products are at most batch × T × hidden: one BLAS thread is fastest,
@@ -279,6 +286,10 @@ class AttentionStudent(_BooleanStudent):
         }
         parameters.update(_mlp_parameters(dim, self.hidden, rng))
         return parameters
+
+    def _size_parameter(self) -> str:
+        # The embedding's width multiplies every other size (positions, bits, the MLP's input).
+        return "embedding_dim" if self.embedding_dim > self.hidden else "hidden"
 
     def _parameter_entries(self, length: int) -> int:
         dim = self.embedding_dim
