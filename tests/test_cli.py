@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from mhalearn import MultiHeadAttention
@@ -326,3 +327,110 @@ def test_learn_help_describes_the_moment_learners_shared_hyperparameters(capsys)
         main(["learn", "--learner", "moment", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--max-candidates MAX_CANDIDATES Budget of candidate tuples scored." in text
+
+
+# ------------------------------------------- messages that name the argument
+
+def test_learn_names_test_samples_when_the_test_draw_is_too_large(capsys, tmp_path):
+    code, out, err = run(capsys, "learn", "--learner", "gradient", "-m", "1", "-d", "4", "-k", "4", "-n", "200",
+                         "--quiet", "--test-samples", "10000000000", "--out", str(tmp_path / "m.npz"))
+    assert code == 2 and err.startswith("mhalearn: error: test-samples: 10000000000 Boolean sequences"), err
+    assert "lower test-samples" in err and out == ""
+
+
+def test_the_moment_routes_memory_names_the_sequence_length_when_it_dominates(capsys, tmp_path):
+    code, out, err = run(capsys, "learn", "-m", "1", "-d", "4", "-k", "100000", "-n", "200", "--quiet",
+                         "--out", str(tmp_path / "m.npz"))
+    assert code == 2 and "k = 100,000 tokens" in err and "lower k, the sequence length" in err, err
+    assert "Gram" not in err
+
+
+def test_attention_student_memory_names_embedding_dim():
+    from mhalearn import AttentionStudent
+
+    X = np.where(np.random.default_rng(0).random((8, 6)) < 0.5, -1, 1)
+    with pytest.raises(MemoryError, match=r"^embedding_dim: embedding_dim = 100000000 .*lower embedding_dim"):
+        AttentionStudent(embedding_dim=10 ** 8).fit(X, X[:, 0])
+
+
+def test_status_of_an_experiment_neither_registered_nor_stored_exits_2(capsys, tmp_path, toy_experiment):
+    db = tmp_path / "r.db"
+    with ResultStore(db) as store:
+        store.record(toy_experiment, {"a": 1}, {"value": 0.0})
+    code, out, err = run(capsys, "sweep", "nope", "--status", "--db", str(db))
+    assert code == 2 and err.startswith("mhalearn: error: experiment: expected a registered experiment or one "
+                                        "stored in") and "'nope'" in err and out == ""
+    assert run(capsys, "sweep", toy_experiment, "--status", "--db", str(db))[0] == 0
+
+
+def test_an_unknown_option_before_the_command_is_named(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--bogus"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and "unrecognized arguments: --bogus" in err and "required" not in err
+    with pytest.raises(SystemExit):
+        main([])
+    assert "the following arguments are required: COMMAND" in capsys.readouterr().err
+
+
+def test_a_grid_file_that_is_not_utf8_is_named(capsys, tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_bytes(b"[quick]\nheads = [1]\n# \xff\n")
+    code, out, err = run(capsys, "sweep", "sculpt-vs-m", "--db", str(tmp_path / "r.db"), "--grid", str(grid),
+                         "--quick")
+    assert code == 2 and err.startswith(f"mhalearn: error: grid: expected a TOML grid file in UTF-8, {str(grid)!r} "
+                                        "has byte 0xff at offset 22"), err
+
+
+def test_a_scheduler_address_of_another_protocol_is_named(capsys, tmp_path):
+    code, out, err = run(capsys, "sweep", "sculpt-vs-m", "--db", str(tmp_path / "r.db"), "--backend", "dask",
+                         "--scheduler", "http://127.0.0.1:8786")
+    assert code == 2 and err.startswith("mhalearn: error: scheduler: expected an address such as") and \
+        "'http://127.0.0.1:8786'" in err, err
+
+
+def test_a_checkpoint_directory_that_cannot_be_created_is_refused_once_at_fit(recwarn):
+    from mhalearn import SculptLearner, boolean_inputs, sample_teacher
+
+    X = boolean_inputs(50, 4, 6, rng=0)
+    with pytest.raises(ValueError, match=r"^checkpoint: cannot write '/proc/mhalearn-nope'"):
+        SculptLearner(1, checkpoint="/proc/mhalearn-nope").fit(X, sample_teacher(1, 6, rng=0).predict(X))
+    assert [str(warning.message) for warning in recwarn] == []
+
+
+def test_relative_error_of_outputs_near_1e_300_is_the_ratio_not_all_zero():
+    from mhalearn import boolean_inputs, relative_error, sample_teacher
+
+    teacher = sample_teacher(2, 4, rng=0)
+    tiny = MultiHeadAttention(teacher.thetas, teacher.ws * 1e-300)
+    half = MultiHeadAttention(teacher.thetas, teacher.ws * 1e-300 / 2)  # F/2 exactly: error 1/4
+    huge = MultiHeadAttention(teacher.thetas, teacher.ws * 1e300)
+    X = boolean_inputs(20, 3, 4, rng=1)
+    assert relative_error(half, tiny, X) == pytest.approx(0.25, rel=1e-12)
+    assert relative_error(MultiHeadAttention(teacher.thetas, teacher.ws * 1e300 / 2), huge, X) == \
+        pytest.approx(0.25, rel=1e-12)
+
+
+# ----------------------------------------------------------- light commands
+
+def _modules_after(*argv: str) -> tuple[int, list[str]]:
+    """Exit status and the heavy modules imported by ``mhalearn ARGV`` in a fresh interpreter."""
+    script = ("import sys\nfrom mhalearn.cli import main\ntry:\n    code = main(sys.argv[1:])\n"
+              "except SystemExit as exit:\n    code = exit.code\n"
+              "print(code, *sorted(m for m in ('numba', 'scipy', 'sklearn', 'pandas', 'pyarrow', 'matplotlib') "
+              "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=300)
+    code, *modules = result.stdout.split("\n")[-2].split()
+    return int(code), modules
+
+
+def test_version_imports_no_numerical_library():
+    assert _modules_after("--version") == (0, [])
+
+
+def test_export_checks_the_results_file_before_its_optional_dependencies(capsys, tmp_path, monkeypatch):
+    checked = []
+    monkeypatch.setattr(cli, "check_optional_dependencies", lambda *args: checked.append(args))
+    code, out, err = run(capsys, "export", "toy", "--db", str(tmp_path / "none.db"), "--out",
+                         str(tmp_path / "rows.parquet"))
+    assert code == 2 and err.startswith("mhalearn: error: db: no results file at") and checked == []

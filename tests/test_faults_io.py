@@ -8,13 +8,17 @@ that has given up the capabilities that let root ignore them.
 
 import csv
 import ctypes
+import dataclasses
+import errno
 import io
 import json
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -577,3 +581,180 @@ def test_a_missing_optional_dependency_names_its_extra_in_one_line(tmp_path, mon
     with pytest.raises(ImportError) as raised:
         call(path, mhalearn.sample_teacher(1, 3, rng=0))
     assert str(raised.value) == f"{purpose}: python3 -m pip install -e '.[{extra}]'"
+
+
+# ------------------------------------------------- what an output path is
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _is_fifo(path: Path) -> bool:
+    return stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+@pytest.mark.parametrize("through_link", [False, True])
+@pytest.mark.parametrize("flag", ["--out", "--teacher-out"])
+def test_learn_refuses_a_fifo_before_fitting_and_leaves_it(tmp_path, monkeypatch, capsys, flag, through_link):
+    fifo = _fifo(tmp_path / "pipe")
+    given = fifo
+    if through_link:
+        given = tmp_path / "link"
+        given.symlink_to(fifo)
+    fits = []
+    monkeypatch.setattr("mhalearn.evaluation.fit_timed", lambda *args: fits.append(args) or 0.0)
+    arguments = ["learn", "--learner", "gradient", "-m", "1", "-d", "2", "-k", "2", "-n", "40", "--quiet",
+                 "--out", str(tmp_path / "model.npz"), flag, str(given)]
+    code = main(arguments)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is a FIFO" in err and flag.lstrip("-") + ":" in err, err
+    assert fits == [] and _is_fifo(fifo) and (not through_link or given.is_symlink())
+
+
+def test_a_character_device_is_refused_by_looking_only(tmp_path):
+    from mhalearn._files import check_regular_or_absent, node_kind
+
+    assert node_kind("/dev/null") == "a character device"  # stat only: /dev/null is never opened
+    with pytest.raises(ValueError, match=r"^out: expected .*'/dev/null' is a character device"):
+        check_regular_or_absent("/dev/null", "out")
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    with pytest.raises(ValueError, match=r"leads to, '/dev/null'\) is a character device"):
+        check_regular_or_absent(link, "out")
+
+
+def test_save_through_a_symbolic_link_writes_its_target_and_keeps_the_link(tmp_path):
+    model = mhalearn.sample_teacher(1, 3, rng=0)
+    target = tmp_path / "models" / "kept.npz"
+    target.parent.mkdir()
+    target.write_bytes(b"an older model")
+    link, dangling = tmp_path / "link.npz", tmp_path / "dangling.npz"
+    link.symlink_to(target)
+    dangling.symlink_to(tmp_path / "models" / "new.npz")
+    for path in (link, dangling):
+        model.save(path)
+        assert path.is_symlink()
+        np.testing.assert_array_equal(mhalearn.MultiHeadAttention.load(path).thetas, model.thetas)
+    assert sorted(os.listdir(tmp_path / "models")) == ["kept.npz", "new.npz"]
+
+
+def test_export_and_sweep_refuse_a_fifo_and_leave_it(tmp_path, toy, capsys):
+    db = tmp_path / "results.db"
+    _partial_results(db, 3)
+    fifo = _fifo(tmp_path / "pipe")
+    assert main(["export", TOY, "--db", str(db), "--out", str(fifo), "--format", "csv"]) == 2
+    assert "out: expected a regular file or a new path" in capsys.readouterr().err
+    for arguments in (["sweep", TOY, "--db", str(fifo), "--quiet", "--workers", "1"],
+                      ["sweep", "--status", "--db", str(fifo)]):  # reading a FIFO would block: stat only
+        assert main(arguments) == 2
+        assert "db: expected a results file or a new path, " in capsys.readouterr().err
+    assert _is_fifo(fifo) and not (tmp_path / "pipe.lock").exists()
+
+
+def test_sweep_through_a_dangling_link_creates_the_file_it_names(tmp_path, toy):
+    link = tmp_path / "results.db"
+    link.symlink_to(tmp_path / "kept.db")
+    run_sweep(TOY, link, workers=1, progress=False)
+    assert link.is_symlink() and len(stored_keys(tmp_path / "kept.db")) == 12
+    assert (tmp_path / "kept.db.lock").exists() and not (tmp_path / "results.db.lock").exists()
+
+
+# ------------------------------------------------------------ a full disk
+
+def test_a_model_that_cannot_be_written_after_the_fit_is_kept_in_the_temp_directory(tmp_path, monkeypatch,
+                                                                                     capsys):
+    out, spare = tmp_path / "out", tmp_path / "spare"
+    out.mkdir()
+    spare.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spare))
+    savez = np.savez
+
+    def full_disk_in_out(handle, **arrays):
+        if Path(handle.name).parent == out:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        savez(handle, **arrays)
+
+    monkeypatch.setattr("mhalearn.attention.model.np.savez", full_disk_in_out)
+    code = main(["learn", "--learner", "gradient", "-m", "1", "-d", "3", "-k", "2", "-n", "60", "--quiet",
+                 "--out", str(out / "model.npz")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    kept = sorted(spare.glob("mhalearn-model-*.npz"))
+    assert len(kept) == 1 and f"could not write {str(out / 'model.npz')!r} (No space left on device); the " \
+                               f"model is kept in {kept[0]}" in err
+    assert mhalearn.MultiHeadAttention.load(kept[0]).heads == 1 and os.listdir(out) == []
+
+
+def test_a_file_size_limit_below_the_model_is_refused_before_fitting(tmp_path, monkeypatch, capsys):
+    import resource
+
+    fits = []
+    monkeypatch.setattr("mhalearn.evaluation.fit_timed", lambda *args: fits.append(args) or 0.0)
+    limits = resource.getrlimit
+    monkeypatch.setattr(resource, "getrlimit",
+                        lambda which: (1000, 1000) if which == resource.RLIMIT_FSIZE else limits(which))
+    code = main(["learn", "--learner", "gradient", "-m", "2", "-d", "8", "-k", "2", "-n", "60", "--quiet",
+                 "--out", str(tmp_path / "model.npz")])
+    err = capsys.readouterr().err
+    assert code == 2 and "file-size limit of 1000 bytes (ulimit -f)" in err and fits == []
+
+
+def test_demo_into_a_directory_that_cannot_be_created_is_refused_before_fitting(monkeypatch, capsys):
+    fits = []
+    monkeypatch.setattr("mhalearn.evaluation.fit_timed", lambda *args: fits.append(args) or 0.0)
+    code = main(["demo", "--quiet", "--out", "/proc/mhalearn-nope"])  # /proc's permission bits allow it
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("mhalearn: error: out: cannot write '/proc/mhalearn-nope'") and fits == []
+
+
+def test_plot_on_a_full_disk_says_so_in_one_line_and_leaves_no_empty_folder(tmp_path, toy, monkeypatch, capsys):
+    db = tmp_path / "results.db"
+    _partial_results(db, 3)
+
+    def full_disk(rows, out):
+        out.mkdir(parents=True, exist_ok=True)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setitem(EXPERIMENTS, TOY, dataclasses.replace(EXPERIMENTS[TOY], plot=full_disk))
+    code = main(["plot", TOY, "--db", str(db), "--out", str(tmp_path / "figures")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1 and "(No space left on device)" in err, err
+    assert not (tmp_path / "figures").exists()
+
+
+def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    import mhalearn.experiments.writer_lock as writer_lock
+
+    class FullDisk:
+        """The lock file, created (as on a full disk) but refusing its first bytes."""
+
+        def __init__(self, handle):
+            self._handle = handle
+
+        def __getattr__(self, name):
+            return getattr(self._handle, name)
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_open = open
+
+    def open_full(path, *args, **kwargs):
+        return FullDisk(real_open(path, *args, **kwargs))
+
+    monkeypatch.setattr(writer_lock, "open", open_full, raising=False)
+    with pytest.raises(ValueError, match=r"cannot write the lock file .*the disk is full.*nothing was computed"):
+        writer_lock.WriterLock(tmp_path / "results.db").acquire()
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("fault", ["directory", "fifo"])
+def test_a_lock_that_is_not_a_file_is_named_as_what_it_is(tmp_path, toy, capsys, fault):
+    lock = tmp_path / "results.db.lock"
+    lock.mkdir() if fault == "directory" else os.mkfifo(lock)
+    code = main(["sweep", TOY, "--db", str(tmp_path / "results.db"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err
+    kind = "a directory" if fault == "directory" else "a FIFO"
+    assert code == 2 and f"{str(lock)!r} is {kind}" in err and "read-only" not in err, err
+    assert not (tmp_path / "results.db").exists()
