@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 
-from ._version import __version__
+from ._version import __version__  # noqa: F401  (mhalearn.__version__)
 
 #: The public names, by the module that defines them.
 _EXPORTS = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import numbers
 import os
-
 import sys
 
 import numpy as np
