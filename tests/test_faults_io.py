@@ -758,3 +758,16 @@ def test_a_lock_that_is_not_a_file_is_named_as_what_it_is(tmp_path, toy, capsys,
     kind = "a directory" if fault == "directory" else "a FIFO"
     assert code == 2 and f"{str(lock)!r} is {kind}" in err and "read-only" not in err, err
     assert not (tmp_path / "results.db").exists()
+
+
+def test_a_results_file_that_cannot_be_created_on_a_full_disk_stops_the_sweep_in_one_line(tmp_path, toy, capsys,
+                                                                                         monkeypatch):
+    def full_disk(path, *, replace):
+        raise sqlite3.OperationalError("disk I/O error")  # what SQLite says for ENOSPC and EFBIG
+
+    monkeypatch.setattr("mhalearn.experiments.store._create_atomically", full_disk)
+    code = main(["sweep", TOY, "--db", str(tmp_path / "results.db"), "--quiet", "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"mhalearn: error: db: cannot create {str(tmp_path / 'results.db')!r}: the disk refused")
+    assert not (tmp_path / "results.db").exists()

@@ -158,7 +158,15 @@ class ResultStore:
         _check_writable(target)
         if version is None:
             _remove_stale_temporaries(target.parent)
-            _create_atomically(target, replace=target.exists())  # through a symbolic link: the link stays
+            try:
+                _create_atomically(target, replace=target.exists())  # through a symbolic link: the link stays
+            except (OSError, sqlite3.OperationalError) as error:
+                # A full disk or a file-size limit, before any cell: one line, nothing computed.
+                if isinstance(error, sqlite3.OperationalError) and not any(
+                        word in str(error) for word in ("disk", "full", "I/O", "readonly")):
+                    raise
+                raise ValueError(f"db: cannot create {str(self.path)!r}: {describe_write_error(error, timeout)}; "
+                                 "nothing was computed") from None
             version = _inspect_existing(self.path)
         self._connection = sqlite3.connect(self.path, timeout=timeout)
         try:

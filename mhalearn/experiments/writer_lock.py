@@ -28,6 +28,8 @@ def describe_write_error(error: Exception, timeout: float) -> str:
         return f"the file or its directory is read-only ({error})"
     if "malformed" in text or "not a database" in text or "corrupt" in text:
         return f"the file is damaged ({error})"
+    if "i/o" in text:  # what SQLite reports for ENOSPC, EFBIG and a failing device alike
+        return f"the disk refused a write: full, over a file-size limit (ulimit -f) or failing ({error})"
     return f"{type(error).__name__}: {error}"
 
 
