@@ -16,8 +16,9 @@ import argparse
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import agreement_precision, span_distance, teacher_feasible_fraction
 from mhalearn.learners.chen_li import BodySettings
-from mhalearn.learners.chen_li.phase2_sculpt import find_agreement_rows, slab_constraints
+from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_affine_hull, span_basis
+from mhalearn.learners.chen_li.slabs import slab_constraints
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 

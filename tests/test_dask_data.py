@@ -21,7 +21,8 @@ import mhalearn
 from mhalearn._memory import MemoryBudgetError, memory_budget
 from mhalearn.attention.data import labelled_block, load_dataset
 from mhalearn.learners.base import root_mean_square
-from mhalearn.learners.chen_li import phase1_crude_sum, phase2_sculpt, phase3_refine_sum
+from mhalearn.learners.chen_li import (agreement_passes, agreement_rows, decoder, phase1_crude_sum,
+                                      phase3_refine_sum)
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
@@ -59,11 +60,11 @@ def _lazy(teacher, rng=5):
 def _pass_results(source, teacher) -> dict:
     """Every pass of phases 1–3 on ``source``, as named arrays (the random caps and the waves triggered)."""
     w_sum = phase1_crude_sum.crude_projection_sum(source).w_sum
-    rows = phase2_sculpt.find_agreement_rows(source, w_sum, quantile=0.2, max_rows=300,
-                                             rng=np.random.default_rng(1))
+    rows = agreement_passes.find_agreement_rows(source, w_sum, quantile=0.2, max_rows=300,
+                                                rng=np.random.default_rng(1))
     margin = phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.2, 1500)
-    first = phase2_sculpt.first_agreement_rows(source, w_sum, residual_tol=0.05, max_rows=500,
-                                               rng=np.random.default_rng(2))
+    first = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.05, max_rows=500,
+                                                  rng=np.random.default_rng(2))
     results = {"w_sum": w_sum, "scanned": rows.scanned, "found": rows.found, "margin_scanned": margin.scanned,
                "first_scanned": first.scanned, "first_found": first.found, "first_tokens": first.tokens,
                "first_query": first.query}
@@ -90,9 +91,9 @@ def test_passes_give_the_same_bits_on_every_scheduler(teacher, process_pool):
     assert len(reference["rows_query"]) <= 300 + 5 < reference["found"]
     assert len(reference["margin_query"]) == 1500 and reference["margin_scanned"] < SAMPLES * LENGTH
     # The per-block random cap depends on the pass's seed, not on the generator's later draws.
-    other = phase2_sculpt.find_agreement_rows(ArraySource(*DaskSource(X, Y).head(SAMPLES), block_size=CHUNK),
-                                              reference["w_sum"], quantile=0.2, max_rows=300,
-                                              rng=np.random.default_rng(1))
+    other = agreement_passes.find_agreement_rows(ArraySource(*DaskSource(X, Y).head(SAMPLES), block_size=CHUNK),
+                                                 reference["w_sum"], quantile=0.2, max_rows=300,
+                                                 rng=np.random.default_rng(1))
     np.testing.assert_array_equal(other.label, reference["rows_label"])
 
 
@@ -219,8 +220,8 @@ def test_split_source_passes_match_passes_over_a_copy(teacher):
             ("crude", phase1_crude_sum.crude_projection_sum(source).w_sum,
              phase1_crude_sum.crude_projection_sum(copy).w_sum),
             *[(f"rows {field}", getattr(first, field), getattr(second, field))
-              for first, second in [(phase2_sculpt.find_agreement_rows(each, w_sum, quantile=0.3, max_rows=200,
-                                                                       rng=np.random.default_rng(4))
+              for first, second in [(agreement_passes.find_agreement_rows(each, w_sum, quantile=0.3,
+                                                                          max_rows=200, rng=np.random.default_rng(4))
                                      for each in (source, copy))]
               for field in ("tokens", "query", "label", "pattern", "residual")],
             *[(f"margin {field}", getattr(first, field), getattr(second, field))
@@ -252,9 +253,9 @@ def test_coded_blocks_carry_the_codes_of_their_tokens_and_scaled_labels_their_bi
 
 def test_pool_decoded_again_from_its_codes_gives_the_same_rows(teacher):
     X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=34)
-    pool = phase2_sculpt.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum * 1.05, quantile=0.3)
+    pool = agreement_passes.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum * 1.05, quantile=0.3)
     w_sum = teacher.projection_sum * 1.01
-    plain = phase2_sculpt.decoded_rows(pool.tokens, pool.query, pool.label, w_sum, pool.scanned)
+    plain = agreement_rows.decoded_rows(pool.tokens, pool.query, pool.label, w_sum, pool.scanned)
     best = pool.best_under(w_sum, 50)  # from the pool's codes
     assert isinstance(pool.coded_tokens(), CodedTokens)
     expected = plain.best(50)
@@ -268,8 +269,8 @@ def test_decoding_and_margins_of_chosen_rows_match_the_gathered_rows(teacher):
     w_sum = teacher.projection_sum * 1.02
     theta = teacher.thetas[1]
     for in_place, gathered in [
-        (phase2_sculpt.decoding_residuals(X, Y, w_sum, rows),
-         phase2_sculpt.decoding_residuals(X[rows], Y[rows], w_sum)),
+        (decoder.decoding_residuals(X, Y, w_sum, rows),
+         decoder.decoding_residuals(X[rows], Y[rows], w_sum)),
         (phase3_refine_sum.margin_mass(X, theta, rows), phase3_refine_sum.margin_mass(X[rows], theta))]:
         for one, other in zip(in_place, gathered):
             assert one.shape[0] == 150

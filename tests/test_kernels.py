@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from mhalearn import _numba
 from mhalearn.attention import kernels, reference
-from mhalearn.learners.chen_li.phase2_sculpt import decode_patterns
+from mhalearn.learners.chen_li.decoder import decode_patterns
 from mhalearn.learners.chen_li.phase5_net import score_candidates
 from mhalearn.random_features.kernels import attention_random_features
 

@@ -132,7 +132,7 @@ def test_margin_mass_floor_skips_only_rows_below_it(rng, dim):
 
 @pytest.mark.parametrize("dim", [7, 12, 19])  # one group and a half, two, four (no bilinear tables)
 def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
-    from mhalearn.learners.chen_li.phase2_sculpt import decode_patterns, decoding_residuals
+    from mhalearn.learners.chen_li.decoder import decode_patterns, decoding_residuals
     from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
     from mhalearn.learners.streams import CodedTokens
 
@@ -153,19 +153,18 @@ def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
 
 
 def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):
-    """The decoder's k = 4 case unrolls cholesky_in_place and _cholesky_solve of size 3: the same bits."""
+    """The decoder's k = 4 case unrolls cholesky_in_place and cholesky_solve of size 3: the same bits."""
     from numba import njit
 
-    from mhalearn.learners.chen_li.cholesky import cholesky_in_place
-    from mhalearn.learners.chen_li.phase2_sculpt import (_CHOLESKY_FLOOR, _cholesky_solve, _cholesky_three,
-                                                         _solve_three)
+    from mhalearn.learners.chen_li.cholesky import cholesky_in_place, cholesky_solve, cholesky_three, solve_three
+    from mhalearn.learners.chen_li.decoder import _CHOLESKY_FLOOR
 
     @njit
     def unrolled(gram, rhs):
         factor, inverse = np.zeros((3, 3)), np.zeros(3)
-        healthy = _cholesky_three(gram[0, 0], gram[1, 0], gram[1, 1], gram[2, 0], gram[2, 1], gram[2, 2], factor,
-                                  inverse)
-        solution = _solve_three(factor[1, 0], factor[2, 0], factor[2, 1], inverse[0], inverse[1], inverse[2],
+        healthy = cholesky_three(gram[0, 0], gram[1, 0], gram[1, 1], gram[2, 0], gram[2, 1], gram[2, 2],
+                                 _CHOLESKY_FLOOR, factor, inverse)
+        solution = solve_three(factor[1, 0], factor[2, 0], factor[2, 1], inverse[0], inverse[1], inverse[2],
                                 rhs[0], rhs[1], rhs[2])
         return healthy, factor, inverse, np.array(solution)
 
@@ -176,7 +175,7 @@ def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):
         if healthy:
             for u in range(3):
                 inverse[u] = 1.0 / factor[u, u]
-            _cholesky_solve(factor, inverse, 3, rhs, solution)
+            cholesky_solve(factor, inverse, 3, rhs, solution)
         return healthy, factor, inverse, solution
 
     checked = {True: 0, False: 0}
@@ -198,7 +197,7 @@ def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):
 
 
 def test_quantile_of_finite_is_numpys_quantile_bit_for_bit(rng):
-    from mhalearn.learners.chen_li.phase2_sculpt import _SAMPLE_STRIDE, quantile_of_finite
+    from mhalearn.learners.order_statistics import _SAMPLE_STRIDE, quantile_of_finite
 
     draws = [lambda n: rng.standard_normal(n) ** 2, lambda n: np.round(rng.random(n) * 5) / 5,  # ties
              lambda n: np.exp(3 * rng.standard_normal(n)), lambda n: np.sort(rng.random(n))[::-1].copy()]

@@ -6,8 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 import mhalearn
 from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
-from mhalearn.learners.chen_li import body, phase1_crude_sum, phase2_sculpt as agreement
+from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum, phase4_span
+from mhalearn.learners.chen_li.slabs import SlabSystem, slab_constraints
 from mhalearn.learners.streams import ArraySource, TeacherSource
 
 
@@ -25,7 +26,7 @@ def test_decoded_patterns_match_kkt_solution(rng):
     teacher = mhalearn.sample_teacher(2, 7, rng=1)
     X, Y = mhalearn.make_dataset(teacher, 40, 4, rng=2)
     w_sum = teacher.projection_sum + 0.05 * rng.standard_normal((7, 7))
-    patterns, residuals, violations, _ = agreement.decode_patterns(X, Y, w_sum)
+    patterns, residuals, violations, _ = decoder.decode_patterns(X, Y, w_sum)
     for s in range(5):
         values = X[s] @ w_sum
         for row in range(4):
@@ -45,12 +46,12 @@ def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_pat
     X[20:40, 1] = -X[20:40, 3]
     w_sum = teacher.projection_sum + 0.05 * np.random.default_rng(13).standard_normal((7, 7))
     for matrix in (w_sum, np.outer(w_sum[0], w_sum[0])):
-        patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, matrix)
-        lean_residuals, lean_violations = agreement.decoding_residuals(X, Y, matrix)
+        patterns, residuals, violations, spreads = decoder.decode_patterns(X, Y, matrix)
+        lean_residuals, lean_violations = decoder.decoding_residuals(X, Y, matrix)
         np.testing.assert_array_equal(lean_residuals, residuals)
         np.testing.assert_array_equal(lean_violations, violations)
-    patterns, residuals, violations, spreads = agreement.decode_patterns(X, Y, w_sum)
-    block = agreement._agreement_block(X, Y, None, w_sum, 0.3, None, 0.2, (50, 300), 7, None, 0)
+    patterns, residuals, violations, spreads = decoder.decode_patterns(X, Y, w_sum)
+    block = agreement_passes._agreement_block(X, Y, None, w_sum, 0.3, None, 0.2, (50, 300), 7, None, 0)
     assert 0 < len(block) <= 50 and block.found > len(block)
     for row in range(len(block)):
         s = next(s for s in range(300) if np.array_equal(X[s], block.tokens[row]))
@@ -63,7 +64,7 @@ def test_best_rows_under_a_new_estimate_are_those_of_a_full_redecoding():
     teacher = mhalearn.sample_teacher(2, 7, rng=14)
     source = ArraySource(*mhalearn.make_dataset(teacher, 400, 4, rng=15))
     crude = teacher.projection_sum + 0.1 * np.random.default_rng(16).standard_normal((7, 7))
-    pool = agreement.find_agreement_rows(source, crude, quantile=0.5, simplex_tol=0.2)
+    pool = agreement_passes.find_agreement_rows(source, crude, quantile=0.5, simplex_tol=0.2)
     refined = teacher.projection_sum + 0.01 * np.random.default_rng(17).standard_normal((7, 7))
     expected = pool.redecode(refined).best(60, simplex_tol=0.2)
     chosen = pool.best_under(refined, 60, simplex_tol=0.2)
@@ -83,8 +84,8 @@ def test_a_residual_falls_by_at_most_the_bound_of_a_move_of_the_estimate(rng):
     for scale in (0.3, 0.03, 0.003):
         w_old = teacher.projection_sum + scale * rng.standard_normal((7, 7))
         w_new = teacher.projection_sum + scale * rng.standard_normal((7, 7))
-        old, _ = agreement.decoding_residuals(X, Y, w_old)
-        new, violation = agreement.decoding_residuals(X, Y, w_new)
+        old, _ = decoder.decoding_residuals(X, Y, w_old)
+        new, violation = decoder.decoding_residuals(X, Y, w_new)
         usable = (violation <= tol) & np.isfinite(old)
         # The share of its bound by which each usable row's residual fell: at most 1, and near it on some
         # row (a bound ten times too small would fail here).
@@ -102,8 +103,8 @@ def test_best_rows_along_a_converging_refit_are_those_of_a_full_redecoding(rng):
     X[30:60, 1] = -X[30:60, 3]
     X[60:70] *= 1.5
     Y[70:75] = 0.0
-    pool = agreement.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum + 0.1 * rng.standard_normal(
-        (7, 7)), quantile=0.5, simplex_tol=0.2)
+    start = teacher.projection_sum + 0.1 * rng.standard_normal((7, 7))
+    pool = agreement_passes.find_agreement_rows(ArraySource(X, Y), start, quantile=0.5, simplex_tol=0.2)
     path = [teacher.projection_sum + 0.05 * 0.5 ** step * rng.standard_normal((7, 7)) for step in range(8)]
     decoded = []
     for w_sum in path:
@@ -121,7 +122,7 @@ def test_decoding_is_exact_on_agreement_rows_and_splits_copies():
     teacher = mhalearn.sample_teacher(1, 8, rng=3)
     X = mhalearn.boolean_inputs(30, 4, 8, rng=4)
     X[:, 2] = X[:, 0]
-    patterns, residuals, _, _ = agreement.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
+    patterns, residuals, _, _ = decoder.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
     np.testing.assert_allclose(patterns, teacher.attention(X)[:, 0], atol=1e-9)
     assert np.max(residuals) < 1e-9
     np.testing.assert_allclose(patterns[:, :, 0], patterns[:, :, 2], atol=1e-12)
@@ -132,16 +133,16 @@ def test_opposite_tokens_are_decoded():
     teacher = mhalearn.sample_teacher(1, 6, rng=5)
     X = mhalearn.boolean_inputs(10, 3, 6, rng=6)
     X[:, 1] = -X[:, 0]
-    patterns, residuals, _, _ = agreement.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
+    patterns, residuals, _, _ = decoder.decode_patterns(X, teacher.predict(X), teacher.projection_sum)
     assert np.all(np.isfinite(residuals)) and np.max(residuals) < 1e-9
 
 
 def test_slabs_hold_for_one_head_and_pin_it_down():
     teacher = mhalearn.sample_teacher(1, 6, rng=7)
     source = ArraySource(*mhalearn.make_dataset(teacher, 2000, 3, rng=8))
-    rows = agreement.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6)
+    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6)
     assert rows.fraction == pytest.approx(1.0, abs=0.01)
-    slabs = agreement.slab_constraints(rows, kappa=0.0, t_min=1e-6)
+    slabs = slab_constraints(rows, kappa=0.0, t_min=1e-6)
     assert teacher_feasible_fraction(slabs, teacher) == 1.0
     centre, long_directions, info = phase4_span.read_affine_hull(slabs, 1)
     assert long_directions.shape == (0, 36)
@@ -158,10 +159,10 @@ def test_affine_hull_of_two_heads_from_agreement_rows():
     samples, rows = np.nonzero(np.abs(weights[:, 0] - weights[:, 1]).sum(axis=-1) < 0.05)
     assert len(samples) > 1000
     patterns = weights[samples, :, rows].mean(axis=1)
-    chosen = agreement.AgreementRows(X[samples], rows, teacher.predict(X[samples])[np.arange(len(rows)), rows],
-                                     patterns, np.zeros_like(patterns), np.zeros(len(rows)), np.zeros(len(rows)),
-                                     X.shape[0] * 3)
-    slabs = agreement.slab_constraints(chosen, w_min=0.05, kappa=0.0, t_min=0.1)
+    labels = teacher.predict(X[samples])[np.arange(len(rows)), rows]
+    chosen = agreement_rows.AgreementRows(X[samples], rows, labels, patterns, np.zeros_like(patterns),
+                                          np.zeros(len(rows)), np.zeros(len(rows)), X.shape[0] * 3)
+    slabs = slab_constraints(chosen, w_min=0.05, kappa=0.0, t_min=0.1)
     centre, long_directions, info = phase4_span.read_affine_hull(slabs, 2)
     difference = (teacher.thetas[0] - teacher.thetas[1]).ravel()
     cosine = abs(long_directions[0] @ difference) / np.linalg.norm(difference)
@@ -177,7 +178,7 @@ def test_dual_certificate_never_exceeds_the_lp_value(rng):
     E = rng.choice([-2.0, 0.0, 2.0], size=(count, dim2))
     t = rng.uniform(0.1, 0.5, count)
     b = E @ truth + rng.uniform(-0.05, 0.05, count)
-    slabs = agreement.SlabSystem(E, b, t, np.zeros((0, dim2)), np.zeros(0), np.arange(count), np.zeros(0, int))
+    slabs = SlabSystem(E, b, t, np.zeros((0, dim2)), np.zeros(0), np.arange(count), np.zeros(0, int))
     convex = body.ConvexBody(slabs, radius=10.0)
     directions = rng.standard_normal((8, dim2))
     bounds = convex.certify(directions)
@@ -192,8 +193,8 @@ def test_dual_certificate_never_exceeds_the_lp_value(rng):
 def test_certified_rows_are_peaked_for_one_sharp_head():
     teacher = mhalearn.sample_teacher(1, 6, theta_norm=8.0, rng=11)
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=12))
-    rows = agreement.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-3)
-    convex = body.ConvexBody(agreement.slab_constraints(rows), radius=12.0)
+    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-3)
+    convex = body.ConvexBody(slab_constraints(rows), radius=12.0)
     theta_bar, info = convex.min_norm_point()
     assert info["inconsistent"] == 0
     candidates = projection_sum.margin_rows(source, theta_bar, 0.05, 5000)
@@ -206,8 +207,7 @@ def test_elastic_body_drops_inconsistent_constraints():
     dim2 = 4
     E = np.vstack([np.eye(dim2), np.eye(dim2)[:1]])
     b = np.array([1.0, 1.0, 1.0, 1.0, -5.0])  # the last slab contradicts the first
-    slabs = agreement.SlabSystem(E, b, np.full(5, 0.1), np.zeros((0, dim2)), np.zeros(0), np.arange(5),
-                                 np.zeros(0, int))
+    slabs = SlabSystem(E, b, np.full(5, 0.1), np.zeros((0, dim2)), np.zeros(0), np.arange(5), np.zeros(0, int))
     point, info = body.ConvexBody(slabs, radius=10.0).min_norm_point()
     assert info["solver_status"] == "optimal" and info["inconsistent"] >= 1
     assert point is not None
@@ -269,8 +269,8 @@ def test_best_rows_are_the_smallest_residuals_within_the_simplex(rng):
     count = 200
     residual = rng.uniform(0, 1, count)
     violation = np.where(rng.uniform(size=count) < 0.3, 0.5, 0.0)
-    rows = agreement.AgreementRows(np.zeros((count, 3, 2)), np.zeros(count, int), np.zeros((count, 2)),
-                                   np.zeros((count, 3)), np.zeros((count, 3)), residual, violation, count)
+    rows = agreement_rows.AgreementRows(np.zeros((count, 3, 2)), np.zeros(count, int), np.zeros((count, 2)),
+                                        np.zeros((count, 3)), np.zeros((count, 3)), residual, violation, count)
     best = rows.best(25, simplex_tol=0.02)
     usable = np.flatnonzero(violation == 0.0)
     expected = np.sort(usable[np.argsort(residual[usable])[:25]])
@@ -283,12 +283,12 @@ def test_pool_keeps_the_best_rows_of_each_block_within_its_budget():
     X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
     source = ArraySource(X, Y, block_size=1000)
     w_sum = teacher.projection_sum
-    pool = agreement.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800)
+    pool = agreement_passes.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800)
     # The budget binds (0.5 of 16 000 rows > 800): each block keeps its best 5 % (of the rows within
     # the loose simplex test), not a random subsample of its best half.
     expected = []
     for start in range(0, 4000, 1000):
-        _, residuals, violations, _ = agreement.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
+        _, residuals, violations, _ = decoder.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
         usable = violations <= 0.2
         expected.append(np.sort(residuals[usable & (residuals <= np.quantile(residuals[usable], 800 / 16_000))]))
     np.testing.assert_array_equal(np.sort(pool.residual), np.sort(np.concatenate(expected)))
@@ -300,12 +300,12 @@ def test_first_pool_is_a_random_cap_of_the_least_selective_share():
     X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
     source = ArraySource(X, Y, block_size=1000)
     w_sum = teacher.projection_sum * 1.2  # a crude Ŵ_Σ
-    pool = agreement.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800, min_share=0.2,
-                               rng=np.random.default_rng(3))
+    pool = agreement_passes.draw_pool(source, w_sum, pool_fraction=0.5, simplex_tol=0.02, max_pool=800,
+                                      min_share=0.2, rng=np.random.default_rng(3))
     # The budget (5 % of the rows) is finer than min_share: every block keeps a random 200 of its best 20 %.
     within_share, beyond_budget = [], 0
     for index, start in enumerate(range(0, 4000, 1000)):
-        _, residuals, violations, _ = agreement.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
+        _, residuals, violations, _ = decoder.decode_patterns(X[start:start + 1000], Y[start:start + 1000], w_sum)
         usable = residuals[violations <= 0.2]
         block = pool.residual[np.isin(pool.residual, residuals)]
         assert len(block) == 200
@@ -316,8 +316,8 @@ def test_first_pool_is_a_random_cap_of_the_least_selective_share():
 
 def test_rows_of_a_slab_system_repeat_their_constraints(rng):
     E, H = rng.standard_normal((6, 4)), rng.standard_normal((3, 4))
-    slabs = agreement.SlabSystem(E, np.arange(6.0), np.ones(6), H, np.arange(3.0), np.array([0, 0, 1, 2, 2, 3]),
-                                 np.array([1, 3, 3]))
+    slabs = SlabSystem(E, np.arange(6.0), np.ones(6), H, np.arange(3.0), np.array([0, 0, 1, 2, 2, 3]),
+                       np.array([1, 3, 3]))
     picked = slabs.of_rows(np.array([3, 0, 3]))
     np.testing.assert_array_equal(picked.slab_row, [0, 0, 3, 3])
     np.testing.assert_array_equal(picked.b, [0.0, 1.0, 5.0, 5.0])
@@ -335,8 +335,7 @@ def _planted_hull_slabs(rng, dim2=16, rows=400, outliers=40, noise=0.0):
     E = np.vstack([normal_rows, bad])
     b = np.concatenate([b, bad @ heads[0] + 3.0 * rng.standard_normal(outliers) + bad @ (heads[1] - heads[0])])
     count = rows + outliers
-    slabs = agreement.SlabSystem(E, b, np.ones(count), np.zeros((0, dim2)), np.zeros(0), np.arange(count),
-                                 np.zeros(0, int))
+    slabs = SlabSystem(E, b, np.ones(count), np.zeros((0, dim2)), np.zeros(0), np.arange(count), np.zeros(0, int))
     return slabs, heads
 
 
@@ -392,7 +391,7 @@ def test_best_rows_are_the_first_of_a_stable_sort(rows, count):
     violation = np.array([row[1] for row in rows])
     usable = np.flatnonzero((violation <= 0.02) & np.isfinite(residual))
     expected = np.sort(usable[np.argsort(residual[usable], kind="stable")[:count]])
-    np.testing.assert_array_equal(agreement.best_rows(residual, violation, count, 0.02), expected)
+    np.testing.assert_array_equal(agreement_rows.best_rows(residual, violation, count, 0.02), expected)
 
 
 def test_first_agreement_rows_stop_at_the_block_that_completes_them():
@@ -400,13 +399,13 @@ def test_first_agreement_rows_stop_at_the_block_that_completes_them():
     X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
     source = ArraySource(X, Y, block_size=500)
     w_sum = teacher.projection_sum * 1.01
-    every = agreement.find_agreement_rows(source, w_sum, residual_tol=0.02)
-    per_block = [agreement.find_agreement_rows(ArraySource(X[start:start + 500], Y[start:start + 500]), w_sum,
-                                               residual_tol=0.02).found for start in range(0, 4000, 500)]
+    every = agreement_passes.find_agreement_rows(source, w_sum, residual_tol=0.02)
+    per_block = [agreement_passes.find_agreement_rows(ArraySource(X[start:start + 500], Y[start:start + 500]),
+                                                      w_sum, residual_tol=0.02).found for start in range(0, 4000, 500)]
     assert every.found == sum(per_block) and min(per_block) > 0
     wanted = per_block[0] + per_block[1] // 2  # completed inside the second block
-    first = agreement.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=wanted,
-                                           rng=np.random.default_rng(0))
+    first = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=wanted,
+                                                  rng=np.random.default_rng(0))
     assert len(first) == wanted and first.found == per_block[0] + per_block[1] and first.scanned == 2 * 500 * 4
     # Every row kept is an agreement row of the first two blocks; the second block's are a random
     # subset of its rows, not its first ones.
@@ -420,6 +419,6 @@ def test_first_agreement_rows_stop_at_the_block_that_completes_them():
                        for (tokens, _), second in zip(kept, from_second) if second)
     assert positions[-1] >= 750  # a prefix of the block would stop near its middle
     # Fewer agreement rows than max_rows: the whole stream is read and every row kept.
-    every_row = agreement.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=10 ** 6,
-                                               rng=np.random.default_rng(0))
+    every_row = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=10 ** 6,
+                                                      rng=np.random.default_rng(0))
     assert len(every_row) == every.found == every_row.found and every_row.scanned == 4000 * 4

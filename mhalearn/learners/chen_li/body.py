@@ -5,7 +5,7 @@ The body is
 
     K = {Θ : ⟨C_r, Θ⟩ − b_r ∈ [−t_r, t_r] (slabs),  ⟨H_s, Θ⟩ ≤ g_s (half-spaces),  ‖Θ‖_F ≤ ρ}
 
-built from agreement rows (phase 2, :mod:`~mhalearn.learners.chen_li.phase2_sculpt`).  Every Θ_i,
+built from agreement rows (phase 2, :mod:`~mhalearn.learners.chen_li.slabs`).  Every Θ_i,
 and every affine combination of them, lies in it, so K is long along
 aff{Θ_i} (dimension m − 1) and thin across it.  What the phases take from it:
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from .phase2_sculpt import SlabSystem
+from .slabs import SlabSystem
 
 # Constraints whose slack exceeds this (in units of the slab's half-width
 # scale) are counted as inconsistent with the rest.

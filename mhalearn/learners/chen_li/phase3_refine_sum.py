@@ -33,10 +33,12 @@ from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_
 from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
 from ..streams import stream_rows
+from .agreement_passes import draw_pool
+from .agreement_rows import AgreementRows
 from .body import ConvexBody
-from .phase2_sculpt import AgreementRows, SculptedBody, draw_pool, group_identical_tokens
-from .sign_tables import (BILINEAR_GROUPS, bilinear_form, bilinear_tables, code_groups, sequence_codes, sign_tables,
-                          token_times)
+from .phase2_sculpt import SculptedBody
+from .sign_tables import (BILINEAR_GROUPS, bilinear_form, bilinear_tables, code_groups, group_identical_tokens,
+                          sequence_codes, sign_tables, token_times)
 from .settings import BodySettings
 
 

@@ -23,8 +23,8 @@ import numpy as np
 from ..moment_route import sine_distance
 from ..report import PhaseResult, data_field
 from .body import ConvexBody
-from .phase2_sculpt import SlabSystem
 from .settings import BodySettings
+from .slabs import SlabSystem
 
 
 #: Eigenvalues of the normal matrix below this share of the largest are rounding, not information.

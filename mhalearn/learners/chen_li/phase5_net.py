@@ -30,50 +30,8 @@ from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_dri
 from ...attention import kernels
 from ..least_squares import solve_projections
 from ..report import PhaseResult, data_field
-from .cholesky import cholesky_in_place
+from .cholesky import cholesky_in_place, extend_cholesky, forward_substitute
 from .settings import SearchSettings
-
-
-@njit(inline="always", cache=True)
-def _extend_cholesky(matrix, start, size):
-    """Rows ``start`` to ``size`` of the lower Cholesky factor of matrix[:size, :size], in place.
-
-    Rows before ``start`` must hold the factor of matrix[:start, :start]
-    (:func:`cholesky_in_place`); only the lower triangle of the new rows is
-    read.  The sums run in the order of a factorisation from row 0, so the
-    factor is the same to the bit.  Returns False if the matrix is not
-    positive definite.
-    """
-    for j in range(size):
-        if j >= start:
-            diagonal = matrix[j, j]
-            for t in range(j):
-                diagonal -= matrix[j, t] * matrix[j, t]
-            if diagonal <= 0.0:
-                return False
-            matrix[j, j] = np.sqrt(diagonal)
-        for r in range(max(j + 1, start), size):
-            value = matrix[r, j]
-            for t in range(j):
-                value -= matrix[r, t] * matrix[j, t]
-            matrix[r, j] = value / matrix[j, j]
-    return True
-
-
-@njit(inline="always", cache=True)
-def _forward_substitute(matrix, rhs, start, size, cols):
-    """Rows ``start`` to ``size`` of z = L⁻¹ rhs in place (rows before ``start`` hold z); returns their ‖z‖²."""
-    total = 0.0
-    for j in range(start, size):  # all columns at once: the innermost loop is contiguous
-        for t in range(j):
-            factor = matrix[j, t]
-            for c in range(cols):
-                rhs[j, c] -= factor * rhs[t, c]
-        for c in range(cols):
-            value = rhs[j, c] / matrix[j, j]
-            rhs[j, c] = value
-            total += value * value
-    return total
 
 
 @njit(inline="always", cache=True)
@@ -110,14 +68,14 @@ def _score_candidates_worker(gram, cross, candidates, ridge, chunks, counter, re
             if not same:
                 for i in range(m - 1):
                     _fill_block_rows(matrix, rhs, gram, cross, candidates, c, i, ridge)
-                prefix_total = (_forward_substitute(matrix, rhs, 0, prefix, d)
+                prefix_total = (forward_substitute(matrix, rhs, 0, prefix, d)
                                 if cholesky_in_place(matrix, prefix, 0.0) else -1.0)
             if prefix_total < 0.0:
                 reductions[c] = -1.0
                 continue
             _fill_block_rows(matrix, rhs, gram, cross, candidates, c, m - 1, ridge)
-            if _extend_cholesky(matrix, prefix, size):
-                reductions[c] = prefix_total + _forward_substitute(matrix, rhs, prefix, size, d)
+            if extend_cholesky(matrix, prefix, size):
+                reductions[c] = prefix_total + forward_substitute(matrix, rhs, prefix, size, d)
             else:
                 reductions[c] = -1.0
         chunk = next_chunk(counter)

@@ -1,6 +1,6 @@
-"""Products of Boolean tokens with a d × d matrix by table look-ups: the kernels of phases 2 and 3.
+"""Products of Boolean tokens with a d × d matrix by table look-ups: the decoder's and phase 3's kernels.
 
-The decoder of phase 2 (:func:`~mhalearn.learners.chen_li.phase2_sculpt.decode_patterns`,
+The pattern decoder (:func:`~mhalearn.learners.chen_li.decoder.decode_patterns`,
 x_j Ŵ_Σ for every token) and the margin pass of phase 3
 (:func:`~mhalearn.learners.chen_li.phase3_refine_sum.margin_mass`, the
 logits x_ℓ Θ x_jᵀ of every row) multiply every token of every sequence by
@@ -27,6 +27,11 @@ multiplies out every token of a sequence that holds one).  What a kernel
 computes for a sequence depends only on the sequence and M, whether its
 codes were kept or coded anew, so a pass and a later decoding of the rows
 it kept give the same bits.
+
+Identical tokens get identical logits under every Θ, so the kernels number
+a sequence's distinct tokens (:func:`group_identical_tokens`) and multiply
+out the first of each class only (:func:`coded_token_products` from the
+codes, :func:`distinct_token_products` from the tokens).
 """
 
 from __future__ import annotations
@@ -166,3 +171,56 @@ def token_times(x, codes, tables, matrix, out):
         table_times(tables, codes, out)
     else:
         matrix_times(x, matrix, out)
+
+
+@njit(inline="always", cache=True)
+def group_identical_tokens(x, group, first):
+    """Number the distinct tokens of one sequence ``x`` (k, d) in order of first appearance.
+
+    Writes group[j] = the number of token j's class and first[u] = the first
+    token of class u; returns the number of classes.  Identical tokens get
+    identical logits under every Θ, so the kernels treat each class as one token.
+    ``x`` may also be the codes of Boolean tokens (k, groups): equal tokens have equal codes.
+    """
+    k, d = x.shape
+    unique = 0
+    for j in range(k):
+        group[j] = -1
+        for u in range(unique):
+            # Count every mismatch rather than stop at the first: random tokens differ early and
+            # unpredictably, and the branch mispredictions cost more than the comparisons.
+            mismatches = 0
+            for e in range(d):
+                mismatches += x[first[u], e] != x[j, e]
+            if mismatches == 0:
+                group[j] = u
+                break
+        if group[j] < 0:
+            group[j] = unique
+            first[unique] = j
+            unique += 1
+    return unique
+
+
+@njit(inline="always", cache=True)
+def coded_token_products(codes, tables, group, first, values):
+    """:func:`group_identical_tokens` of Boolean tokens given by their ``codes`` (k, groups), and x_u M for
+    the first token of every class into ``values`` from ``tables`` = sign_tables(M); returns the classes."""
+    unique = group_identical_tokens(codes, group, first)
+    for u in range(unique):
+        table_times(tables, codes[first[u]], values[u])
+    return unique
+
+
+@njit(cache=True, nogil=True)
+def distinct_token_products(x, codes, tables, matrix, group, first, values):
+    """The classes of identical tokens of ``x`` (k, d) (:func:`group_identical_tokens`) and x_u M for the
+    first token of every class into ``values``; returns the number of classes.
+
+    The kernels' path for a sequence with a token that is not Boolean, and not inlined: its code,
+    in the loop of the Boolean path, would cost that path a tenth of its time.
+    """
+    unique = group_identical_tokens(x, group, first)
+    for u in range(unique):
+        token_times(x[first[u]], codes[first[u]], tables, matrix, values[u])
+    return unique

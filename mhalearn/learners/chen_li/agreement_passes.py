@@ -1,0 +1,135 @@
+"""The passes over a source that find agreement rows: decode every row of every block, keep the best.
+
+:func:`find_agreement_rows` reads every block and keeps a share of each;
+:func:`first_agreement_rows` stops at the block that completes the rows it
+needs; :func:`draw_pool` is the pool of candidates phases 2 and 3 start from.
+Each block is decoded by :func:`_agreement_block`: its residuals first
+(:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals`), then the
+patterns of the rows it keeps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...seeding import draw_seed
+from .agreement_rows import AgreementRows, accepted_entries, decoded_rows
+from .decoder import decoding_residuals
+
+
+def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = None,
+                        residual_tol: float | None = None, simplex_tol: float = 0.02,
+                        max_rows: int | None = None, rng: np.random.Generator | None = None) -> AgreementRows:
+    """Decode every row of ``source`` with Ŵ_Σ and keep the agreement rows.
+
+    A row is accepted when its decoded pattern is within ``simplex_tol`` of
+    the simplex and its relative residual is at most the threshold of its
+    block: the ``quantile`` of the block's residuals (the best fraction of
+    rows, used while Ŵ_Σ is crude, and to gather a pool of candidates),
+    capped by ``residual_tol`` when both are given, or ``residual_tol`` alone
+    (an absolute tolerance, once Ŵ_Σ is accurate).  Blocks are i.i.d., so a
+    per-block quantile stands in for the global one and memory stays
+    bounded.  ``max_rows`` caps the rows kept (each block keeps its
+    proportional share, at random), so that at m = 1, where every row agrees,
+    a million sequences do not give four million slabs.
+
+    One pass of :func:`_agreement_block` over the source's blocks
+    (``source.map_blocks``), their rows concatenated in block order.  The
+    random share of block b comes from ``default_rng([seed, b])`` with one
+    ``seed`` drawn from ``rng`` (when ``max_rows`` is given), so it does
+    not depend on where or in which order the blocks run.
+    :func:`first_agreement_rows` stops once it has ``max_rows`` rows instead.
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    seed = None if max_rows is None else draw_seed(rng)
+    share = None if max_rows is None else (max_rows, source.samples)
+    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, share, seed, None,
+                              indexed=True)
+    return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
+
+
+def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simplex_tol: float = 0.02,
+                         max_rows: int, rng: np.random.Generator) -> AgreementRows:
+    """Rows within ``residual_tol`` (and ``simplex_tol`` of the simplex), the first ``max_rows`` found.
+
+    Blocks are i.i.d., so the first ``max_rows`` agreement rows are a
+    sample of them as good as a share of every block's
+    (:func:`find_agreement_rows`), and the pass stops at the block that
+    completes them: where agreement rows are plentiful (m ≤ 2) it reads a
+    fraction of a long stream, and where they are rare it reads all of it.
+    Block b's rows are taken in a random order drawn from
+    ``default_rng([seed, b])`` (one ``seed`` from ``rng``), so the last block
+    read gives a random subset of its rows, not its first ones.  The blocks
+    are mapped in waves of ``source.wave_blocks`` (``source.map_until``),
+    each block returning at most the rows still missing when its wave started; ``scanned`` and
+    ``found`` count the rows of the blocks up to the one that completed
+    them, so the result is the same whatever the wave size.
+    """
+    taken = source.map_until(max_rows, _agreement_block, w_sum, None, residual_tol, simplex_tol, None,
+                             draw_seed(rng), indexed=True)
+    return _joined([block.subset(np.arange(take)) for block, take in taken],
+                   sum(block.scanned for block, _ in taken), sum(block.found for block, _ in taken))
+
+
+def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
+    """The blocks' agreement rows in block order, as one AgreementRows with these counts."""
+    fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
+    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
+
+
+def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
+                     quantile: float | None, residual_tol: float | None, simplex_tol: float,
+                     share: tuple[int, int] | None, seed: int | None, limit: int | None,
+                     index: int) -> AgreementRows:
+    """The agreement rows of one block's ``sequences`` (indices into X and Y; None: all of them)
+    (:func:`find_agreement_rows`, :func:`first_agreement_rows`).
+
+    With ``share`` = (r, n) the block keeps ⌈r · its sequences / n⌉ of them
+    at random, in block order; with ``limit``, the first ``limit`` of them in a
+    random order (both random orders from ``default_rng([seed, index])``).
+    ``scanned`` and ``found`` count the block's decoded and accepted rows.
+    """
+    residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
+    kept, query = accepted_entries(residuals, violations, quantile, residual_tol, simplex_tol)  # kept: positions
+    found = len(kept)
+    if share is not None:
+        count = -(-share[0] * residuals.shape[0] // share[1])
+        if found > count:
+            pick = np.sort(np.random.default_rng([seed, index]).choice(found, count, replace=False))
+            kept, query = kept[pick], query[pick]
+    if limit is not None:
+        # A random order, whatever the limit: a shorter limit keeps a prefix of the same rows.
+        pick = np.random.default_rng([seed, index]).permutation(found)[:limit]
+        kept, query = kept[pick], query[pick]
+    if sequences is not None:
+        kept = sequences[kept]
+    # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
+    return decoded_rows(X[kept], query.astype(np.int64), Y[kept, query], w_sum, residuals.size, found)
+
+
+def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
+              min_share: float = 0.0, rng: np.random.Generator | None = None) -> AgreementRows:
+    """Candidate agreement rows: the best rows of every block under Ŵ_Σ, about ``max_pool`` in all.
+
+    Each block keeps its best share min(``pool_fraction``, max(``max_pool`` /
+    rows of the source, ``min_share``)) by relative residual.  Down to
+    ``min_share`` a longer stream gives a more selective pool rather than a
+    random subsample of a loose one: at m = 3 agreement rows are ~10⁻⁴ of all
+    rows, and a random cap would throw most of them away.  Below it — the
+    pool drawn under the crude Ŵ_Σ, which ranks rows too roughly for a finer
+    selection to hold more agreement rows — the best ``min_share`` is kept and
+    randomly capped at ``max_pool``, so the pool is distributed as on the
+    shortest stream that fills it.  With ``pool_fraction = 1`` (m = 1: every
+    row agrees) the pool is a random sample of ``max_pool`` rows, so that it
+    is not biased towards the rows the crude Ŵ_Σ happens to fit.  The
+    simplex test is ten times looser than for acceptance, since the patterns
+    of a candidate move as Ŵ_Σ is refined (phase 3).
+    """
+    share = pool_fraction
+    if pool_fraction < 1.0 and max_pool is not None:
+        budget = max_pool / (source.samples * source.length)
+        share = min(pool_fraction, max(budget, min_share))
+        if share <= budget:
+            max_pool = None
+    return find_agreement_rows(source, w_sum, quantile=share, simplex_tol=10 * simplex_tol,
+                               max_rows=max_pool, rng=rng)

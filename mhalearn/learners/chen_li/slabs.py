@@ -1,0 +1,118 @@
+"""Slabs: the linear constraints on every Θ_i that the accepted agreement rows give.
+
+On an agreement row the log-ratios of the pattern are linear in every Θ_i:
+
+    log(a_j / a_{j₀}) = ⟨x_ℓ (x_j − x_{j₀})ᵀ, Θ_i⟩     for every head i,
+
+so each accepted row gives *slabs* ``|⟨C, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j`` for the
+tokens with â_j ≥ w_min (j₀ the top token, t_j from the decoding's
+uncertainty σ_j: t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min) and one-sided
+constraints ⟨C, Θ⟩ ≤ log((w_min + κσ_j)/(â_{j₀} − κσ_{j₀})) for the negligible
+tokens (:func:`slab_constraints`).  Every Θ_i satisfies them, and so does every
+affine combination of the Θ_i: their intersection is long along aff{Θ_i} and
+thin across it (:mod:`mhalearn.learners.chen_li.body`).  :class:`SlabSystem`
+holds them, each with the accepted row it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .agreement_rows import AgreementRows
+
+
+@dataclass
+class SlabSystem:
+    """Linear constraints on vec Θ from agreement rows.
+
+    Slabs ``|E θ − b| ≤ t`` (one per accepted row and token with â_j ≥ w_min)
+    and half-spaces H θ ≤ g (one per negligible token).  ``slab_row`` and
+    ``halfspace_row`` give the accepted row each constraint came from.
+    """
+
+    E: np.ndarray
+    b: np.ndarray
+    t: np.ndarray
+    H: np.ndarray
+    g: np.ndarray
+    slab_row: np.ndarray
+    halfspace_row: np.ndarray
+
+    @property
+    def equalities(self) -> int:
+        return len(self.b)
+
+    def row_count(self) -> int:
+        """One more than the largest accepted row any constraint came from."""
+        return max(self.slab_row.max(initial=-1), self.halfspace_row.max(initial=-1)) + 1
+
+    def row_weights(self, accepted: np.ndarray) -> np.ndarray:
+        """How often each slab is drawn when the accepted rows ``accepted`` are (indices, repeats allowed)."""
+        return np.bincount(accepted, minlength=self.row_count())[self.slab_row].astype(np.float64)
+
+    def of_rows(self, accepted: np.ndarray) -> "SlabSystem":
+        """The constraints of the accepted rows ``accepted`` (indices, repeats allowed: a row drawn twice
+        gives its constraints twice)."""
+        counts = np.bincount(accepted, minlength=self.row_count())
+        slabs = np.repeat(np.arange(len(self.b)), counts[self.slab_row])
+        halves = np.repeat(np.arange(len(self.g)), counts[self.halfspace_row])
+        return SlabSystem(E=self.E[slabs], b=self.b[slabs], t=self.t[slabs], H=self.H[halves], g=self.g[halves],
+                          slab_row=self.slab_row[slabs], halfspace_row=self.halfspace_row[halves])
+
+    def weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
+        """(E/t, b/t): the equality system with each slab scaled to unit half-width.
+
+        Computed once per system and shared (read-only): phase 4 reads its
+        hull from them some 35 times (trimming, residuals, bootstrap).
+        """
+        return self._weighted_equalities
+
+    @cached_property
+    def _weighted_equalities(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.E / self.t[:, None], self.b / self.t
+
+
+def slab_constraints(accepted: AgreementRows, *, w_min: float = 0.02, kappa: float = 20.0,
+                     t_min: float = 0.02) -> SlabSystem:
+    """The slabs and half-spaces that every Θ_i satisfies on the agreement accepted.
+
+    For accepted row ℓ with decoded pattern â and top token j₀, and every
+    token j not identical to x_{j₀}:
+
+    - â_j ≥ ``w_min``: the slab ``|⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ − log(â_j/â_{j₀})| ≤ t_j``
+      with t_j = κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + t_min (first-order propagation
+      of the decoding's uncertainty σ into the log-ratio, widened by κ);
+    - â_j < ``w_min``: the half-space ⟨x_ℓ(x_j − x_{j₀})ᵀ, Θ⟩ ≤
+      log((w_min + κσ_j) / max(â_{j₀} − κσ_{j₀}, w_min)) + t_min.
+
+    Tokens identical to x_{j₀} carry no constraint (their logits are equal).
+    """
+    count, k, d = accepted.tokens.shape
+    index = np.arange(count)
+    pattern = accepted.pattern
+    top = np.argmax(pattern, axis=1)
+    top_weight = pattern[index, top]
+    top_spread = accepted.spread[index, top]
+    queries = accepted.queries()
+    differences = accepted.tokens - accepted.tokens[index, top][:, None, :]  # (c, k, d): x_j − x_{j₀}
+    distinct = np.any(differences != 0, axis=-1)
+    slab_mask = distinct & (pattern >= w_min)
+    half_mask = distinct & (pattern < w_min)
+
+    def outer(mask):
+        source_row, token = np.nonzero(mask)
+        matrix = (queries[source_row][:, :, None] * differences[source_row, token][:, None, :]).reshape(-1, d * d)
+        return source_row, token, matrix
+
+    slab_row, slab_token, E = outer(slab_mask)
+    weight = pattern[slab_row, slab_token]
+    b = np.log(weight / top_weight[slab_row])
+    t = kappa * (accepted.spread[slab_row, slab_token] / weight + top_spread[slab_row] / top_weight[slab_row]) + t_min
+    half_row, half_token, H = outer(half_mask)
+    ceiling = w_min + kappa * accepted.spread[half_row, half_token]
+    floor = np.maximum(top_weight[half_row] - kappa * top_spread[half_row], w_min)
+    g = np.log(ceiling / floor) + t_min
+    return SlabSystem(E=E, b=b, t=t, H=H, g=g, slab_row=slab_row, halfspace_row=half_row)
