@@ -95,11 +95,12 @@ class AgreementRows:
         """``self.redecode(w_sum).best(count)``, bit for bit, with only the rows that can be chosen decoded.
 
         The ranking needs each row's residual and violation alone
-        (:func:`decoding_residuals`), and only for the rows that a bound from
-        their last decoding does not rule out (:class:`_Redecoding`): called
-        again and again under a Ŵ_Σ that moves less and less, as our refit
-        does, it decodes a shrinking share of the rows.  The patterns and
-        spreads are computed for the ``count`` rows kept.
+        (:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals`), and
+        only for the rows that a bound from their last decoding does not rule
+        out (:class:`_Redecoding`): called again and again under a Ŵ_Σ that
+        moves less and less, as our refit does, it decodes a shrinking share
+        of the rows.  The patterns and spreads are computed for the ``count``
+        rows kept.
         """
         if self._redecoding is None:
             self._redecoding = _Redecoding(self)
@@ -195,7 +196,8 @@ class _Redecoding:
 
 def decoded_rows(tokens: np.ndarray, query: np.ndarray, label: np.ndarray, w_sum: np.ndarray, scanned: int,
                  found: int | None = None) -> AgreementRows:
-    """The rows (``tokens``, ``query``, ``label``) decoded with Ŵ_Σ (:func:`decode_patterns`), as AgreementRows."""
+    """The rows (``tokens``, ``query``, ``label``) decoded with Ŵ_Σ
+    (:func:`~mhalearn.learners.chen_li.decoder.decode_patterns`), as AgreementRows."""
     patterns, residuals, violations, spreads = decode_patterns(tokens, label[:, None, :], w_sum)
     return AgreementRows(tokens, query, label, patterns[:, 0], spreads[:, 0], residuals[:, 0], violations[:, 0],
                          scanned, found)

@@ -66,8 +66,9 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     ``pool_fraction`` of each block (kept for phase 3) and accepts its best
     rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
     Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, the first
-    ``max_rows`` found (:func:`first_agreement_rows`: a pass that stops once
-    it has them) — the rows of K*.
+    ``max_rows`` found
+    (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`:
+    a pass that stops once it has them) — the rows of K*.
     """
     start = time.perf_counter()
     pool = None

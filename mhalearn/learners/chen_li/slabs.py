@@ -77,7 +77,7 @@ class SlabSystem:
 
 def slab_constraints(accepted: AgreementRows, *, w_min: float = 0.02, kappa: float = 20.0,
                      t_min: float = 0.02) -> SlabSystem:
-    """The slabs and half-spaces that every Θ_i satisfies on the agreement accepted.
+    """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
 
     For accepted row ℓ with decoded pattern â and top token j₀, and every
     token j not identical to x_{j₀}:
