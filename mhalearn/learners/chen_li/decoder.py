@@ -128,126 +128,14 @@ def _weight_variances(gram, inverse, free, unique, unit, column, ones, variance)
 
 
 @njit(inline="always", cache=True)
-def _project_labels(label, values, differences, free, label_squares, offset_squares, projections):
-    """For every row y of ``label``: ‖y‖², ‖y − v_0‖² and D(y − v_0) into ``label_squares``,
-    ``offset_squares`` and ``projections``.
-
-    The sums are chains of dependent additions: side by side, in one sweep, they overlap
-    instead of waiting on each other.  Two rows at a time (the first three entries of each
-    one's D(y − v_0), the common case k = 4, in registers; any further ones after): their
-    sums share the loads of v_0 and D, and each sum keeps its own order, hence its bits.
-    """
-    labels, d = label.shape
-    paired = 3 if free >= 3 else 0
-    for row in range(0, labels, 2):
-        other = min(row + 1, labels - 1)  # the next row, or this one again when it is the last
-        label_first = label_second = offset_first = offset_second = 0.0
-        first_sum = second_sum = third_sum = 0.0
-        first_other = second_other = third_other = 0.0
-        for e in range(d):
-            offset = label[row, e] - values[0, e]
-            offset_other = label[other, e] - values[0, e]
-            offset_first += offset * offset
-            offset_second += offset_other * offset_other
-            label_first += label[row, e] ** 2
-            label_second += label[other, e] ** 2
-            if paired:
-                a, b, c = differences[0, e], differences[1, e], differences[2, e]
-                first_sum += a * offset
-                second_sum += b * offset
-                third_sum += c * offset
-                first_other += a * offset_other
-                second_other += b * offset_other
-                third_other += c * offset_other
-        label_squares[row], offset_squares[row] = label_first, offset_first
-        label_squares[other], offset_squares[other] = label_second, offset_second
-        if paired:
-            projections[row, 0], projections[row, 1], projections[row, 2] = first_sum, second_sum, third_sum
-            projections[other, 0], projections[other, 1] = first_other, second_other
-            projections[other, 2] = third_other
-    for row in range(labels):
-        for u in range(paired, free):
-            total = 0.0
-            for e in range(d):
-                total += differences[u, e] * (label[row, e] - values[0, e])
-            projections[row, u] = total
-
-
-@njit(inline="always", cache=True)
 def _three_factor(gram, inverse, three):
     """The factor's entries below its diagonal and 1 / its diagonal, (l10, l20, l21, i0, i1, i2), for the
-    unrolled solve of three free weights (k = 4 distinct tokens, the common case): read once per sequence,
-    held in registers over its rows.  Zeros when ``three`` is False: ``gram`` and ``inverse`` then hold fewer
-    entries."""
+    unrolled solve (:func:`~mhalearn.learners.chen_li.cholesky.solve_three`) of three free weights (k = 4
+    distinct tokens, the common case): read once per sequence, held in registers over its rows.  Zeros
+    when ``three`` is False: ``gram`` and ``inverse`` then hold fewer entries."""
     if three:
         return gram[1, 0], gram[2, 0], gram[2, 1], inverse[0], inverse[1], inverse[2]
     return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-
-
-@njit(inline="always", cache=True)
-def _fit_weights(projected, gram, inverse, free, three, factor, solution, weights):
-    """The affine weights â of one row into ``weights`` from its D(y − v_0), ``projected``; returns
-    ‖its projection‖² = cᵀ D(y − v_0).
-
-    Three free weights are solved unrolled (:func:`solve_three` with ``factor`` =
-    :func:`_three_factor`), the weights' updates too: the same operations in the
-    same order as the loops, hence the same bits.
-    """
-    if three:
-        l10, l20, l21, i0, i1, i2 = factor
-        p0, p1, p2 = projected[0], projected[1], projected[2]
-        c0, c1, c2 = solve_three(l10, l20, l21, i0, i1, i2, p0, p1, p2)
-        weights[0] = 1.0 - c0 - c1 - c2
-        weights[1], weights[2], weights[3] = c0, c1, c2
-        return 0.0 + c0 * p0 + c1 * p1 + c2 * p2
-    if free > 0:
-        cholesky_solve(gram, inverse, free, projected, solution)
-    weights[0] = 1.0
-    explained = 0.0
-    for u in range(free):
-        weights[u + 1] = solution[u]
-        weights[0] -= solution[u]
-        explained += solution[u] * projected[u]
-    return explained
-
-
-@njit(inline="always", cache=True)
-def _squared_residual(offset_squared, explained, weights, values, unique, label, row):
-    """‖âᵀ X Ŵ_Σ − y‖² of row ``row`` of ``label``.
-
-    ‖y − v_0‖² − ‖its projection‖² is the squared residual (Pythagoras) at a third of the
-    cost; where it cancels to below _EXPLICIT_BELOW of ‖y − v_0‖² (the near-agreement rows,
-    the ones that matter) it has lost digits, and the residual is formed explicitly.
-    """
-    squared = offset_squared - explained
-    if squared <= _EXPLICIT_BELOW * offset_squared:
-        squared = 0.0
-        for e in range(label.shape[1]):
-            fitted = 0.0
-            for u in range(unique):
-                fitted += weights[u] * values[u, e]
-            squared += (fitted - label[row, e]) ** 2
-    return squared
-
-
-@njit(inline="always", cache=True)
-def _simplex_violation(weights, share, unique):
-    """max(0, −min â_j, max â_j − 1): each distinct token's weight is shared among its copies."""
-    violation = 0.0
-    for u in range(unique):
-        weight = weights[u] * share[u]
-        violation = max(violation, -weight, weight - 1.0)
-    return violation
-
-
-@njit(inline="always", cache=True)
-def _write_pattern(patterns, spreads, out, row, weights, share, variance, group, noise):
-    """â_j and σ_j of every token j of row ``row`` of output ``out``: its class's weight and standard
-    deviation (``noise`` times the square root of its variance) shared among the class's copies."""
-    for j in range(group.shape[0]):
-        u = group[j]
-        patterns[out, row, j] = weights[u] * share[u]
-        spreads[out, row, j] = noise * np.sqrt(variance[u]) * share[u]
 
 
 @njit(cache=True, nogil=True)
@@ -314,18 +202,93 @@ def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, 
                 continue
             if patterns is not None:
                 _weight_variances(gram, inverse, free, unique, unit, column, ones, variance)
-            _project_labels(label, values, differences, free, label_squares, offset_squares, projections)
+            # ‖y‖², ‖y − v_0‖² and D(y − v_0) of every row.  The sums are chains of dependent additions:
+            # side by side, in one sweep, they overlap instead of waiting on each other.  Two rows at a time
+            # (the first three entries of each one's D(y − v_0), the common case k = 4, in registers; any
+            # further ones after): their sums share the loads of v_0 and D, and each sum keeps its own
+            # order, hence its bits.
+            paired = 3 if free >= 3 else 0
+            for row in range(0, labels, 2):
+                other = min(row + 1, labels - 1)  # the next row, or this one again when it is the last
+                label_first = label_second = offset_first = offset_second = 0.0
+                first_sum = second_sum = third_sum = 0.0
+                first_other = second_other = third_other = 0.0
+                for e in range(d):
+                    offset = label[row, e] - values[0, e]
+                    offset_other = label[other, e] - values[0, e]
+                    offset_first += offset * offset
+                    offset_second += offset_other * offset_other
+                    label_first += label[row, e] ** 2
+                    label_second += label[other, e] ** 2
+                    if paired:
+                        a, b, c = differences[0, e], differences[1, e], differences[2, e]
+                        first_sum += a * offset
+                        second_sum += b * offset
+                        third_sum += c * offset
+                        first_other += a * offset_other
+                        second_other += b * offset_other
+                        third_other += c * offset_other
+                label_squares[row], offset_squares[row] = label_first, offset_first
+                label_squares[other], offset_squares[other] = label_second, offset_second
+                if paired:
+                    projections[row, 0], projections[row, 1], projections[row, 2] = first_sum, second_sum, third_sum
+                    projections[other, 0], projections[other, 1] = first_other, second_other
+                    projections[other, 2] = third_other
+            for row in range(labels):
+                for u in range(paired, free):
+                    total = 0.0
+                    for e in range(d):
+                        total += differences[u, e] * (label[row, e] - values[0, e])
+                    projections[row, u] = total
             three = free == 3
             factor = _three_factor(gram, inverse, three)
+            # Every row: its weights (three free weights solved unrolled, with the loops' operations in
+            # their order, hence their bits), its residual, its distance from the simplex and, when asked,
+            # its pattern.  This step and the last are written out here rather than as helpers: with them
+            # inlined, a pass measured a tenth to a fifth slower (their array arguments add reference
+            # counts on every row).
+            l10, l20, l21, i0, i1, i2 = factor
             for row in range(labels):
-                explained = _fit_weights(projections[row], gram, inverse, free, three, factor, solution, weights)
-                squared = _squared_residual(offset_squares[row], explained, weights, values, unique, label, row)
-                label_squared = label_squares[row]
+                projected = projections[row]
+                label_squared, offset_squared = label_squares[row], offset_squares[row]
+                if three:
+                    p0, p1, p2 = projected[0], projected[1], projected[2]
+                    c0, c1, c2 = solve_three(l10, l20, l21, i0, i1, i2, p0, p1, p2)
+                    weights[0] = 1.0 - c0 - c1 - c2
+                    weights[1], weights[2], weights[3] = c0, c1, c2
+                    explained = 0.0 + c0 * p0 + c1 * p1 + c2 * p2
+                else:
+                    if free > 0:
+                        cholesky_solve(gram, inverse, free, projected, solution)
+                    weights[0] = 1.0
+                    explained = 0.0
+                    for u in range(free):
+                        weights[u + 1] = solution[u]
+                        weights[0] -= solution[u]
+                        explained += solution[u] * projected[u]
+                # ‖y − v_0‖² − ‖its projection‖² is the squared residual (Pythagoras) at a third of the
+                # cost; where it cancels to below _EXPLICIT_BELOW of ‖y − v_0‖² (the near-agreement rows,
+                # the ones that matter) it has lost digits, and the residual is formed explicitly.
+                squared = offset_squared - explained
+                if squared <= _EXPLICIT_BELOW * offset_squared:
+                    squared = 0.0
+                    for e in range(d):
+                        fitted = 0.0
+                        for u in range(unique):
+                            fitted += weights[u] * values[u, e]
+                        squared += (fitted - label[row, e]) ** 2
                 residuals[out, row] = np.sqrt(squared / label_squared) if label_squared > 0.0 else np.inf
-                violations[out, row] = _simplex_violation(weights, share, unique)
+                violation = 0.0  # max(0, −min â_j, max â_j − 1), a distinct token's weight shared by its copies
+                for u in range(unique):
+                    weight = weights[u] * share[u]
+                    violation = max(violation, -weight, weight - 1.0)
+                violations[out, row] = violation
                 if patterns is not None:
                     noise = np.sqrt(squared / max(d - free, 1))
-                    _write_pattern(patterns, spreads, out, row, weights, share, variance, group, noise)
+                    for j in range(k):
+                        u = group[j]
+                        patterns[out, row, j] = weights[u] * share[u]
+                        spreads[out, row, j] = noise * np.sqrt(variance[u]) * share[u]
         chunk = next_chunk(counter)
 
 
