@@ -44,8 +44,9 @@ from ..attention.data import boolean_inputs
 from ..attention.teachers import sample_teacher
 from ..evaluation import agreement_precision, span_distance
 from ..learners.chen_li import BodySettings
-from ..learners.chen_li.phase2_sculpt import find_agreement_rows, slab_constraints
+from ..learners.chen_li.agreement_passes import find_agreement_rows
 from ..learners.chen_li.phase4_span import read_affine_hull, span_basis
+from ..learners.chen_li.slabs import slab_constraints
 from ..learners.streams import TeacherSource
 from ..plotting import new_figure, save_figure, style_for, write_tables
 from ..seeding import seeded_rng
