@@ -36,7 +36,7 @@ def main():
             source = TeacherSource(teacher, args.samples, 4, seed=seed)
             rows = find_agreement_rows(source, teacher.projection_sum, residual_tol=settings.residual_tol,
                                        simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
-            slabs = slab_constraints(rows, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
+            slabs = slab_constraints(rows, **settings.slab_rule())
             line = (f"m = {heads}, seed {seed}, n = {args.samples}, true W_Σ: {rows.found} agreement rows "
                     f"(precision {agreement_precision(rows, teacher):.2f}), {slabs.equalities} equalities, "
                     f"heads satisfy {teacher_feasible_fraction(slabs, teacher):.3f} of the constraints")

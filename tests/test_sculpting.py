@@ -8,6 +8,7 @@ import mhalearn
 from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum, phase4_span
+from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import SlabSystem, slab_constraints
 from mhalearn.learners.streams import ArraySource, TeacherSource
 
@@ -224,8 +225,10 @@ def test_alternating_refit_recovers_projection_sum():
     teacher = mhalearn.sample_teacher(1, 8, rng=13)
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=14))
     crude = phase1_crude_sum.crude_projection_sum(source).w_sum
-    refined, history = projection_sum.alternating_projection_sum(source, crude, quantile=1.0, iterations=40,
-                                                                 pool_fraction=1.0)
+    defaults = BodySettings()
+    refined, history = projection_sum.alternating_projection_sum(
+        source, crude, quantile=1.0, iterations=40, refit_rows=defaults.refit_rows, rounds=defaults.refit_rounds,
+        pool_fraction=1.0, simplex_tol=defaults.simplex_tol)
     error = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
     crude_error = np.linalg.norm(crude - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
     assert crude_error > 0.1 and error < 0.01
@@ -373,7 +376,8 @@ def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
     for rounds in (1, 3):
         draws.clear()
         refined, history = projection_sum.alternating_projection_sum(
-            source, crude, quantile=0.02, iterations=200, rounds=rounds, pool_fraction=0.2, refit_rows=600)
+            source, crude, quantile=0.02, iterations=200, rounds=rounds, pool_fraction=0.2, refit_rows=600,
+            simplex_tol=BodySettings().simplex_tol)
         assert len(draws) == history[-1]["round"] <= rounds
         assert [entry["round"] for entry in history] == sorted(entry["round"] for entry in history)
         assert all("stopped" in entry for entry in history if entry is history[-1] or entry["round"] <

@@ -14,7 +14,7 @@ from .chen_li.fit import search_and_select
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
 from .report import Phase, Route
-from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
+from .span_search import SEARCH, SEARCH_CONSTRAINTS, VALIDATION_FRACTION, SpanSearchLearner
 
 
 @register_learner("moment")
@@ -39,12 +39,17 @@ class MomentLearner(SpanSearchLearner):
     """
 
     _parameter_constraints = dict(SEARCH_CONSTRAINTS)
+    # The moment route reads no hull, so the net has no slab around one.
+    _unused_search_settings = ("net_slab",)
 
-    def __init__(self, heads: int, *, search: str = "net", net_radius: float | None = None,
-                 net_resolution: float | None = None, max_candidates: int = 200_000,
-                 score_samples: int = 256, keep: int = 4, refine: str = "lbfgs", refine_iter: int = 2000,
-                 delta: float = 0.05, norm_bound: float = 12.0, validation_fraction: float = 0.2,
-                 allow_non_boolean: bool = False, random_state=None):
+    # The defaults are the settings' (SEARCH): scikit-learn reads them off this signature.
+    def __init__(self, heads: int, *, search: str = SEARCH.search, net_radius: float | None = SEARCH.net_radius,
+                 net_resolution: float | None = SEARCH.net_resolution,
+                 max_candidates: int = SEARCH.max_candidates, score_samples: int = SEARCH.score_samples,
+                 keep: int = SEARCH.keep, refine: str = SEARCH.refine, refine_iter: int = SEARCH.refine_iter,
+                 delta: float = SEARCH.delta, norm_bound: float = SEARCH.norm_bound,
+                 validation_fraction: float = VALIDATION_FRACTION, allow_non_boolean: bool = False,
+                 random_state=None):
         store_parameters(self, locals())
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:

@@ -44,7 +44,10 @@ from .chen_li.fit import sculpt_fit
 from .chen_li.settings import BodySettings, settings_from
 from .moment_route import check_moment_memory
 from .registry import register_learner
-from .span_search import SEARCH_CONSTRAINTS, SpanSearchLearner
+from .span_search import SEARCH, SEARCH_CONSTRAINTS, VALIDATION_FRACTION, SpanSearchLearner
+
+#: Phases 1–4's default settings, whose values are SculptLearner's defaults.
+BODY = BodySettings()
 
 
 @register_learner("sculpt")
@@ -265,20 +268,28 @@ class SculptLearner(SpanSearchLearner):
         "checkpoint": [None, PathLike()],
     }
 
-    def __init__(self, heads: int, *, quantile: float | None = None, residual_tol: float = 0.02,
-                 simplex_tol: float = 0.02, w_min: float = 0.02, slab_width: float = 20.0,
-                 slab_floor: float = 0.02, max_rows: int = 20_000, max_constraints: int = 1500,
-                 eta: float = 0.05, refit_iterations: int = 100, refit_rows: int = 4000,
-                 refit_rounds: int = 4, pool_fraction: float = 0.1, first_pool_share: float = 0.005,
-                 min_equalities: int | None = None, min_gap: float = 1.0, hull_trim: float = 3.0,
-                 max_span_error: float = 0.15, bootstrap_resamples: int = 24, bootstrap_level: float = 0.9,
-                 compare_routes_above: float = 0.07, span_point: str = "centre",
-                 norm_bound: float = 12.0, span_route: str = "auto", search: str = "net",
-                 net_radius: float | None = None, net_resolution: float | None = None,
-                 max_candidates: int = 200_000, net_slab: float | None = 0.05, score_samples: int = 256,
-                 keep: int = 4, refine: str = "lbfgs", refine_iter: int = 2000, delta: float = 0.05,
-                 validation_fraction: float = 0.2, allow_non_boolean: bool = False, checkpoint=None,
-                 random_state=None):
+    # The defaults are the settings' (BODY, SEARCH): scikit-learn reads them off this signature.
+    def __init__(self, heads: int, *, quantile: float | None = BODY.quantile,
+                 residual_tol: float = BODY.residual_tol, simplex_tol: float = BODY.simplex_tol,
+                 w_min: float = BODY.w_min, slab_width: float = BODY.slab_width,
+                 slab_floor: float = BODY.slab_floor, max_rows: int = BODY.max_rows,
+                 max_constraints: int = BODY.max_constraints, eta: float = BODY.eta,
+                 refit_iterations: int = BODY.refit_iterations, refit_rows: int = BODY.refit_rows,
+                 refit_rounds: int = BODY.refit_rounds, pool_fraction: float = BODY.pool_fraction,
+                 first_pool_share: float = BODY.first_pool_share,
+                 min_equalities: int | None = BODY.min_equalities, min_gap: float = BODY.min_gap,
+                 hull_trim: float = BODY.hull_trim, max_span_error: float = BODY.max_span_error,
+                 bootstrap_resamples: int = BODY.bootstrap_resamples,
+                 bootstrap_level: float = BODY.bootstrap_level,
+                 compare_routes_above: float = BODY.compare_routes_above, span_point: str = BODY.span_point,
+                 norm_bound: float = BODY.norm_bound, span_route: str = "auto", search: str = SEARCH.search,
+                 net_radius: float | None = SEARCH.net_radius,
+                 net_resolution: float | None = SEARCH.net_resolution,
+                 max_candidates: int = SEARCH.max_candidates, net_slab: float | None = SEARCH.net_slab,
+                 score_samples: int = SEARCH.score_samples, keep: int = SEARCH.keep,
+                 refine: str = SEARCH.refine, refine_iter: int = SEARCH.refine_iter,
+                 delta: float = SEARCH.delta, validation_fraction: float = VALIDATION_FRACTION,
+                 allow_non_boolean: bool = False, checkpoint=None, random_state=None):
         store_parameters(self, locals())
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:

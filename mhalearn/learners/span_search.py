@@ -16,6 +16,11 @@ from .chen_li.fit import SpanSearchReport
 from .chen_li.settings import SearchSettings, settings_from
 
 
+#: Phases 5–6's default settings, whose values are the span-search learners' defaults.
+SEARCH = SearchSettings()
+#: The share of examples the span-search learners hold out for phase 6's selection and its certificate.
+VALIDATION_FRACTION = 0.2
+
 # The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
 SEARCH_CONSTRAINTS = {
     "heads": [Integer(1)],
@@ -42,6 +47,9 @@ class SpanSearchLearner(AttentionLearner):
     requires_boolean = True
     _layers = ("model", "least_squares_model")
     _report_class = SpanSearchReport
+    #: Search settings the learner has no parameter for: they keep their defaults
+    #: (:func:`~mhalearn.learners.chen_li.settings.settings_from`).
+    _unused_search_settings = ()
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
         super()._check_shape(samples, length, dim)
@@ -57,7 +65,7 @@ class SpanSearchLearner(AttentionLearner):
                              f"{self.net_radius:g}")
 
     def _search_settings(self) -> SearchSettings:
-        return settings_from(SearchSettings, self)
+        return settings_from(SearchSettings, self, unused=self._unused_search_settings)
 
     def _certificate_bounds(self) -> dict:
         """The certificate's assumptions: the largest label norm and token norm seen (standardised)."""
@@ -69,4 +77,4 @@ class SpanSearchLearner(AttentionLearner):
         return {"model": selection.model, "least_squares_model": selection.least_squares_model}
 
 
-__all__ = ["SEARCH_CONSTRAINTS", "SpanSearchLearner"]
+__all__ = ["SEARCH", "SEARCH_CONSTRAINTS", "VALIDATION_FRACTION", "SpanSearchLearner"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
+from .settings import BodySettings
 from .slabs import SlabSystem
 
 # Constraints whose slack exceeds this (in units of the slab's half-width
@@ -48,7 +49,8 @@ class ConvexBody:
     function) is one parameterised problem re-solved per direction.
     """
 
-    def __init__(self, slabs: SlabSystem, radius: float, *, max_constraints: int = 1500,
+    # The phases pass max_constraints; the default, the setting's, serves callers outside the learner.
+    def __init__(self, slabs: SlabSystem, radius: float, *, max_constraints: int = BodySettings.max_constraints,
                  penalty: float = 100.0, solver: str = "CLARABEL",
                  rng: np.random.Generator | None = None):
         rng = np.random.default_rng(0) if rng is None else rng

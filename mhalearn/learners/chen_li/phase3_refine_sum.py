@@ -286,10 +286,9 @@ def agreement_refit(rows: AgreementRows) -> np.ndarray | None:
     return least_squares(mixed, rows.label, 2 * mixed.shape[1])
 
 
-def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, iterations: int,
-                               refit_rows: int = 4000, rounds: int = 4, pool_fraction: float = 0.1,
-                               redraw_tol: float = 5e-3, tolerance: float = 1e-3, simplex_tol: float = 0.02,
-                               max_pool: int | None = None, pool: AgreementRows | None = None,
+def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, iterations: int, refit_rows: int,
+                               rounds: int, pool_fraction: float, simplex_tol: float, redraw_tol: float = 5e-3,
+                               tolerance: float = 1e-3, max_pool: int | None = None, pool: AgreementRows | None = None,
                                rng: np.random.Generator | None = None, callback=None):
     """Ours, not Chen & Li: alternate decoding and refitting Ŵ_Σ on the agreement rows.
 

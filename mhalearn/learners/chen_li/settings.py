@@ -3,9 +3,13 @@
 :class:`BodySettings` holds those of phases 1–4 (the body) and
 :class:`SearchSettings` those of phases 5–6 (the net and the selection);
 :class:`~mhalearn.SculptLearner` documents each one and builds both from its
-parameters, :class:`~mhalearn.MomentLearner` the second.  The defaults are the
-learner's (chosen on development instances seeded 500–505, d = 12, k = 4,
-n = 10⁵; see docs/chen_li.md for where they were tested).
+parameters, :class:`~mhalearn.MomentLearner` the second.
+
+The defaults here are the only ones: the learners' signatures read theirs
+from these classes, the phases and their helpers take every setting from the
+caller, and tests/test_settings.py fails when a learner's default parts from
+its setting's.  They were chosen on development instances seeded 500–505,
+d = 12, k = 4, n = 10⁵ (docs/chen_li.md says where they were tested).
 """
 
 from __future__ import annotations
@@ -14,6 +18,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+#: An upper bound on every ‖Θ_i‖_F: the radius of the body's norm ball (phases 3–4) and of the net (phase 5),
+#: one parameter of the learner shared by both settings.
+NORM_BOUND = 12.0
 
 
 @dataclass(frozen=True)
@@ -42,7 +50,7 @@ class BodySettings:
     bootstrap_level: float = 0.9
     compare_routes_above: float = 0.07
     span_point: str = "centre"
-    norm_bound: float = 12.0
+    norm_bound: float = NORM_BOUND
 
     def quantile_for(self, heads: int) -> float:
         """The quantile, by default 1 at m = 1 (every row agrees) and 0.01 otherwise."""
@@ -57,6 +65,11 @@ class BodySettings:
     def max_pool_for(self, heads: int) -> int:
         """Pool rows such that each alternating iteration accepts about ``max_rows`` of them."""
         return int(self.max_rows * self.pool_fraction_for(heads) / self.quantile_for(heads))
+
+    def slab_rule(self) -> dict:
+        """The slab rule's parameters under the paper's names, those of phase 2's ``slab_constraints``:
+        the one place ``slab_width`` becomes κ (``kappa``) and ``slab_floor`` becomes ``t_min``."""
+        return {"w_min": self.w_min, "kappa": self.slab_width, "t_min": self.slab_floor}
 
     def equalities_needed(self, dim: int) -> int:
         """Slabs K* must hold to be read: ``min_equalities`` (default 2d²), never fewer than d²,
@@ -78,7 +91,7 @@ class SearchSettings:
     refine: str = "lbfgs"
     refine_iter: int = 2000
     delta: float = 0.05
-    norm_bound: float = 12.0
+    norm_bound: float = NORM_BOUND
 
     def radius(self, head_norm: float, heads_in_norm: int) -> float:
         """The net's radius: ``net_radius``, or 1.5·√(heads_in_norm)·head_norm within [1, norm_bound].
@@ -94,11 +107,18 @@ class SearchSettings:
         return float(np.clip(1.5 * math.sqrt(heads_in_norm) * head_norm, 1.0, self.norm_bound))
 
 
-def settings_from(settings_class, estimator) -> object:
+def settings_from(settings_class, estimator, *, unused: tuple = ()) -> object:
     """``settings_class`` filled from the estimator's parameters of the same names.
 
-    A setting the estimator has no parameter for keeps its default
-    (MomentLearner has no ``net_slab``: its route reads no hull).
+    Every setting must be a parameter of the estimator, except those named in
+    ``unused``, which keep their default (MomentLearner's route reads no hull,
+    so it has no ``net_slab``): a parameter renamed or dropped on one side
+    raises here instead of leaving its setting silently at the default.
     """
+    missing = [name for name in settings_class.__dataclass_fields__
+               if name not in unused and name not in estimator.get_params(deep=False)]
+    if missing:
+        raise TypeError(f"{type(estimator).__name__} has no parameter for the {settings_class.__name__} "
+                        f"{missing}: add it, or name it among the settings it leaves unused")
     return settings_class(**{name: getattr(estimator, name) for name in settings_class.__dataclass_fields__
-                             if hasattr(estimator, name)})
+                             if name not in unused})
