@@ -20,9 +20,9 @@ from threadpoolctl import threadpool_limits
 import mhalearn
 from mhalearn._memory import MemoryBudgetError, memory_budget
 from mhalearn.attention.data import labelled_block, load_dataset
-from mhalearn.learners.base import root_mean_square
 from mhalearn.learners.chen_li import (agreement_passes, agreement_rows, decoder, phase1_crude_sum,
                                       phase3_refine_sum)
+from mhalearn.learners.fit_data import root_mean_square
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from

@@ -11,7 +11,7 @@ from mhalearn import GradientLearner, MomentLearner, SculptLearner
 from mhalearn.attention import kernels
 from mhalearn.evaluation import TeacherObserver, span_distance
 from mhalearn.learners import moment_route
-from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase5_net as net
+from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase5_net as net, phase6_select
 from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.least_squares import solve_projections
 from mhalearn.learners.report import Route
@@ -32,6 +32,20 @@ def test_gradient_learner_recovers_planted_teacher():
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-8
     assert learner.score(X_test, teacher.predict(X_test)) > 1 - 1e-8
     assert observer.figure("restart", "parameter_error") < 1e-3
+
+
+def test_only_the_span_search_learners_read_every_example_for_the_certificate(monkeypatch):
+    # Phase 6's certificate assumes bounds on the label and token norms, read from every example: the
+    # learners without phase 6 must not pay for that read.
+    teacher, X, Y, _ = _data(1, 4, 5, 300, 3)
+
+    def refuse(*args):
+        raise AssertionError("read every example for the certificate's bounds")
+
+    monkeypatch.setattr(phase6_select, "largest_norm", refuse)
+    GradientLearner(1, max_iter=5, random_state=0).fit(X, Y)
+    with pytest.raises(AssertionError, match="certificate's bounds"):
+        MomentLearner(1, random_state=0).fit(X, Y)
 
 
 def test_gradient_learner_adam_lowers_error():
@@ -99,8 +113,9 @@ def test_solver_failure_falls_back_to_moment_route(monkeypatch):
     assert "infeasible" in learner.report_.span.refused
     assert learner.report_.route == "moment"
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
-    with pytest.warns(RuntimeWarning, match="refused"):
+    with pytest.warns(RuntimeWarning, match="refused") as warned:
         SculptLearner(1, span_point="min_norm", span_route="body", random_state=0).fit(X, Y)
+    assert [record.filename for record in warned if "refused" in str(record.message)] == [__file__]
 
 
 def test_estimator_contract_and_reproducibility():

@@ -2,7 +2,8 @@
 
 :meth:`AttentionLearner.fit <mhalearn.learners.base.AttentionLearner.fit>`
 accepts Dask arrays X, Y of shape (n, k, d) chunked along n for the
-learners that stream their examples (:class:`~mhalearn.SculptLearner`).
+learners that stream their examples (:class:`~mhalearn.SculptLearner`), and
+prepares them with these functions (:mod:`mhalearn.learners.fit_data`).
 Nothing of size n is gathered:
 
 - :func:`check_dask_pair` checks shapes and dtypes without computing

@@ -12,10 +12,11 @@ from .._validation import Integer, Options, Real, Seed
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
 from ..optim import AdamW
-from .base import AttentionLearner
+from .base import AttentionLearner, FitResult
+from .fit_data import FitData
 from .least_squares import lbfgs_refine, random_parameters, solve_projections, validation_error
 from .registry import register_learner
-from .report import LearnerReport, Phase, PhaseResult, data_field, format_value
+from .report import LearnerReport, Notifier, Phase, PhaseResult, data_field, format_value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +104,8 @@ class GradientLearner(AttentionLearner):
 
     _report_class = GradientReport
 
-    def _fit(self, X, Y, X_val, Y_val, rng, notify):
+    def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
+        X, Y, X_val, Y_val = data.X_train, data.Y_train, data.X_val, data.Y_val
         runs = []
         for restart in range(self.restarts):
             start = time.perf_counter()
@@ -122,8 +124,8 @@ class GradientLearner(AttentionLearner):
             notify(Phase.RESTART, run)
             runs.append(run)
         kept = min(runs, key=lambda run: run.val_error)
-        return {"model": kept.model}, {"method": self.method, "runs": tuple(runs), "kept": kept.restart,
-                                       "val_error": kept.val_error}
+        return FitResult({"model": kept.model}, {"method": self.method, "runs": tuple(runs), "kept": kept.restart,
+                                                 "val_error": kept.val_error})
 
 
 def adam_descent(X, Y, thetas, ws, rng, *, epochs: int, learning_rate: float, batch_size: int,

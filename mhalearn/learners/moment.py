@@ -9,11 +9,14 @@ the sculpting phases can be ablated.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._estimator import store_parameters
 from .chen_li.fit import search_and_select
+from .fit_data import FitData
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
-from .report import Phase, Route
+from .report import Notifier, Phase, Route
 from .span_search import SEARCH, SEARCH_CONSTRAINTS, VALIDATION_FRACTION, SpanSearchLearner
 
 
@@ -56,12 +59,13 @@ class MomentLearner(SpanSearchLearner):
         super()._check_shape(samples, length, dim)
         check_moment_memory(length, dim)
 
-    def _fit(self, X, Y, X_val, Y_val, rng, notify):
-        moment = moment_span(X, Y, self.heads, rng=rng)
+    def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
+                         token_norm: float) -> dict:
+        moment = moment_span(data.X_train, data.Y_train, self.heads, rng=rng)
         notify(Phase.MOMENT, moment)
         search = self._search_settings()
         # The moment route estimates each head, so one head's norm sets the net's radius.
-        net, selection = search_and_select(X, Y, X_val, Y_val, moment.basis, search.radius(moment.head_norm, 1),
-                                           self.heads, search, rng, notify=notify, **self._certificate_bounds())
-        fields = {"route": Route.MOMENT, "moment": moment, "net": net, "selection": selection}
-        return self._layers_of(fields), fields
+        net, selection = search_and_select(data.X_train, data.Y_train, data.X_val, data.Y_val, moment.basis,
+                                           search.radius(moment.head_norm, 1), self.heads, search, rng,
+                                           label_bound=label_bound, token_norm=token_norm, notify=notify)
+        return {"route": Route.MOMENT, "moment": moment, "net": net, "selection": selection}

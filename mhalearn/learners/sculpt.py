@@ -38,12 +38,16 @@ observer's business (``fit(X, Y, callback=TeacherObserver(teacher))``).
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._estimator import store_parameters
 from .._validation import Integer, Options, PathLike, Real, check_output_directory
 from .chen_li.fit import sculpt_fit
 from .chen_li.settings import BodySettings, settings_from
+from .fit_data import FitData
 from .moment_route import check_moment_memory
 from .registry import register_learner
+from .report import Notifier
 from .span_search import SEARCH, SEARCH_CONSTRAINTS, VALIDATION_FRACTION, SpanSearchLearner
 
 #: Phases 1–4's default settings, whose values are SculptLearner's defaults.
@@ -303,9 +307,9 @@ class SculptLearner(SpanSearchLearner):
         if self.checkpoint is not None:
             check_output_directory(self.checkpoint, "checkpoint")
 
-    def _fit(self, X, Y, X_val, Y_val, rng, notify, source=None):
-        fields = sculpt_fit(X, Y, X_val, Y_val, self.heads, body=settings_from(BodySettings, self),
-                            search=self._search_settings(), span_route=self.span_route, rng=rng,
-                            notify=notify, source=source, checkpoint_dir=self.checkpoint,
-                            **self._certificate_bounds())
-        return self._layers_of(fields), fields
+    def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
+                         token_norm: float) -> dict:
+        return sculpt_fit(data.X_train, data.Y_train, data.X_val, data.Y_val, self.heads,
+                          body=settings_from(BodySettings, self), search=self._search_settings(),
+                          span_route=self.span_route, rng=rng, label_bound=label_bound, token_norm=token_norm,
+                          notify=notify, source=data.source, checkpoint_dir=self.checkpoint)

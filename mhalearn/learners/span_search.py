@@ -3,17 +3,24 @@
 :class:`SpanSearchLearner` is the base of :class:`~mhalearn.SculptLearner`
 and :class:`~mhalearn.MomentLearner`: both end with Chen & Li's phases 5–6
 (:func:`~mhalearn.learners.chen_li.search_and_select`).
-:data:`SEARCH_CONSTRAINTS` are the hyper-parameters of those phases.
+:data:`SEARCH_CONSTRAINTS` are the hyper-parameters of those phases, and
+:func:`certificate_assumptions` the bounds phase 6's certificate assumes, read
+from every example: only these learners pay for that read.
 
 Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._validation import Boolean, Integer, Options, Real, Seed
-from .base import AttentionLearner
+from .base import AttentionLearner, FitResult
 from .chen_li.fit import SpanSearchReport
+from .chen_li.phase6_select import certificate_bounds
 from .chen_li.settings import SearchSettings, settings_from
+from .fit_data import Examples, FitData
+from .report import Notifier
 
 
 #: Phases 5–6's default settings, whose values are the span-search learners' defaults.
@@ -67,14 +74,34 @@ class SpanSearchLearner(AttentionLearner):
     def _search_settings(self) -> SearchSettings:
         return settings_from(SearchSettings, self, unused=self._unused_search_settings)
 
-    def _certificate_bounds(self) -> dict:
-        """The certificate's assumptions: the largest label norm and token norm seen (standardised)."""
-        return {"label_bound": self.label_bound_, "token_norm": self.token_norm_}
-
-    @staticmethod
-    def _layers_of(fields: dict) -> dict:
+    def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
+        fields = self._span_and_select(data, rng, notify, **certificate_assumptions(data.examples))
         selection = fields["selection"]
-        return {"model": selection.model, "least_squares_model": selection.least_squares_model}
+        return FitResult({"model": selection.model, "least_squares_model": selection.least_squares_model},
+                         fields)
+
+    def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
+                         token_norm: float) -> dict:
+        """A span, then phases 5–6 with the certificate's assumptions ``label_bound`` and
+        ``token_norm``: the fields of the :class:`~mhalearn.learners.chen_li.fit.SpanSearchReport`
+        (``selection`` among them); every subclass implements it."""
+        raise NotImplementedError
 
 
-__all__ = ["SEARCH", "SEARCH_CONSTRAINTS", "VALIDATION_FRACTION", "SpanSearchLearner"]
+def certificate_assumptions(examples: Examples) -> dict:
+    """Phase 6's certificate's assumptions over every example, training and held-out, in the fit's units.
+
+    ``label_bound``, the largest label norm ‖Y‖_F of a sequence, and
+    ``token_norm``, the largest token norm ‖x_j‖
+    (:func:`~mhalearn.learners.chen_li.phase6_select.certificate_bounds`: one
+    read of Y, and of X unless it is Boolean); on Dask arrays the pass that
+    measured the units found them.
+    """
+    units, statistics = examples.units, examples.statistics
+    if statistics is not None:
+        return {"label_bound": statistics.label_norm / units.y_scale,
+                "token_norm": statistics.token_norm / units.x_scale}
+    return certificate_bounds(examples.X, examples.Y, units.x_scale, units.y_scale, boolean=examples.boolean)
+
+
+__all__ = ["SEARCH", "SEARCH_CONSTRAINTS", "VALIDATION_FRACTION", "SpanSearchLearner", "certificate_assumptions"]

@@ -300,7 +300,8 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
         notify(Phase.SELECTION, fields["selection"])
     else:
         if route == Route.MOMENT and span is not None and span_route == Route.BODY:
-            warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=4)
+            # Past this function, SculptLearner._span_and_select, SpanSearchLearner._fit and fit: the user's call.
+            warnings.warn(f"SculptLearner(span_route='body'): {reason}", RuntimeWarning, stacklevel=5)
         basis, radius, hull = route_net(route, span, moment, heads, search)
         fields["net"], fields["selection"] = search_and_select(
             X, Y, X_val, Y_val, basis, radius, heads, search, rng, label_bound=label_bound, token_norm=token_norm,
