@@ -107,7 +107,7 @@ def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=Tru
 def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
-    (scaled by the peak, as :func:`~mhalearn.learners.base.root_mean_square`, so nothing overflows)."""
+    (scaled by the peak, as :func:`~mhalearn.learners.fit_data.root_mean_square`, so nothing overflows)."""
     figures = []
     for array, norm_axes in ((X, (2,)), (Y, (1, 2))):
         finite = np.isfinite(array)
