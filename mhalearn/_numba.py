@@ -3,17 +3,17 @@
 What the attention layer's kernels (:mod:`mhalearn.attention.kernels`), the
 sparse-variables bit attention (:mod:`mhalearn.sparse_variables.kernels`),
 the random-feature attention (:mod:`mhalearn.random_features.kernels`) and the
-sculpting learner's decoder and candidate scorer (:mod:`mhalearn.learners.kernels`,
-:mod:`mhalearn.learners.agreement`) have in common:
+sculpting learner's decoder and candidate scorer
+(:mod:`mhalearn.learners.chen_li.decoder`, :mod:`mhalearn.learners.chen_li.phase5_net`) have in common:
 
 * :data:`FASTMATH`, the floating-point contract every kernel is compiled with;
 * :func:`exp_nonpositive`, a branch-free exp for softmax logits (it vectorises,
   where libm's exp does not);
 * the small dense products :func:`mm`, :func:`mm_t` (and their inlined body
-  :func:`mm_body`) and :func:`transpose_into`, for the k×d, d×d and k×k
+  ``mm_body``) and ``transpose_into``, for the k×d, d×d and k×k
   matrices of one sequence;
 * the parallel scheme: a batch is cut into a fixed number of chunks that
-  workers claim from an atomic counter (:func:`next_chunk`), and ONE
+  workers claim from an atomic counter (``next_chunk``), and ONE
   dispatcher, :data:`DISPATCH`, runs every parallel kernel either on the
   calling thread or on an explicit number of threads, whichever it
   measures to be faster.  Both paths compute the same chunks in the same
@@ -51,6 +51,7 @@ from ._scoped import ScopedSetting
 # off: it would undo the rounding trick in ``exp_nonpositive`` and the
 # Cody–Waite split of ln 2.  Loops are written so that the inner loop is an
 # axpy over a contiguous axis, which vectorises without reassociation.
+#: The floating-point contract every kernel is compiled with.
 FASTMATH = {"contract", "arcp", "nsz"}
 
 # Entries of the per-block intermediates that batched kernels may hold at
@@ -423,6 +424,7 @@ class Dispatcher:
                                   else rate + self.smoothing * (measured - rate))
 
 
+#: The one dispatcher every parallel kernel runs through.
 DISPATCH = Dispatcher()
 
 

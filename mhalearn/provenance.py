@@ -3,7 +3,7 @@
 :func:`code_provenance` describes the running code once per process:
 
 ``mhalearn``
-    the package version (:data:`mhalearn.__version__`);
+    the package version (``mhalearn.__version__``);
 ``source_hash``
     SHA-256 (first 16 hex digits) of every ``.py`` file of the package, by
     relative path and content.  It identifies the code exactly, from a

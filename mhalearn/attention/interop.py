@@ -10,7 +10,7 @@ PyTorch
     float64 parameters and whose forward is F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i
     (equal to :meth:`~mhalearn.MultiHeadAttention.predict` up to rounding,
     1e-15 relative), so a learned layer can be fine-tuned or composed with
-    autograd.  :func:`from_torch` reads it back exactly, and also reads a
+    autograd.  :meth:`~mhalearn.MultiHeadAttention.from_torch` reads it back exactly, and also reads a
     :class:`torch.nn.MultiheadAttention` used as self-attention
     (``mha(X, X, X)``) into the same form, so a head of a real transformer
     can be planted as a teacher.

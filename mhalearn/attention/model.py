@@ -112,7 +112,7 @@ class MultiHeadAttention:
         """Write the parameters to an ``.npz`` file carrying a format version.
 
         The file is written whole under a temporary name and renamed into
-        place (:func:`mhalearn._files.written_atomically`), so ``path`` never
+        place (``mhalearn._files.written_atomically``), so ``path`` never
         holds a half-written model, even if the process is killed.  A symbolic
         link is followed; a path that is neither a regular file nor absent
         (a directory, a FIFO, a device) raises ``ValueError``.

@@ -169,6 +169,7 @@ class TeacherFamily:
     law: str = "boolean"
 
 
+#: The registered teacher families, by name (:func:`register_family` adds one).
 TEACHER_FAMILIES: dict[str, TeacherFamily] = {}
 
 

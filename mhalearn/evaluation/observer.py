@@ -225,11 +225,13 @@ class TeacherObserver:
     def _observe_restart(self, result) -> dict:
         return {"parameter_error": self._parameter_error(result.model)}
 
+    #: The handler of each observed phase.
     OBSERVED = {Phase.START: _observe_start, Phase.CRUDE_SUM: _observe_crude_sum, Phase.SCULPT: _observe_sculpt,
                 Phase.REFINED_SUM: _observe_refined_sum, Phase.SPAN: _observe_span, Phase.MOMENT: _observe_moment,
                 Phase.SELECTION: _observe_selection, Phase.RESTART: _observe_restart}
     # Phase 5's candidates have no single span or layer to hold against the teacher; phase 6's choice among
     # them does (``selection``).
+    #: The phases deliberately not observed.
     UNOBSERVED = frozenset({Phase.NET})
 
     # Reading the records.

@@ -13,7 +13,7 @@ marks the file as an mhalearn results file and records the schema version.
 
 Only the coordinating process of a sweep writes, one committed transaction
 per row, in WAL mode, so a sweep killed with ``kill -9`` loses at most the
-cells that were still being computed.  :class:`WriterLock` makes a second
+cells that were still being computed.  :class:`~mhalearn.experiments.writer_lock.WriterLock` makes a second
 coordinator on the same file stop with a clear message instead of
 recomputing every cell.
 
@@ -133,7 +133,7 @@ class ResultStore:
     -----
     Use as a context manager, or call :meth:`close`.  Only one process
     should write to a store at a time (the sweep's coordinator, see
-    :class:`WriterLock`).
+    :class:`~mhalearn.experiments.writer_lock.WriterLock`).
     """
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True, readonly: bool = False,

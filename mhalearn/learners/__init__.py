@@ -7,7 +7,7 @@
   :class:`MomentLearner` (our moment route to the span, then Chen & Li's
   phases 5–6) and :class:`GradientLearner` (gradient descent).
 
-:data:`LEARNERS` maps the names used by experiments and the CLI (``sculpt``,
+:data:`~mhalearn.learners.registry.LEARNERS` maps the names used by experiments and the CLI (``sculpt``,
 ``gradient``, ``moment``) to the classes.  Every class takes ``heads`` as its
 first argument and ``random_state`` as a keyword, and offers ``fit(X, Y,
 callback=None) -> self``, ``predict``, ``score`` (R² pooled over every output

@@ -11,7 +11,7 @@ bit (tests/test_checkpoint.py).
 
 The key is a hash of everything phases 1–4 and the moment route read: the
 code (:func:`mhalearn.provenance.code_id`), the training stream
-(:meth:`fingerprint` of its source: a hash of in-memory arrays, the graph
+(:meth:`~mhalearn.learners.streams.BlockSource.fingerprint` of its source: a hash of in-memory arrays, the graph
 names of Dask arrays), the in-memory sample the moment route reads, m, the
 body's settings, ``span_route`` and the generator's state at the start of
 the phases (so ``random_state`` must be fixed for a rerun to find it).

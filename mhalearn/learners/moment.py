@@ -30,7 +30,7 @@ class MomentLearner(SpanSearchLearner):
     the span is searched with W by least squares, the held-out best is
     certified and, with ``refine="lbfgs"``, polished.
 
-    Parameters are those of :class:`SculptLearner` that concern phases 5–6:
+    Parameters are those of :class:`~mhalearn.SculptLearner` that concern phases 5–6:
     ``search``, ``net_radius``, ``net_resolution``, ``max_candidates``,
     ``score_samples``, ``keep``, ``refine``, ``refine_iter``, ``delta``,
     ``norm_bound``, ``validation_fraction``, ``allow_non_boolean``,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from .._validation import add_unique, registered
 
+#: The registered learners, by name (:func:`register_learner` adds one).
 LEARNERS: dict[str, type] = {}
 
 
 def register_learner(name: str):
-    """Class decorator adding a learner to :data:`LEARNERS` under ``name``."""
+    """Class decorator adding a learner to :data:`~mhalearn.learners.registry.LEARNERS` under ``name``."""
     def decorate(cls):
         return add_unique(LEARNERS, name, cls, "learner")
     return decorate

@@ -6,8 +6,8 @@ later phase or an observer needs (Ŵ_Σ, the agreement rows, the span basis,
 the candidate layers), which are marked ``data`` and left out of tables and
 of :meth:`PhaseResult.as_dict`.  A learner's ``report_`` is the tuple of its
 phase results with the fit's total time and units:
-:class:`SpanSearchReport` for :class:`~mhalearn.SculptLearner` and
-:class:`~mhalearn.MomentLearner`, :class:`GradientReport` for
+:class:`~mhalearn.learners.chen_li.fit.SpanSearchReport` for :class:`~mhalearn.SculptLearner` and
+:class:`~mhalearn.MomentLearner`, :class:`~mhalearn.learners.gradient.GradientReport` for
 :class:`~mhalearn.GradientLearner`.  Each has ``table()`` (for people) and
 ``as_dict()`` (nested plain dicts, for JSON or a results row).
 

@@ -21,7 +21,7 @@ functions in :mod:`mhalearn.learners.chen_li`, one module each:
    + its m − 1 long directions, or a refusal, after which our moment route
    (:mod:`~mhalearn.learners.moment_route`) gives the span — as it does
    when its estimated span error is the lower of the two, or its span
-   contradicts the body's (:func:`~mhalearn.learners.chen_li.choose_route`);
+   contradicts the body's (:func:`~mhalearn.learners.chen_li.fit.choose_route`);
 5. :func:`~mhalearn.learners.chen_li.search_net` — a net over m-tuples of
    heads in the span, W by least squares;
 6. :func:`~mhalearn.learners.chen_li.select_candidate` — the held-out

@@ -28,7 +28,7 @@ SEARCH = SearchSettings()
 #: The share of examples the span-search learners hold out for phase 6's selection and its certificate.
 VALIDATION_FRACTION = 0.2
 
-# The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
+#: The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
 SEARCH_CONSTRAINTS = {
     "heads": [Integer(1)],
     "search": [Options("net", "multistart")],

@@ -72,13 +72,14 @@ class BlockSource:
         raise NotImplementedError
 
     def fingerprint(self) -> str:
+        """A hash of what the blocks are drawn from, which names a checkpoint's key."""
         raise NotImplementedError
 
     def sample_digest(self, blocks: int = 3) -> dict:
         """What a checkpoint checks its data by: the stream's shape, its block count and a hash of
         ``blocks`` of its blocks (the first, the last, evenly between), as the phases read them.
 
-        Reads those blocks only (a Dask source computes those tasks), where :meth:`fingerprint`
+        Reads those blocks only (a Dask source computes those tasks), where :meth:`~mhalearn.learners.streams.BlockSource.fingerprint`
         reads every byte of in-memory arrays and nothing of Dask arrays.
         """
         last = self.block_count - 1
@@ -344,7 +345,7 @@ def kernel_labels(Y) -> tuple[np.ndarray, float]:
 
 class CodedTokens(_BlockView):
     """A block of Boolean sequences X with their tokens' codes
-    (:func:`~mhalearn.learners.chen_li.sign_tables.token_codes`), shape (n, k, ⌈d / 6⌉), one byte each.
+    (``mhalearn.learners.chen_li.sign_tables.token_codes``), shape (n, k, ⌈d / 6⌉), one byte each.
 
     An array for everyone (``np.asarray``, indexing and ``shape`` read X); the kernels of phases 2
     and 3 read ``codes`` instead of coding every token again, and never touch X: a pass then reads
