@@ -16,9 +16,9 @@ LEARNER_SETTINGS = [(SculptLearner, (BodySettings, SearchSettings), ()),
                     (MomentLearner, (SearchSettings,), ("net_slab",))]
 # The helper parameters that are a setting under the paper's name (BodySettings.slab_rule).
 PAPER_NAMES = {"kappa": "slab_width", "t_min": "slab_floor"}
-# Helpers that still default a setting: phase 2's (agreement passes, agreement rows, slabs) are yet to take
-# theirs from the caller, and ConvexBody's serves callers outside the learner.  A helper may leave this
-# list, never join it.
+# Helpers that default a setting, reading the default off the settings class (phase 2's passes, rows and
+# slabs, for callers outside a fit) or taking it by value (ConvexBody's).  A helper may leave this list,
+# never join it, and every default here must equal its setting.
 STILL_DEFAULTED = {"find_agreement_rows", "first_agreement_rows", "slab_constraints", "AgreementRows.best_under",
                    "AgreementRows.accept", "AgreementRows.best", "ConvexBody.__init__"}
 

@@ -27,6 +27,7 @@ from ..attention.model import MultiHeadAttention, parameter_error
 from ..learners.chen_li.body import ConvexBody
 from ..learners.chen_li.phase3_refine_sum import CertifiedRefit
 from ..learners.chen_li.phase4_span import span_basis
+from ..learners.chen_li.settings import NORM_BOUND
 from ..learners.moment_route import sine_distance
 from ..learners.report import Phase, Route, figures_text, phase_table
 
@@ -133,7 +134,7 @@ class TeacherObserver:
     >>> print(observer.table())                                  # doctest: +SKIP
     """
 
-    def __init__(self, teacher: MultiHeadAttention, *, compare_min_norm: bool = False, norm_bound: float = 12.0,
+    def __init__(self, teacher: MultiHeadAttention, *, compare_min_norm: bool = False, norm_bound: float = NORM_BOUND,
                  random_state: int = 0):
         if not isinstance(teacher, MultiHeadAttention):
             raise TypeError(f"teacher: expected a MultiHeadAttention, received {type(teacher).__name__}")

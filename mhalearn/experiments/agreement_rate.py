@@ -120,8 +120,7 @@ def rows_for_span(rows, teacher, settings: BodySettings, target: float = SPAN_TA
     tried = distance = None
     count = min(len(rows), 64)
     while True:
-        slabs = slab_constraints(rows.subset(np.arange(count)), w_min=settings.w_min, kappa=settings.slab_width,
-                                 t_min=settings.slab_floor)
+        slabs = slab_constraints(rows.subset(np.arange(count)), **settings.slab_rule())
         if slabs.equalities >= teacher.dim ** 2:
             centre, long_directions, _ = read_affine_hull(slabs, teacher.heads)
             tried, distance = count, span_distance(span_basis(centre, long_directions, teacher.heads), teacher)

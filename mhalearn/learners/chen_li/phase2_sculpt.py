@@ -83,7 +83,7 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
                                         simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
-    slabs = slab_constraints(accepted, w_min=settings.w_min, kappa=settings.slab_width, t_min=settings.slab_floor)
+    slabs = slab_constraints(accepted, **settings.slab_rule())
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),
                         equalities=slabs.equalities, halfspaces=len(slabs.g), rows=accepted, slabs=slabs, pool=pool)

@@ -22,6 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from .agreement_rows import AgreementRows
+from .settings import BodySettings
 
 
 @dataclass
@@ -75,8 +76,8 @@ class SlabSystem:
         return self.E / self.t[:, None], self.b / self.t
 
 
-def slab_constraints(accepted: AgreementRows, *, w_min: float = 0.02, kappa: float = 20.0,
-                     t_min: float = 0.02) -> SlabSystem:
+def slab_constraints(accepted: AgreementRows, *, w_min: float = BodySettings.w_min,
+                     kappa: float = BodySettings.slab_width, t_min: float = BodySettings.slab_floor) -> SlabSystem:
     """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
 
     For accepted row ℓ with decoded pattern â and top token j₀, and every
