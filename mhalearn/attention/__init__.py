@@ -10,6 +10,8 @@ F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
 * :mod:`~mhalearn.attention.data` — input laws and labelled datasets;
 * :mod:`~mhalearn.attention.teachers` — planted teachers with explicit
   non-degeneracy conditions and the registry of teacher families (§2);
+* :mod:`~mhalearn.attention.hard_teachers` — families built so that m matters
+  (near-identical, sharp, small-margin and cancelling heads);
 * :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).
 """
 
@@ -25,6 +27,7 @@ from .teachers import (
     register_family,
     sample_teacher,
 )
+from . import hard_teachers  # noqa: E402,F401  registers the hard teacher families
 
 __all__ = [
     "MultiHeadAttention",

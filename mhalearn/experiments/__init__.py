@@ -7,6 +7,7 @@ from . import learning  # noqa: E402,F401  error-vs-samples, heads-dependence
 from . import families  # noqa: E402,F401  teacher-families
 from . import sculpt_vs_m  # noqa: E402,F401  sculpt-vs-m
 from . import agreement_rate  # noqa: E402,F401  agreement-rate
+from . import learners_vs_m  # noqa: E402,F401  learners-vs-m
 from . import random_features  # noqa: E402,F401  random-features (Fu, Guo, Bai & Mei)
 from . import sparse_variables  # noqa: E402,F401  sparse-variables, -tuning (Edelman, Goel, Kakade & Zhang)
 

@@ -1,0 +1,115 @@
+"""Teacher families built to make the number of heads m matter (docs/design.md §2).
+
+The ``random`` family's heads are far apart, soft and of comparable weight:
+random-start gradient descent recovers them from a few hundred sequences up
+to m = 8.  Each family here removes one of those comforts, so that a learner
+may need more samples, or fail more often, as m grows:
+
+``near-identical``
+    Θ_i = Θ_0 + small own parts (ρ = 0.9 shared, cosine ≈ 0.99 between
+    heads), ‖Θ_i‖_F = 2: the heads' attention patterns almost coincide.
+``sharp``
+    ‖Θ_i‖_F = 16 (``peaked`` has 8): near-one-hot attention, whose softmax
+    saturates, so a random start sees almost no gradient on Θ.
+``small-margin``
+    Sharp *and* near-identical (ρ = 0.8, ‖Θ_i‖_F = 8): the heads' arg-max
+    token is the same on most rows; they differ only on rows whose top two
+    logits are within a small margin.
+``cancelling``
+    Our reconstruction of the mechanism behind Chen & Li's worst-case lower
+    bound, not their construction (see :func:`cancelling_teacher`): the
+    heads' projections alternate in sign, W_i = (−1)^i W_0, and the Θ_i are
+    drawn with Σ_i (−1)^i Θ_i = 0, so the layer's mean (x̄ W_Σ, W_Σ ≈ 0 at
+    even m ≥ 4) and its first-order term in the logits both vanish and the
+    signal lives in higher-order moments — the regime where statistical
+    query lower bounds are proved, and outside the non-degeneracy
+    conditions (κ(W_Σ) ≤ 20) of Chen & Li's upper bound.
+
+The ``dominant-head`` family (one W 10× the others) lives in
+:mod:`mhalearn.attention.teachers`.  At m = 1 every family is a single head
+of its Θ norm: the m = 1 cell is each family's easy baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import MultiHeadAttention
+from .teachers import TeacherFamily, register_family, sample_teacher
+
+#: Shared component ρ and Θ norm of the ``near-identical`` family.
+NEAR_IDENTICAL_SHARED = 0.9
+NEAR_IDENTICAL_NORM = 2.0
+#: Θ norm of the ``sharp`` family.
+SHARP_NORM = 16.0
+#: Shared component ρ and Θ norm of the ``small-margin`` family.
+SMALL_MARGIN_SHARED = 0.8
+SMALL_MARGIN_NORM = 8.0
+#: Mean Θ norm of the ``cancelling`` family, and the share of each W_i that is its own.
+CANCELLING_NORM = 2.0
+CANCELLING_OWN_W = 0.1
+#: The Gram-ratio floor of the near-identical families: heads with a large shared component have a
+#: small smallest eigenvalue by construction (≈ (1 − ρ)² / (ρ² m)), which the default floor 0.2 rejects.
+SHARED_GRAM_FLOOR = 1e-4
+
+
+def cancelling_teacher(heads: int, dim: int, rng: np.random.Generator, *, theta_norm: float = CANCELLING_NORM,
+                       own_w: float = CANCELLING_OWN_W) -> MultiHeadAttention:
+    """A layer whose heads cancel in the mean and to first order in the logits (m ≥ 2).
+
+    W_i = (−1)^i W_0 + ``own_w``·G_i (W_0, G_i with N(0, 1/d) entries), and
+    Θ_i Gaussian with their alternating sum removed, Θ_i ← Θ_i − (−1)^i S/m
+    with S = Σ_j (−1)^j Θ_j, so Σ_i (−1)^i Θ_i = 0 exactly; then all Θ_i are
+    scaled by one factor to a mean ‖Θ_i‖_F of ``theta_norm`` (one factor keeps
+    the sum zero).  To first order in the logits, F(X) ≈ x̄W_Σ +
+    Σ_i x_ℓᵀ Θ_i S_X W_i, and with W_i ≈ ±W_0 both terms vanish up to the
+    ``own_w`` parts: what is left to learn is second order and beyond.
+
+    Why this shape: Chen & Li prove their exponential-in-m lower bounds for
+    worst-case layers (statistical-query and cryptographic reductions); the
+    statistical-query constructions for one-hidden-layer networks that such
+    reductions build on are sums of units with alternating signs whose
+    low-degree moments cancel.  We did not reconstruct the paper's reduction
+    itself (its embedding of a hard function into Θ and W); this family keeps
+    the cancellation, which is what starves moment methods and the early,
+    nearly linear phase of gradient descent of signal.  It violates
+    κ(W_Σ) ≤ 20 (W_Σ ≈ 0 at even m), which Chen & Li's upper bound assumes.
+
+    At m = 1 it is one Gaussian head of norm ``theta_norm`` (there is nothing
+    to cancel).  At m = 2 the two cancellations would force Θ_1 = Θ_0 (one
+    head counted twice), so m = 2 keeps the first-order one alone: Θ_1 = −Θ_0
+    (antipodal heads) with W_1 ≈ W_0, so W_Σ ≈ 2W_0 does not vanish.
+    """
+    signs = (-1.0) ** np.arange(heads) if heads != 2 else np.ones(2)
+    thetas = rng.standard_normal((heads, dim, dim))
+    if heads > 1:
+        alternating = np.einsum("i,ide->de", signs, thetas)
+        thetas -= signs[:, None, None] * alternating[None] / heads
+    thetas *= theta_norm / np.mean(np.linalg.norm(thetas.reshape(heads, -1), axis=1))
+    w0 = rng.standard_normal((dim, dim)) / np.sqrt(dim)
+    if heads == 1:
+        return MultiHeadAttention(thetas, w0[None])
+    own = rng.standard_normal((heads, dim, dim)) / np.sqrt(dim)
+    return MultiHeadAttention(thetas, signs[:, None, None] * w0[None] + own_w * own)
+
+
+register_family(TeacherFamily(
+    "near-identical",
+    f"heads sharing ρ = {NEAR_IDENTICAL_SHARED:g} of Θ (cosine ≈ 0.99 between heads), ‖Θ_i‖_F = "
+    f"{NEAR_IDENTICAL_NORM:g}",
+    lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=NEAR_IDENTICAL_NORM,
+                                           shared=NEAR_IDENTICAL_SHARED, gram_floor=SHARED_GRAM_FLOOR, rng=rng)))
+register_family(TeacherFamily(
+    "sharp", f"near-one-hot attention, ‖Θ_i‖_F = {SHARP_NORM:g}",
+    lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=SHARP_NORM, rng=rng)))
+register_family(TeacherFamily(
+    "small-margin",
+    f"sharp and near-identical heads (ρ = {SMALL_MARGIN_SHARED:g}, ‖Θ_i‖_F = {SMALL_MARGIN_NORM:g}): "
+    "their arg-max tokens differ only on rows with small logit margins",
+    lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=SMALL_MARGIN_NORM, shared=SMALL_MARGIN_SHARED,
+                                           gram_floor=SHARED_GRAM_FLOOR, rng=rng)))
+register_family(TeacherFamily(
+    "cancelling",
+    "W_i = ±W_0 alternating and Σ(−1)^i Θ_i = 0: the mean and first-order moments cancel "
+    "(our reconstruction of the lower-bound regime; violates κ(W_Σ) ≤ 20)",
+    cancelling_teacher))
