@@ -9,7 +9,8 @@ Chen & Li's body can detect agreement rows, each on its own log grid of n.
 A grid (``grids/learners-vs-m.toml``) gives the axes shared by every learner
 (``family``, ``noise``, ``seed``), the ``shapes`` (d, k) and one entry of
 ``learners`` per learner: its ``heads`` and ``samples`` and, optionally,
-``max_samples``, the largest n this grid lets it run.  Every combination is a
+``max_samples``, the largest n this grid lets it run, and its own ``family``,
+``noise`` or ``seed`` in place of the shared ones.  Every combination is a
 cell.  A cell the learner cannot afford (n above ``max_samples``) or cannot
 serve (too few labels for its unknowns, a moment route beyond the memory
 budget) is kept as a row with ``not_run`` saying why, and no metrics: it is
@@ -107,7 +108,7 @@ def learners_vs_m_cells(table: dict) -> list[dict]:
         raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'shapes', 'learners']} of 'learners-vs-m', "
                          f"received unknown keys {extra}")
     shapes = _check_table_list(table, "shapes", ("dim", "length"))
-    learners = _check_table_list(table, "learners", ("learner", "heads", "samples"), ("max_samples",))
+    learners = _check_table_list(table, "learners", ("learner", "heads", "samples"), ("max_samples", *SHARED_FIELDS))
     shared = {key: table[key] for key in SHARED_FIELDS if key in table}
     cells = []
     for entry in learners:
@@ -117,8 +118,9 @@ def learners_vs_m_cells(table: dict) -> list[dict]:
             if shape["dim"] <= shape["length"]:
                 raise ValueError(f"grid: learners-vs-m compares the learners where Chen & Li's body can run, "
                                  f"d > k; received dim = {shape['dim']}, length = {shape['length']}")
-            grid = {**shared, **shape, "learner": entry["learner"], "heads": entry["heads"],
-                    "samples": entry["samples"], "not_run": ""}
+            grid = {**shared, **{key: entry[key] for key in SHARED_FIELDS if key in entry}, **shape,
+                    "learner": entry["learner"], "heads": entry["heads"], "samples": entry["samples"],
+                    "not_run": ""}
             for cell in expand_grid(grid, CELL_FIELDS, experiment="learners-vs-m"):
                 cell["not_run"] = _why_not_run(learner_class, cell, cap)
                 cells.append(cell)
