@@ -23,7 +23,9 @@ may need more samples, or fail more often, as m grows:
     even m ≥ 4) and its first-order term in the logits both vanish and the
     signal lives in higher-order moments — the regime where statistical
     query lower bounds are proved, and outside the non-degeneracy
-    conditions (κ(W_Σ) ≤ 20) of Chen & Li's upper bound.
+    conditions (κ(W_Σ) ≤ 20) of Chen & Li's upper bound.  (At m = 2 the two
+    cancellations would make the heads equal; m = 2 keeps the first-order
+    one: antipodal heads Θ_1 = −Θ_0.)
 
 The ``dominant-head`` family (one W 10× the others) lives in
 :mod:`mhalearn.attention.teachers`.  At m = 1 every family is a single head

@@ -260,8 +260,9 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     """Samples to reach ε against m per learner; rows of panels: shape × (unpolished, polished), columns: families.
 
     Solid lines are noiseless, dashed ones label noise 0.1 (any nonzero σ);
-    a triangle at the top marks a censored median (most teachers never
-    reached ε at the largest n run).  Writes ``learners-vs-m.png`` and
+    a triangle labelled "> n" marks a censored median (most teachers never
+    reached ε by the largest n run, drawn at 2n), and a censored interval end
+    is drawn at 2n too.  Writes ``learners-vs-m.png`` and
     ``learners-vs-m.txt`` (the tables of the docs page) in ``out_dir``.
     """
     if not rows:
@@ -274,14 +275,12 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     criteria = [("unpolished_error", UNPOLISHED_EPSILON, "unpolished"),
                 ("polished_error", POLISHED_EPSILON, "polished")]
     tables = {name: samples_to_epsilon_table(rows, key, epsilon) for key, epsilon, name in criteria}
-    largest = max(row["samples"] for row in rows if row.get("ran")) if any(row.get("ran") for row in rows) else 1
-    ceiling = largest * 4
     heads_values = sorted({row["heads"] for row in rows})
     import matplotlib.pyplot as plt
 
     panel_rows = [(shape, criterion) for shape in shapes for criterion in criteria]
     fig, axes = plt.subplots(len(panel_rows), len(families), figsize=(4.2 * len(families), 3.4 * len(panel_rows)),
-                             squeeze=False, sharex=True, layout="constrained")
+                             squeeze=False, sharex=True, sharey=True, layout="constrained")
     for (shape, (key, epsilon, name)), axes_row in zip(panel_rows, axes):
         for family, ax in zip(families, axes_row):
             for learner in learners:
@@ -294,25 +293,24 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
                         continue
                     x = np.array([entry["heads"] for entry in entries], dtype=float)
                     x += (learners.index(learner) - 1) * 0.1 + (0.03 if noise else 0.0)
-                    clip = lambda value: ceiling if math.isinf(value) else value  # noqa: E731
-                    median = np.array([clip(entry["median"]) for entry in entries])
-                    low = np.array([clip(entry["low"]) for entry in entries])
-                    high = np.array([clip(entry["high"]) for entry in entries])
+                    # A censored value ("> largest n run") is drawn at twice that n, marked and labelled.
+                    ceilings = np.array([2.0 * entry["largest_run"] for entry in entries])
+                    median, low, high = (np.minimum([entry[end] for entry in entries], ceilings)
+                                         for end in ("median", "low", "high"))
                     ax.errorbar(x, median, yerr=[median - low, high - median], color=style["color"],
                                 marker=style["marker"], ms=4, lw=1.4, capsize=2,
                                 linestyle="-" if noise == 0 else "--",
                                 label=f"{learner}, σ = {noise:g}")
-                    censored = median >= ceiling
-                    ax.scatter(x[censored], median[censored], marker="^", s=50, color=style["color"], zorder=3)
+                    for at, value, ceiling, entry in zip(x, median, ceilings, entries):
+                        if value >= ceiling:
+                            ax.scatter([at], [value], marker="^", s=50, color=style["color"], zorder=3)
+                            ax.annotate(f"> {entry['largest_run']:g}", (at, value), textcoords="offset points",
+                                        xytext=(3, 4), fontsize=6, color=style["color"])
             ax.set_yscale("log")
-            ax.axhline(ceiling, color="0.6", lw=0.8, ls=":")
-            ax.set_ylim(top=ceiling * 2)
             ax.set_title(f"{family}, d = {shape[0]}, k = {shape[1]}", fontsize=9)
             ax.set_ylabel(f"n to {name} error ≤ {epsilon:g}", fontsize=8)
             ax.set_xticks(heads_values)
             ax.grid(True, which="major", alpha=0.3)
-            ax.text(0.02, 0.97, f"top line: > {largest:g} (not reached)", transform=ax.transAxes, fontsize=6,
-                    va="top", color="0.4")
     for ax in axes[-1]:
         ax.set_xlabel("heads m")
     axes[0][0].legend(fontsize=6)
