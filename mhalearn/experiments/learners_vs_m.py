@@ -260,7 +260,7 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     """Samples to reach ε against m per learner; rows of panels: shape × (unpolished, polished), columns: families.
 
     Solid lines are noiseless, dashed ones label noise 0.1 (any nonzero σ);
-    a triangle labelled "> n" marks a censored median (most teachers never
+    a ">" labelled "> n" marks a censored median (most teachers never
     reached ε by the largest n run, drawn at 2n), and a censored interval end
     is drawn at 2n too.  Writes ``learners-vs-m.png`` and
     ``learners-vs-m.txt`` (the tables of the docs page) in ``out_dir``.
@@ -301,11 +301,14 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
                                 marker=style["marker"], ms=4, lw=1.4, capsize=2,
                                 linestyle="-" if noise == 0 else "--",
                                 label=f"{learner}, σ = {noise:g}")
+                    labelled = set()
                     for at, value, ceiling, entry in zip(x, median, ceilings, entries):
                         if value >= ceiling:
-                            ax.scatter([at], [value], marker="^", s=50, color=style["color"], zorder=3)
-                            ax.annotate(f"> {entry['largest_run']:g}", (at, value), textcoords="offset points",
-                                        xytext=(3, 4), fontsize=6, color=style["color"])
+                            ax.scatter([at], [value], marker="$>$", s=60, color=style["color"], zorder=3)
+                            if entry["largest_run"] not in labelled:  # once per line and n, not per point
+                                labelled.add(entry["largest_run"])
+                                ax.annotate(f"> {entry['largest_run']:g}", (at, value), textcoords="offset points",
+                                            xytext=(3, 4), fontsize=6, color=style["color"])
             ax.set_yscale("log")
             ax.set_title(f"{family}, d = {shape[0]}, k = {shape[1]}", fontsize=9)
             ax.set_ylabel(f"n to {name} error ≤ {epsilon:g}", fontsize=8)
