@@ -35,6 +35,13 @@ def test_every_cell_of_the_grid_is_kept_and_the_unaffordable_ones_say_why():
     assert all(not cell["not_run"] for cell in cells if cell["samples"] in (100, 500))
 
 
+def test_the_cell_count_before_expanding_is_the_number_of_cells():
+    experiment = get_experiment("learners-vs-m")
+    assert experiment.count(GRID) == len(learners_vs_m_cells(GRID))
+    full = experiment.grid().table
+    assert experiment.count(full) == len(learners_vs_m_cells(full))
+
+
 def test_the_grid_refuses_d_at_most_k_and_unknown_keys():
     with pytest.raises(ValueError, match="d > k"):
         learners_vs_m_cells({**GRID, "shapes": [{"dim": 4, "length": 4}]})
@@ -42,6 +49,8 @@ def test_the_grid_refuses_d_at_most_k_and_unknown_keys():
         learners_vs_m_cells({**GRID, "dims": 3})
     with pytest.raises(ValueError, match="learners"):
         learners_vs_m_cells({**GRID, "learners": [{"learner": "gradient", "heads": 1}]})
+    with pytest.raises(ValueError, match="heads"):
+        learners_vs_m_cells({**GRID, "learners": [{"learner": "gradient", "heads": 0, "samples": 100}]})
 
 
 def _row(samples, error, *, ran=True, seed=0, **extra):

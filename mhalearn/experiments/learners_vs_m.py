@@ -59,7 +59,8 @@ from ..evaluation import fit_timed, measure, plant_instance
 from ..learners import get_learner
 from ..plotting import group_rows, new_figure, save_figure, set_grid_ticks, style_for, write_tables
 from ..sparse_variables.growth import bootstrap_median
-from .registry import Experiment, expand_grid, register_experiment
+from .learning import learning_constraints
+from .registry import Experiment, axes_count, expand_grid, register_experiment
 
 #: The learners, in plotting order.
 LEARNER_ORDER = ("sculpt", "moment", "gradient")
@@ -121,10 +122,20 @@ def learners_vs_m_cells(table: dict) -> list[dict]:
             grid = {**shared, **{key: entry[key] for key in SHARED_FIELDS if key in entry}, **shape,
                     "learner": entry["learner"], "heads": entry["heads"], "samples": entry["samples"],
                     "not_run": ""}
-            for cell in expand_grid(grid, CELL_FIELDS, experiment="learners-vs-m"):
+            for cell in expand_grid(grid, CELL_FIELDS, experiment="learners-vs-m",
+                                    constraints=learning_constraints()):
                 cell["not_run"] = _why_not_run(learner_class, cell, cap)
                 cells.append(cell)
     return cells
+
+
+def learners_vs_m_count(table: dict) -> int:
+    """The cells of a grid table, counted without expanding it: per learner entry and shape, its axes."""
+    shared = {key: table[key] for key in SHARED_FIELDS if key in table}
+    shapes, learners = table.get("shapes"), table.get("learners")
+    if not isinstance(shapes, list) or not isinstance(learners, list):
+        return axes_count(table)
+    return len(shapes) * sum(axes_count({**shared, **entry}) for entry in learners if isinstance(entry, dict))
 
 
 def _why_not_run(learner_class, cell: dict, cap: int | None) -> str:
@@ -159,7 +170,7 @@ def run_learners_vs_m_cell(cell: dict) -> dict:
         "ran": True,
         "unpolished_error": relative_error(unpolished, teacher, X_test),
         "polished_error": metrics.pop("test_error"),
-        "route": getattr(report, "route", "gradient"),
+        "route": str(getattr(report, "route", "gradient")),
         "route_reason": getattr(report, "fallback", None) or getattr(report, "route_reason", None),
         **metrics,
     }
@@ -345,4 +356,4 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
 register_experiment(Experiment(
     "learners-vs-m",
     "sculpt, moment and gradient on the same teachers at d > k: samples to reach ε (unpolished and polished) vs m",
-    learners_vs_m_cells, run_learners_vs_m_cell, plot_learners_vs_m))
+    learners_vs_m_cells, run_learners_vs_m_cell, plot_learners_vs_m, count=learners_vs_m_count))
