@@ -53,7 +53,8 @@ from .._validation import Integer, Options, Real
 from ..plotting import write_tables
 from ..seeding import seeded_rng
 from .registry import Experiment, expand_grid, refuse_problems, register_experiment, value_problems
-from ..sparse_variables import FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch
+from ..sparse_variables import (FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch,
+                                logistic_loss)
 from ..sparse_variables.growth import bisect_samples
 from ..sparse_variables.summary import plot_sparse_variables
 #: Target test accuracy of the samples-to-accuracy statistic.
@@ -77,6 +78,8 @@ FROZEN_HYPERPARAMETERS = {
 #: Keys of a grid table (``grids/sparse-variables.toml``): required, then optional with defaults.
 GRID_KEYS = ("series", "sparsity", "lengths", "target", "start", "max_samples", "per_octave")
 GRID_DEFAULTS = dict(first_seed=0)
+#: Optional grid keys copied into every cell only when the grid gives them (so cells without them keep their keys).
+GRID_OPTIONAL_KEYS = ("restarts",)
 #: AdamW keys a grid may give as lists (every combination runs), instead of the frozen settings.
 HYPERPARAMETER_KEYS = ("steps", "learning_rate", "weight_decay")
 SERIES_KEYS = ("function", "student", "seeds")
@@ -98,7 +101,8 @@ def _hyperparameter_settings(grid: dict) -> list[dict] | None:
 
 #: What each scalar key of a grid table accepts (``lengths`` and the AdamW keys: each of their values).
 SCALAR_CONSTRAINTS = {"sparsity": [Integer(1)], "target": [Real(0.0, 1.0, low_open=True)], "start": [Integer(1)],
-                      "max_samples": [Integer(1)], "per_octave": [Integer(1)], "first_seed": [Integer(0)]}
+                      "max_samples": [Integer(1)], "per_octave": [Integer(1)], "first_seed": [Integer(0)],
+                      "restarts": [Integer(1)]}
 LIST_CONSTRAINTS = {"lengths": [Integer(1)], "steps": [Integer(1)], "learning_rate": [Real(0.0, low_open=True)],
                     "weight_decay": [Real(0.0)]}
 SERIES_CONSTRAINTS = {"function": [Options(*FUNCTIONS)], "student": [Options(*STUDENTS)], "seeds": [Integer(1)],
@@ -157,11 +161,13 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
     grid lists (``steps``, ``learning_rate``, ``weight_decay``: every
     combination) or else :data:`FROZEN_HYPERPARAMETERS`.
     """
-    unknown = sorted(set(grid) - set(GRID_KEYS) - set(GRID_DEFAULTS) - set(HYPERPARAMETER_KEYS))
+    unknown = sorted(set(grid) - set(GRID_KEYS) - set(GRID_DEFAULTS) - set(GRID_OPTIONAL_KEYS)
+                     - set(HYPERPARAMETER_KEYS))
     missing = [key for key in GRID_KEYS if key not in grid]
     if unknown or missing:
         raise ValueError(f"grid: 'sparse-variables' expected the keys {list(GRID_KEYS)} (optionally "
-                         f"{list(GRID_DEFAULTS) + list(HYPERPARAMETER_KEYS)}); unknown {unknown}, missing {missing}")
+                         f"{list(GRID_DEFAULTS) + list(GRID_OPTIONAL_KEYS) + list(HYPERPARAMETER_KEYS)}); "
+                         f"unknown {unknown}, missing {missing}")
     grid = {**GRID_DEFAULTS, **grid}
     refuse_problems(_grid_problems(grid), "sparse-variables")
     settings = _hyperparameter_settings(grid)
@@ -174,6 +180,7 @@ def sparse_variables_cells(grid: dict) -> list[dict]:
                         seed=seed, target=grid["target"], start=grid["start"],
                         max_samples=grid["max_samples"], per_octave=grid["per_octave"])
             if student in GRADIENT_STUDENTS:
+                base.update({key: grid[key] for key in GRID_OPTIONAL_KEYS if key in grid})
                 cells += [{**base, **setting} for setting in settings or [FROZEN_HYPERPARAMETERS[student]]]
             else:
                 cells.append(base)
@@ -218,17 +225,42 @@ def held_out_set(task: SparseBooleanTask, seed: int, samples: int = TEST_SAMPLES
     return task.sample(samples, rng=seeded_rng(*_stream_key(task, seed), 1), dtype=np.int8)
 
 
-def make_student(cell: dict):
-    """The learner of a cell: a gradient-trained student with the cell's hyper-parameters, or the parity search."""
+def make_student(cell: dict, restart: int = 0):
+    """The learner of a cell: a gradient-trained student with the cell's hyper-parameters, or the parity search.
+
+    ``restart`` r > 0 gives a gradient-trained student its own initialisation
+    and mini-batch order (seeded by the cell's seed and r); restart 0 is seeded
+    by the cell's seed alone, so a cell without restarts is unchanged.
+    """
     name = cell["student"]
     if name not in STUDENTS:
         raise ValueError(f"student: expected one of {sorted(STUDENTS)}, received {name!r}")
     if name == "parity-search":
         if cell["function"] != "parity":
             raise ValueError(f"student: 'parity-search' learns parities only, received function {cell['function']!r}")
+        if restart:
+            raise ValueError(f"restarts: 'parity-search' has no initialisation to restart, received restart {restart}")
         return SparseParitySearch(cell["sparsity"], random_state=cell["seed"])
-    return STUDENTS[name](random_state=cell["seed"], steps=cell["steps"], learning_rate=cell["learning_rate"],
+    seed = cell["seed"] if restart == 0 else seeded_rng(cell["seed"], "restart", restart)
+    return STUDENTS[name](random_state=seed, steps=cell["steps"], learning_rate=cell["learning_rate"],
                           weight_decay=cell["weight_decay"])
+
+
+def training_loss(student, X, y) -> float:
+    """Logistic loss of a fitted gradient-trained student on its whole training set (X, y)."""
+    return float(logistic_loss(student.decision_function(X), y)[0])
+
+
+def best_restart(training_losses) -> int:
+    """Index of the restart to keep: the smallest training loss (the first of equals).
+
+    Only the training set decides: choosing by test accuracy would make the
+    test set part of training and the reported accuracy optimistic.
+    """
+    losses = np.asarray(training_losses, dtype=float)
+    if losses.ndim != 1 or not len(losses) or np.isnan(losses).any():
+        raise ValueError(f"training_losses: expected a non-empty list of numbers, received {training_losses!r}")
+    return int(np.argmin(losses))
 
 
 def _downsample(curve: np.ndarray, points: int = 40) -> list[float]:
@@ -247,22 +279,38 @@ def run_sparse_variables_cell(cell: dict) -> dict:
     and at the largest n probed ``largest_samples``, ``train_accuracy``,
     ``test_accuracy``, ``final_loss`` (mean of the last 5 % of the loss
     curve) and ``loss_curve`` (JSON, 40 window means).
+
+    A cell with ``restarts`` R (gradient students only) fits R students at
+    every n and keeps the one with the smallest training loss
+    (:func:`best_restart`); the probes are that student's test accuracy, and
+    ``restart_fits`` (JSON list of [n, restart, training loss, test accuracy])
+    records every restart, observed after the choice.
     """
     task = make_task(cell["function"], sparsity=cell["sparsity"], length=cell["length"], seed=cell["seed"])
-    make_student(cell)  # bad names fail before any data is drawn
+    restarts = cell.get("restarts", 1)
+    make_student(cell, restarts - 1)  # bad names and restarts fail before any data is drawn
     X_test, y_test = held_out_set(task, cell["seed"])
     cache: dict = {}
     fitted: dict[int, object] = {}
+    restart_fits: list[list] = []
     seconds = 0.0
 
     def evaluate(samples: int) -> float:
         nonlocal seconds
         X, y = training_set(task, cell["seed"], samples, cache)
-        student = make_student(cell)
-        start = time.perf_counter()
-        student.fit(X, y)
-        seconds += time.perf_counter() - start
+        students, losses = [], []
+        for restart in range(restarts):
+            student = make_student(cell, restart)
+            start = time.perf_counter()
+            student.fit(X, y)
+            seconds += time.perf_counter() - start
+            students.append(student)
+            losses.append(training_loss(student, X, y) if restarts > 1 else 0.0)
+        student = students[best_restart(losses)]
         fitted[samples] = student
+        if restarts > 1:
+            restart_fits.extend([samples, restart, round(loss, 8), round(other.score(X_test, y_test), 5)]
+                                for restart, (loss, other) in enumerate(zip(losses, students)))
         return student.score(X_test, y_test)
 
     samples, probes = bisect_samples(evaluate, target=cell["target"], start=cell["start"],
@@ -278,6 +326,8 @@ def run_sparse_variables_cell(cell: dict) -> dict:
         "test_accuracy": dict(probes)[largest],
         "support_attention": None, "final_loss": None, "loss_curve": None,
     }
+    if "restarts" in cell:
+        metrics["restart_fits"] = json.dumps(restart_fits)
     if cell["student"] == "attention":
         chosen = fitted[int(samples)] if math.isfinite(samples) else student
         metrics["support_attention"] = chosen.support_attention(X_test, task.support)

@@ -32,7 +32,7 @@ LAWS = ("log", "power")
 
 
 def bisect_samples(evaluate: Callable[[int], float], *, target: float, start: int, max_samples: int,
-                   per_octave: int) -> tuple[float, list[tuple[int, float]]]:
+                   per_octave: int, min_samples: int | None = None) -> tuple[float, list[tuple[int, float]]]:
     """Smallest n with ``evaluate(n) >= target``, to a factor 2^(1/per_octave), by doubling then bisection.
 
     n = start, 2·start, 4·start, … (the last probe is ``max_samples``) until
@@ -42,19 +42,27 @@ def bisect_samples(evaluate: Callable[[int], float], *, target: float, start: in
     end of the bracket.  It assumes accuracy grows with n, which nested
     training sets (each n's set contains the smaller ones) make close to true.
 
+    With ``min_samples`` below ``start``, a passing ``start`` is halved
+    (start/2, start/4, …, not below ``min_samples``) until a probe fails,
+    and the bracket is that failing n and the last passing one: starting the
+    search near the expected answer saves the probes below it, and the answer
+    is the same as from ``min_samples`` whenever accuracy grows with n.
+
     Parameters
     ----------
     evaluate : callable n -> accuracy
     target : float
     start, max_samples : int
         First probe and cap.
+    min_samples : int, optional
+        Smallest n probed when ``start`` passes (default ``start``: no probe below it).
     per_octave : int
         Resolution: the bracket is narrowed to a ratio of 2^(1/per_octave).
 
     Returns
     -------
     samples : float
-        The smallest passing n found (``start`` if the first probe passes),
+        The smallest passing n found (``min_samples`` if every probe down to it passes),
         or ``math.inf`` if ``max_samples`` does not pass.
     probes : list of (n, accuracy)
         Every evaluation, in order.
@@ -63,6 +71,9 @@ def bisect_samples(evaluate: Callable[[int], float], *, target: float, start: in
         raise ValueError(f"start: expected 1 <= start <= max_samples = {max_samples}, received {start}")
     if per_octave < 1:
         raise ValueError(f"per_octave: expected an integer >= 1, received {per_octave}")
+    min_samples = start if min_samples is None else min_samples
+    if not 1 <= min_samples <= start:
+        raise ValueError(f"min_samples: expected 1 <= min_samples <= start = {start}, received {min_samples}")
     probes: list[tuple[int, float]] = []
 
     def passes(n: int) -> bool:
@@ -77,6 +88,12 @@ def bisect_samples(evaluate: Callable[[int], float], *, target: float, start: in
             return math.inf, probes
         n = min(2 * n, max_samples)
     passing = n
+    while failing is None and passing > min_samples:
+        n = max(passing // 2, min_samples)
+        if passes(n):
+            passing = n
+        else:
+            failing = n
     while failing is not None and passing / failing > 2 ** (1 / per_octave) * (1 + 1e-12):
         middle = int(round(math.sqrt(failing * passing)))
         if middle <= failing or middle >= passing:
