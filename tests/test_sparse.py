@@ -582,3 +582,51 @@ def test_a_series_may_give_its_own_lengths_but_not_repeat_a_cell():
         expand(dict(good, series=[dict(series[0], lengths=[])]))
     with pytest.raises(ValueError, match="lengths"):
         expand(dict(good, series=[dict(series[0], lengths=[16, -4])]))
+
+
+@pytest.mark.parametrize("needed", [1, 5, 9, 37, 100, 1000])
+@pytest.mark.parametrize("per_octave", [1, 2, 4])
+def test_bisection_from_a_passing_start_halves_down_to_min_samples(needed, per_octave):
+    found, probes = bisect_samples(lambda n: float(n >= needed), target=0.95, start=64, min_samples=4,
+                                   max_samples=4096, per_octave=per_octave)
+    assert found >= needed and found / max(needed, 4) <= 2 ** (1 / per_octave) + 1 / needed
+    assert all(n >= 4 for n, _ in probes) and len(probes) == len({n for n, _ in probes})
+    if per_octave == 1:  # on the doubling grid the answer is the one a search from min_samples finds
+        assert found == bisect_samples(lambda n: float(n >= needed), target=0.95, start=4, max_samples=4096,
+                                       per_octave=1)[0]
+    with pytest.raises(ValueError, match="^min_samples: expected"):
+        bisect_samples(lambda n: 1.0, target=0.95, start=8, min_samples=16, max_samples=64, per_octave=1)
+
+
+def test_restarts_are_kept_by_training_loss_never_by_test_accuracy():
+    cell = dict(function="majority", student="attention", sparsity=3, length=16, seed=0, target=0.95, start=8,
+                max_samples=32, per_octave=1, steps=100, learning_rate=0.01, weight_decay=0.1)
+    single = experiment.run_sparse_variables_cell(cell)
+    assert experiment.run_sparse_variables_cell(dict(cell, restarts=1))["probes"] == single["probes"]
+    result = experiment.run_sparse_variables_cell(dict(cell, restarts=3))
+    fits = json.loads(result["restart_fits"])
+    probes = dict(map(tuple, json.loads(result["probes"])))
+    disagree = 0
+    for n in probes:
+        rows = [row for row in fits if row[0] == n]
+        assert [row[1] for row in rows] == [0, 1, 2]
+        kept = min(rows, key=lambda row: row[2])  # smallest training loss
+        assert probes[n] == kept[3]
+        disagree += kept[3] != max(row[3] for row in rows)
+    assert disagree  # some n where the best test accuracy is not the kept restart's: the choice is seen
+    restart_zero = {row[0]: row[3] for row in fits if row[1] == 0}
+    assert all(restart_zero[n] == accuracy for n, accuracy in json.loads(single["probes"]) if n in restart_zero)
+    assert experiment.best_restart([0.3, 0.1, 0.1]) == 1
+    with pytest.raises(ValueError, match="^restarts: 'parity-search'"):
+        experiment.run_sparse_variables_cell(dict(cell, function="parity", student="parity-search", restarts=2))
+
+
+def test_a_grid_may_give_restarts_to_the_gradient_students_only():
+    grid = dict(series=[dict(function="parity", student="attention", seeds=1),
+                        dict(function="parity", student="parity-search", seeds=1)],
+                sparsity=3, lengths=[16], target=0.95, start=8, max_samples=64, per_octave=1)
+    assert all("restarts" not in cell for cell in experiment.sparse_variables_cells(grid))
+    cells = experiment.sparse_variables_cells(dict(grid, restarts=2))
+    assert [cell.get("restarts") for cell in cells] == [2, None]
+    with pytest.raises(ValueError, match="^restarts"):
+        experiment.sparse_variables_cells(dict(grid, restarts=0))
