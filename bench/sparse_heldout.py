@@ -39,6 +39,7 @@ LENGTHS = (64, 256, 2048)
 #: (g, student) series, in the order they run; the parity search first (seconds a seed).
 SERIES = (("parity", "parity-search"), ("majority", "attention"), ("and", "attention"))
 MAX_SAMPLES = 1024
+FUNCTIONS = tuple(function for function, _ in SERIES)
 
 
 def search_range(student: str, length: int) -> tuple[int, int, int]:
@@ -100,12 +101,13 @@ def samples_to_target(fits: dict, cell: dict, restarts: int, fit=None) -> tuple[
                           max_samples=MAX_SAMPLES, per_octave=per_octave)
 
 
-def run(seeds, restarts: int, out: str, parity_attention: bool) -> None:
+def run(seeds, restarts: int, out: str, parity_attention: bool, functions=FUNCTIONS) -> None:
     fits = {_key(row): row for row in load_jsonl(out)}
-    plan = [(function, student, length, seed) for function, student in SERIES[:1]
-            for seed in seeds for length in LENGTHS]
-    plan += [(function, student, length, seed) for seed in seeds for function, student in SERIES[1:]
-             for length in LENGTHS]
+    series = [(function, student) for function, student in SERIES if function in functions]
+    cheap = [(function, student) for function, student in series if student == "parity-search"]
+    plan = [(function, student, length, seed) for function, student in cheap for seed in seeds for length in LENGTHS]
+    plan += [(function, student, length, seed) for seed in seeds for function, student in series
+             if (function, student) not in cheap for length in LENGTHS]
     if parity_attention:
         plan += [("parity", "attention", LENGTHS[0], seed) for seed in seeds]
     with open(out, "a") as handle:
@@ -216,6 +218,8 @@ def main():
     parser.add_argument("--out", default="runs/sparse_heldout.jsonl")
     parser.add_argument("--parity-attention", action="store_true",
                         help=f"also the attention student on parity at T = {LENGTHS[0]} (after the rest)")
+    parser.add_argument("--functions", default=",".join(FUNCTIONS),
+                        help="comma-separated functions g to fit (default all: %(default)s)")
     parser.add_argument("--report", action="store_true", help="only print the tables from the rows in --out")
     args = parser.parse_args()
     if args.restarts < 1:
@@ -223,7 +227,10 @@ def main():
     if not args.report:
         first, last = (int(part) for part in args.seeds.split(":"))
         print(f"load: {os.getloadavg()[0]:.2f} (1-min average), {os.cpu_count()} cores", flush=True)
-        run(range(first, last), args.restarts, args.out, args.parity_attention)
+        functions = tuple(args.functions.split(","))
+        if not set(functions) <= set(FUNCTIONS):
+            parser.error(f"--functions: expected names among {list(FUNCTIONS)}, received {args.functions!r}")
+        run(range(first, last), args.restarts, args.out, args.parity_attention, functions)
     report(args.out, args.restarts)
 
 
