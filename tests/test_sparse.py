@@ -628,5 +628,5 @@ def test_a_grid_may_give_restarts_to_the_gradient_students_only():
     assert all("restarts" not in cell for cell in experiment.sparse_variables_cells(grid))
     cells = experiment.sparse_variables_cells(dict(grid, restarts=2))
     assert [cell.get("restarts") for cell in cells] == [2, None]
-    with pytest.raises(ValueError, match="^restarts"):
+    with pytest.raises(ValueError, match="restarts: expected an integer >= 1, received 0"):
         experiment.sparse_variables_cells(dict(grid, restarts=0))
