@@ -19,7 +19,8 @@ Phases 1–4 stream over the blocks on the workers; phases 5–6 run in this
 process on an in-memory sample (mhalearn.learners.dask_data), so the speed-up
 is that of the block passes diluted by the rest.
 
-    python bench/dask_cluster.py [--samples 200000] [--chunk 65536] [--seed 0] [--runs 1 2 local] [--out runs/dask_cluster]
+    python bench/dask_cluster.py [--samples 200000] [--chunk 65536] [--seed 0] [--runs 1 2 local] \
+        [--out runs/dask_cluster]
 """
 
 import argparse
@@ -30,7 +31,8 @@ import time
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports when it is installed:
 # leave this script's folder off the path (this process's and, through spawn, the workers').
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path[:] = [entry for entry in sys.path
+               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import dask  # noqa: E402  (after the path is set)
 import numpy as np  # noqa: E402

@@ -13,8 +13,8 @@ import os
 import time
 
 import numpy as np
-
 from _common import best_time, calls_per_round, round_time
+
 from mhalearn.attention import kernels, reference
 
 try:  # optional comparator
@@ -78,7 +78,8 @@ def main():
     print(f"NumPy 1024x1024 matmul: {matmul_gflops:.1f} GFLOP/s (the yardstick)")
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs"
-          + ("  (busy machine: absolute times and the yardstick are unreliable)" if load > 0.5 * os.cpu_count() else ""))
+          + ("  (busy machine: absolute times and the yardstick are unreliable)"
+             if load > 0.5 * os.cpu_count() else ""))
     header = f"{'(n, k, d, m)':>18} {'op':>9} {'numba ms':>9} {'numpy ms':>9} {'ratio':>6} " \
              f"{'GFLOP/s':>8} {'of matmul':>9}" + (f" {'torch ms':>9} {'vs torch':>8}" if torch else "")
     print(header)

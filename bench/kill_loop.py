@@ -251,7 +251,8 @@ def main() -> int:
           "(removed by a later creation in the directory after a minute)")
     log({"phase": "totals", **totals, "creation_kills": creation_kills, "sweep_kills": sweep_kills,
          "files": len(files), "leftover_temporaries": len(leftovers)})
-    return 0 if not any(totals[key] for key in ("refused", "lost", "duplicated", "wrong", "not_ok", "child_errors")) else 1
+    failures = ("refused", "lost", "duplicated", "wrong", "not_ok", "child_errors")
+    return 0 if not any(totals[key] for key in failures) else 1
 
 
 if __name__ == "__main__":

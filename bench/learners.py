@@ -15,15 +15,15 @@ JSON-lines file as they finish, so an interrupted run resumes.
 import argparse
 import json
 
+from _common import load_jsonl, with_progress
 
 import mhalearn
+from mhalearn.experiments import get_experiment
 from mhalearn.experiments.families import (
     SUCCESS_ERROR,
     run_family_cell,
     summarize_families,
 )
-from mhalearn.experiments import get_experiment
-from _common import load_jsonl, with_progress
 
 CELL_KEYS = ("learner", "family", "heads", "dim", "length", "samples", "noise", "seed")
 

@@ -39,7 +39,8 @@ def main():
             observers += [observer] if watched else []
             layers.setdefault(watched, []).append(learner.model_)
         with_s, without_s = min(times[True]), min(times[False])
-        same = all(np.array_equal(layer.thetas, layers[False][0].thetas) and np.array_equal(layer.ws, layers[False][0].ws)
+        first = layers[False][0]
+        same = all(np.array_equal(layer.thetas, first.thetas) and np.array_equal(layer.ws, first.ws)
                    for layer in layers[True] + layers[False])
         observer_s = max(observer.seconds for observer in observers)
         ratios.append(with_s / without_s)

@@ -24,8 +24,12 @@ from mhalearn.evaluation import TeacherObserver
 from mhalearn.evaluation.observer import span_distance, w_sum_error
 from mhalearn.learners.chen_li import BodySettings, sculpt_span
 from mhalearn.learners.chen_li.body import ConvexBody
-from mhalearn.learners.chen_li.phase3_refine_sum import (certification_margin, certified_projection_sum,
-                                                         certify_rows, margin_rows)
+from mhalearn.learners.chen_li.phase3_refine_sum import (
+    certification_margin,
+    certified_projection_sum,
+    certify_rows,
+    margin_rows,
+)
 from mhalearn.learners.report import Notifier
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng

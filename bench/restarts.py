@@ -12,10 +12,10 @@ file as they finish, so an interrupted run resumes.
 import argparse
 import json
 
-
-from mhalearn.experiments.families import SUCCESS_ERROR
-from mhalearn.evaluation import learn_planted
 from _common import load_jsonl, with_progress
+
+from mhalearn.evaluation import learn_planted
+from mhalearn.experiments.families import SUCCESS_ERROR
 
 
 def main():

@@ -25,7 +25,8 @@ import sys
 import time
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path[:] = [entry for entry in sys.path
+               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 import numpy as np  # noqa: E402
 

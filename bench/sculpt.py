@@ -33,12 +33,12 @@ import json
 import time
 
 import numpy as np
+from _common import load_jsonl, median_of, with_progress
 
 import mhalearn
 from mhalearn.evaluation import compare_moment_route
 from mhalearn.learners.chen_li import CertifiedRefit
 from mhalearn.learners.report import Phase, Route
-from _common import load_jsonl, median_of, with_progress
 
 SEED_OFFSET = 10_000  # teachers the tests and the tuning never use
 TEST_SAMPLES = 4000
@@ -111,7 +111,8 @@ def report_part_a(rows, seeds):
         ratios = [r["body_seconds"] / r["moment_seconds"] for r in sel if r["body_seconds"] and r["moment_seconds"]]
         if ratios:
             print(f"   m = {m}: body phases / moment route time, per fit: median {np.median(ratios):.2f}, "
-                  f"max {np.max(ratios):.2f}; median test error: none {median_of(sel, 'test_error_least_squares'):.2e}, "
+                  f"max {np.max(ratios):.2f}; median test error: "
+                  f"none {median_of(sel, 'test_error_least_squares'):.2e}, "
                   f"lbfgs {median_of(sel, 'test_error'):.2e}")
 
 
@@ -140,7 +141,8 @@ def report_certificates(rows):
             if sel:
                 exceed = sum(r[error_key] > r[bound_key] for r in sel)
                 ratio = np.median([r[bound_key] / max(r[error_key], 1e-300) for r in sel])
-                figures.append(f"{name}: {exceed}/{len(sel)}, {ratio:.3g}, {np.median([r[bound_key] for r in sel]):.3g}")
+                bound = np.median([r[bound_key] for r in sel])
+                figures.append(f"{name}: {exceed}/{len(sel)}, {ratio:.3g}, {bound:.3g}")
         print(f"{label} — " + "; ".join(figures))
 
 

@@ -32,7 +32,8 @@ import time
 from contextlib import nullcontext
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+sys.path[:] = [entry for entry in sys.path
+               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
 
 from distributed import Client, LocalCluster  # noqa: E402
 
@@ -82,7 +83,8 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
     report = learner.report_
     return {"samples": samples, "seed": seed, "max_candidates": max_candidates, "net_slab": net_slab,
             "span_route": span_route,
-            "resumed": list(report.resumed), "net_shape": report.net.shape, "heads_off_hull": heads_off_hull(report, teacher),
+            "resumed": list(report.resumed), "net_shape": report.net.shape,
+            "heads_off_hull": heads_off_hull(report, teacher),
             "candidates": report.net.candidates, "net_resolution": report.net.resolution,
             "route": report.route, "fallback": report.fallback,
             "body_distance": observer.span_distance(Route.BODY), "estimated_error": report.span.estimated_error,

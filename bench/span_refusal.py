@@ -37,9 +37,9 @@ import json
 import os
 
 import numpy as np
+from _common import load_jsonl, with_progress
 from threadpoolctl import threadpool_limits
 
-from _common import load_jsonl, with_progress
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance

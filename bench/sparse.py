@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mhalearn.sparse_variables.growth import bootstrap_median
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.sparse_variables import run_sparse_variables_cell
+from mhalearn.sparse_variables.growth import bootstrap_median
 
 ACCEPTANCE_RATIO = 3.5
 FUNCTIONS = ("and", "majority")

@@ -30,8 +30,8 @@ import os
 import time
 
 import numpy as np
-
 from _common import load_jsonl
+
 from mhalearn.experiments import sparse_variables as experiment
 from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median
 
@@ -153,13 +153,16 @@ def _show(value, low=None) -> str:
 
 def report(out: str, restarts: int) -> None:
     fits = {_key(row): row for row in load_jsonl(out)}
-    print(f"{len(fits)} fits in {out}, {sum(row['fit_seconds'] for row in fits.values()) / 3600:.2f} h of fitting; "
-          f"best of {restarts} restart(s) by training loss; attention on the doubling grid (factor 2); '> {MAX_SAMPLES}' = not reached "
+    hours = sum(row['fit_seconds'] for row in fits.values()) / 3600
+    print(f"{len(fits)} fits in {out}, {hours:.2f} h of fitting; "
+          f"best of {restarts} restart(s) by training loss; attention on the doubling grid (factor 2); "
+          f"'> {MAX_SAMPLES}' = not reached "
           f"(censored, sorts above every number), '≤ n' = passes at the smallest n probed")
     series = sorted({(row["function"], row["student"]) for row in fits.values()}, key=lambda s: SERIES.index(s)
                     if s in SERIES else len(SERIES))
     for function, student in series:
-        seeds = sorted({row["seed"] for row in fits.values() if (row["function"], row["student"]) == (function, student)})
+        seeds = sorted({row["seed"] for row in fits.values()
+                        if (row["function"], row["student"]) == (function, student)})
         values, complete = {}, []
         for seed in seeds:
             per_length = {}
@@ -192,7 +195,10 @@ def report(out: str, restarts: int) -> None:
                   + "  ".join(f"{n}: {np.mean([v <= n for v in columns[length]]):.1f}" for n in reached))
         low, high = lengths[0], lengths[-1]
         ratio, lo, hi, left_out = _ratio_interval(columns[high], columns[low])
-        fmt = lambda r: "inf (not reached)" if math.isinf(r) else f"{r:.2f}"
+
+        def fmt(r):
+            return "inf (not reached)" if math.isinf(r) else f"{r:.2f}"
+
         print(f"  growth T={low} → {high}: {fmt(ratio)} [90 % bootstrap {fmt(lo)}, {fmt(hi)}]"
               f"{f' ({left_out} replicates with both medians not reached left out)' if left_out else ''}; "
               f"log T predicts {math.log(high) / math.log(low):.2f}, √T {math.sqrt(high / low):.2f}")
@@ -201,7 +207,8 @@ def report(out: str, restarts: int) -> None:
           "probes each seed only up to its first success, so these rates are of the n's it reached):")
     for function, student in series:
         for length in LENGTHS:
-            subset = [row for row in rows if (row["function"], row["student"], row["length"]) == (function, student, length)]
+            subset = [row for row in rows
+                      if (row["function"], row["student"], row["length"]) == (function, student, length)]
             if subset:
                 ns = sorted({row["samples"] for row in subset})
                 cells = []

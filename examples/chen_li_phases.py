@@ -13,11 +13,20 @@ passed to a phase.
 """
 
 import numpy as np
+
 import mhalearn
 from mhalearn.evaluation import span_distance, w_sum_error
-from mhalearn.learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, crude_projection_sum,
-                                       read_span, refine_projection_sum, sculpt_body, search_net,
-                                       select_candidate)
+from mhalearn.learners.chen_li import (
+                                       BodySettings,
+                                       SearchSettings,
+                                       certificate_bounds,
+                                       crude_projection_sum,
+                                       read_span,
+                                       refine_projection_sum,
+                                       sculpt_body,
+                                       search_net,
+                                       select_candidate,
+)
 from mhalearn.learners.streams import ArraySource
 
 teacher = mhalearn.sample_teacher(heads=2, dim=12, rng=0)

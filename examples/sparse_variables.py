@@ -45,4 +45,5 @@ print(f"parity search on {samples} examples: support {search.support_.tolist()},
       f"{search.consistent_count_} consistent parit{'y' if search.consistent_count_ == 1 else 'ies'}, "
       f"test accuracy {search.score(X_test, y_test):.3f}")
 X, y = parity.sample(2048, rng=5)
-print(f"attention student on 2048 examples: test accuracy {AttentionStudent(random_state=0).fit(X, y).score(X_test, y_test):.3f}")
+student = AttentionStudent(random_state=0).fit(X, y)
+print(f"attention student on 2048 examples: test accuracy {student.score(X_test, y_test):.3f}")

@@ -1,4 +1,6 @@
-"""Phase checkpoints (mhalearn.learners.checkpoint): an interrupted fit resumes and computes what an uninterrupted one does.
+"""Phase checkpoints (mhalearn.learners.checkpoint).
+
+An interrupted fit resumes and computes what an uninterrupted one does.
 
 The reference is the same fit run without a checkpoint: a resumed fit must
 give its parameters to the bit, and a checkpoint must never be reused for
@@ -12,8 +14,8 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.checkpoint import checkpoint_key
+from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.streams import ArraySource, DaskSource, TeacherSource
 
 HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
@@ -249,7 +251,9 @@ def test_a_directory_copied_from_another_fits_data_is_computed_again(data, unint
     [mine] = list((tmp_path / "mine").iterdir())
     shutil.rmtree(mine)
     shutil.copytree(copied, mine)
-    with pytest.warns(CheckpointWarning, match="1_crude_sum.pickle was computed on other data than this fit's .the examples of block 0 differ"):
+    with pytest.warns(CheckpointWarning,
+                      match="1_crude_sum.pickle was computed on other data than this fit's "
+                            ".the examples of block 0 differ"):
         resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "mine", **SMALL).fit(*data)
     assert resumed.report_.resumed == ()
     _same_fit(resumed, uninterrupted)

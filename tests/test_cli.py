@@ -7,16 +7,15 @@ import sys
 
 import numpy as np
 import pytest
+from toy_experiments import toy_cli
+from toy_experiments import toy_experiment as make_toy_experiment
 
-from mhalearn import MultiHeadAttention
-from mhalearn import cli
+from mhalearn import MultiHeadAttention, cli
 from mhalearn._progress import ProgressLines
 from mhalearn.cli import build_parser, learner_hyperparameters, main
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
-
-from toy_experiments import toy_cli, toy_experiment as make_toy_experiment
 
 
 @pytest.fixture

@@ -39,8 +39,8 @@ from sklearn.utils.estimator_checks import (
 )
 
 import mhalearn
-from mhalearn._validation import check_boolean
 from mhalearn._estimator import pooled_r2
+from mhalearn._validation import check_boolean
 
 # ----------------------------------------------------------------- the data
 

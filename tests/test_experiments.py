@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from toy_experiments import TESTS, stored_keys, toy_experiment, toy_run_cell
 
 from mhalearn.evaluation import plant_instance, seeded_rng
 from mhalearn.experiments import EXPERIMENTS, get_experiment
@@ -24,8 +25,6 @@ from mhalearn.experiments.runner import execute_cell, run_sweep
 from mhalearn.experiments.store import SCHEMA_VERSION, ResultStore, cell_key
 from mhalearn.learners import LEARNERS
 from mhalearn.provenance import code_id
-
-from toy_experiments import TESTS, stored_keys, toy_experiment, toy_run_cell
 
 TOY = "toy-sweep"
 
@@ -173,8 +172,8 @@ def test_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path, 
 def test_dask_backend_writes_the_same_rows_as_local(tmp_path, toy_experiments):
     distributed = pytest.importorskip("dask.distributed")
     run_sweep(TOY, tmp_path / "local.db", workers=2, progress=False)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://", host="127.0.0.1",
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
         summary = run_sweep(TOY, tmp_path / "dask.db", backend="dask", scheduler=cluster.scheduler_address,
                             progress=False)
     assert (summary.computed, summary.failed) == (12, 0)

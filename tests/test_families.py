@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 import mhalearn
+from mhalearn.attention.model import MultiHeadAttention
+from mhalearn.attention.teachers import DOMINANT_HEAD_SCALE
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.families import (
     SUCCESS_ERROR,
@@ -12,8 +14,6 @@ from mhalearn.experiments.families import (
     summarize_families,
 )
 from mhalearn.experiments.store import cell_key
-from mhalearn.attention.model import MultiHeadAttention
-from mhalearn.attention.teachers import DOMINANT_HEAD_SCALE
 
 
 def test_w_scales_multiply_the_projections_and_are_validated():

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from toy_experiments import TESTS, stored_keys, toy_cli, toy_experiment
 
 import mhalearn
 from mhalearn.cli import main
@@ -35,8 +36,6 @@ from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.runner import run_sweep
 from mhalearn.experiments.store import ResultStore
 from mhalearn.provenance import code_provenance
-
-from toy_experiments import TESTS, stored_keys, toy_cli, toy_experiment
 
 TOY = "toy-faults"
 #: Where the mhalearn under test is imported from, for child processes.

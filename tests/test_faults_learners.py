@@ -8,8 +8,7 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 import mhalearn
-from mhalearn import TeacherObserver
-from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner
+from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner, TeacherObserver
 
 LEARNERS = [
     lambda: GradientLearner(2, random_state=0),

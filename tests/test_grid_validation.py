@@ -3,12 +3,11 @@
 import time
 
 import pytest
+from toy_experiments import toy_experiment
 
 from mhalearn.cli import main
 from mhalearn.experiments.registry import EXPERIMENTS, GRID_NAMES, MAX_CELLS, Grid, axes_count, get_experiment
 from mhalearn.experiments.runner import grid_cells, run_sweep
-
-from toy_experiments import toy_experiment
 
 TOY = "toy-bounded"
 LEARNING = """learner = ["moment", "bogus"]

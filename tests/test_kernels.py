@@ -9,7 +9,8 @@ import threading
 import numba
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mhalearn import _numba
 from mhalearn.attention import kernels, reference

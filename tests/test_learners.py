@@ -11,7 +11,8 @@ from mhalearn import GradientLearner, MomentLearner, SculptLearner
 from mhalearn.attention import kernels
 from mhalearn.evaluation import TeacherObserver, span_distance
 from mhalearn.learners import moment_route
-from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase5_net as net, phase6_select
+from mhalearn.learners.chen_li import BodySettings, SpanReading, body, fit, phase6_select
+from mhalearn.learners.chen_li import phase5_net as net
 from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.least_squares import solve_projections
 from mhalearn.learners.report import Route
@@ -260,7 +261,8 @@ def test_net_scores_of_a_few_candidates_use_only_their_points(monkeypatch):
     points = rng.standard_normal((30, 3, 3))
     candidates = np.array([[2, 7], [7, 29], [5, 11]])  # 5 of the 30 points, out of order
     calls, original = [], net.kernels.head_features
-    monkeypatch.setattr(net.kernels, "head_features", lambda X, thetas: calls.append(len(thetas)) or original(X, thetas))
+    monkeypatch.setattr(net.kernels, "head_features",
+                        lambda X, thetas: calls.append(len(thetas)) or original(X, thetas))
     scores = net.score_net(X, Y, points, candidates, ridge=0.0)
     assert calls == [5]
     for candidate, score in zip(candidates, scores):

@@ -11,8 +11,14 @@ import pytest
 
 import mhalearn
 from mhalearn import _memory
-from mhalearn._memory import (MemoryBudgetError, check_memory, format_bytes, get_memory_budget, memory_budget,
-                              set_memory_budget)
+from mhalearn._memory import (
+    MemoryBudgetError,
+    check_memory,
+    format_bytes,
+    get_memory_budget,
+    memory_budget,
+    set_memory_budget,
+)
 from mhalearn.cli import EXIT_BAD_INPUT, main
 
 GIB = 1 << 30

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from toy_experiments import GRIDS, TESTS, stored_keys, toy_cli, toy_experiment
 
 import mhalearn
 from mhalearn.cli import main
@@ -17,8 +18,6 @@ from mhalearn.experiments.registry import expand_grid, parse_grid_file
 from mhalearn.experiments.runner import run_sweep
 from mhalearn.experiments.store import SCHEMA_VERSION, ResultStore, flatten_record
 from mhalearn.provenance import code_id, code_provenance, source_hash
-
-from toy_experiments import GRIDS, TESTS, stored_keys, toy_cli, toy_experiment
 
 TOY = "toy-provenance"
 PACKAGE = Path(mhalearn.__file__).resolve().parent

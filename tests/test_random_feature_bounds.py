@@ -7,8 +7,8 @@ import pytest
 import scipy.special
 
 import mhalearn
-from mhalearn.random_features import bounds as rb
 from mhalearn.experiments.random_features import make_model
+from mhalearn.random_features import bounds as rb
 
 
 def _cosines(rng, dim, size):

@@ -4,7 +4,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
@@ -15,7 +16,6 @@ from mhalearn.experiments import random_features as experiment
 from mhalearn.random_features import kernels
 from mhalearn.random_features import models as rf
 from mhalearn.random_features.targets import INVARIANT_TARGETS, RANDOM_FEATURE_TARGETS
-
 
 # ----------------------------------------------------------------- references
 

@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import mhalearn
 from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
-from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum
-from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum, phase4_span
+from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum, phase4_span
+from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import SlabSystem, slab_constraints
 from mhalearn.learners.streams import ArraySource, TeacherSource

@@ -11,13 +11,19 @@ from sklearn.base import clone
 
 from mhalearn._numba import dispatch_mode, kernel_threads
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.registry import Grid
 from mhalearn.experiments import sparse_variables as experiment
+from mhalearn.experiments.registry import Grid
 from mhalearn.experiments.runner import grid_cells
-from mhalearn.sparse_variables import (AttentionStudent, MLPStudent, SparseBooleanTask, SparseParitySearch,
-                                       boolean_function, kernels, summary)
+from mhalearn.sparse_variables import (
+    AttentionStudent,
+    MLPStudent,
+    SparseBooleanTask,
+    SparseParitySearch,
+    boolean_function,
+    kernels,
+    summary,
+)
 from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, fit_growth_laws, law_curve
-
 
 # --------------------------------------------------------------------------
 # NumPy reference of the attention head
@@ -290,7 +296,8 @@ def test_prediction_in_row_blocks_matches_one_block(monkeypatch):
     X, y = task.sample(300, rng=1)
     student = AttentionStudent(steps=30, random_state=0).fit(X, y)
     whole = student.decision_function(X)
-    monkeypatch.setattr("mhalearn.sparse_variables.students._row_blocks", lambda n, T: [(s, min(n, s + 7)) for s in range(0, n, 7)])
+    monkeypatch.setattr("mhalearn.sparse_variables.students._row_blocks",
+                        lambda n, T: [(s, min(n, s + 7)) for s in range(0, n, 7)])
     np.testing.assert_allclose(student.decision_function(X), whole, rtol=1e-12, atol=1e-15)  # BLAS blocking differs
     weights = student.attention(X)
     assert student.support_attention(X, task.support) == pytest.approx(weights[:, task.support].sum(1).mean())
@@ -481,7 +488,8 @@ def test_run_cell_is_deterministic_and_reports_the_bisection():
 
 
 def _synthetic_rows():
-    """Rows of a sweep where attention needs 6·ln T samples, the MLP 2·T (not reached above 512), parity search log2 C(T,3)."""
+    """Rows of a sweep: attention needs 6·ln T samples, the MLP 2·T (not reached above 512),
+    parity search log2 C(T, 3)."""
     rows = []
     rng = np.random.default_rng(0)
     base = dict(sparsity=3, target=0.95, start=8, max_samples=512, per_octave=4, steps=100)
@@ -564,7 +572,8 @@ def test_a_grid_file_with_a_bad_series_is_refused_naming_the_key():
     # listing the AdamW axes runs every combination for the gradient students only
     cells = expand(dict(good, steps=[100, 200], learning_rate=0.01, weight_decay=[0.1, 0.5]))
     gradient = [cell for cell in cells if cell["student"] != "parity-search"]
-    assert {(cell["steps"], cell["weight_decay"]) for cell in gradient} == {(100, 0.1), (100, 0.5), (200, 0.1), (200, 0.5)}
+    assert ({(cell["steps"], cell["weight_decay"]) for cell in gradient}
+            == {(100, 0.1), (100, 0.5), (200, 0.1), (200, 0.5)})
     assert all("steps" not in cell for cell in cells if cell["student"] == "parity-search")
 
 

@@ -15,6 +15,7 @@ F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
 * :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).
 """
 
+from . import hard_teachers  # noqa: E402,F401  registers the hard teacher families
 from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, load_dataset, make_dataset
 from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
 from .teachers import (
@@ -27,7 +28,6 @@ from .teachers import (
     register_family,
     sample_teacher,
 )
-from . import hard_teachers  # noqa: E402,F401  registers the hard teacher families
 
 __all__ = [
     "MultiHeadAttention",

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from pathlib import Path
+
+import numpy as np
 
 from .._memory import check_memory
 from .._numba import one_thread
-from ..seeding import draw_seed
 from .._validation import as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real
+from ..seeding import draw_seed
 from .model import MultiHeadAttention
 
 INPUT_LAWS = ("boolean", "gaussian")
@@ -28,9 +28,9 @@ def warn_small_blocks(samples: int, blocks: int, name: str, remedy: str) -> None
     """Warn (dask's ``PerformanceWarning``) when ``samples`` sequences in ``blocks`` blocks average fewer
     than :data:`MIN_BLOCK_SEQUENCES` a block; ``remedy`` says how to make them larger."""
     if blocks > 1 and samples < MIN_BLOCK_SEQUENCES * blocks:
-        from dask.array.core import PerformanceWarning
-
         import warnings
+
+        from dask.array.core import PerformanceWarning
 
         warnings.warn(f"{name}: {blocks} blocks of {samples / blocks:.3g} sequences on average; every pass of a "
                       f"fit runs a Dask task per block, milliseconds each whatever its size (measured: a fit of "

@@ -96,7 +96,10 @@ class MultiHeadAttention:
 
     @classmethod
     def from_torch(cls, module) -> "MultiHeadAttention":
-        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``; see :mod:`mhalearn.attention.interop`."""
+        """A layer from :meth:`to_torch`'s module or a ``torch.nn.MultiheadAttention``.
+
+        See :mod:`mhalearn.attention.interop`.
+        """
         from .interop import parameters_from_torch
 
         return cls(*parameters_from_torch(module))
@@ -152,7 +155,8 @@ class MultiHeadAttention:
             raise ValueError(f"path: expected an mhalearn model file, {path!r} lacks the format tag")
         version = contents["version"]
         if version.shape != () or int(version) != FORMAT_VERSION:
-            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, received version {version.tolist()!r}")
+            raise ValueError(f"path: expected model format version {FORMAT_VERSION}, "
+                             f"received version {version.tolist()!r}")
         return cls(contents["thetas"], contents["ws"])
 
 

@@ -15,7 +15,16 @@ from typing import Callable
 
 import numpy as np
 
-from .._validation import add_unique, as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real, registered
+from .._validation import (
+    add_unique,
+    as_float_array,
+    as_generator,
+    check_choice,
+    check_instance,
+    check_positive_int,
+    check_real,
+    registered,
+)
 from .data import INPUT_LAWS
 from .model import MultiHeadAttention
 

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from .._validation import Integer, Real
 from ..attention.data import boolean_inputs
 from ..attention.teachers import sample_teacher
 from ..evaluation import agreement_precision, span_distance
@@ -50,7 +51,6 @@ from ..learners.chen_li.slabs import slab_constraints
 from ..learners.streams import TeacherSource
 from ..plotting import new_figure, save_figure, style_for, write_tables
 from ..seeding import seeded_rng
-from .._validation import Integer, Real
 from .registry import Experiment, expand_grid, register_experiment
 
 #: ℓ1 distances of every head's attention row to the heads' mean that count as agreement.

@@ -57,7 +57,7 @@ import numpy as np
 from ..attention.model import relative_error
 from ..evaluation import fit_timed, measure, plant_instance
 from ..learners import get_learner
-from ..plotting import group_rows, new_figure, save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import group_rows, save_figure, style_for, write_tables
 from ..sparse_variables.growth import bootstrap_median
 from .learning import learning_constraints
 from .registry import Experiment, axes_count, expand_grid, register_experiment

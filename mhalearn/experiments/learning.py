@@ -37,8 +37,17 @@ from .. import learners as learner_registry
 from .._validation import Integer, Options, Real
 from ..attention.teachers import TEACHER_FAMILIES
 from ..evaluation import learn_planted
-from ..plotting import (dodge, group_rows, new_figure, plot_band, save_figure, set_grid_ticks, style_for,
-                      summarize_curve, write_tables)
+from ..plotting import (
+    dodge,
+    group_rows,
+    new_figure,
+    plot_band,
+    save_figure,
+    set_grid_ticks,
+    style_for,
+    summarize_curve,
+    write_tables,
+)
 from .registry import Experiment, expand_grid, register_experiment
 
 #: Learners compared by the experiments, in plotting order.

@@ -48,13 +48,17 @@ import numpy as np
 
 from .._validation import Integer, Options
 from ..plotting import dodge, group_rows, plt, save_figure, set_grid_ticks, style_for, write_tables
-from ..seeding import seeded_rng
-from .registry import Experiment, axes_count, expand_grid, refuse_problems, register_experiment, value_problems
-from ..sparse_variables.growth import bootstrap_median
 from ..random_features import bounds
 from ..random_features.models import RandomFeatureAttention, RandomFeatureMLP
-from ..random_features.targets import (RANDOM_FEATURE_TARGETS, SEQUENCE_LAWS, make_random_feature_target,
-                                      make_sequence_dataset)
+from ..random_features.targets import (
+    RANDOM_FEATURE_TARGETS,
+    SEQUENCE_LAWS,
+    make_random_feature_target,
+    make_sequence_dataset,
+)
+from ..seeding import seeded_rng
+from ..sparse_variables.growth import bootstrap_median
+from .registry import Experiment, axes_count, expand_grid, refuse_problems, register_experiment, value_problems
 
 #: Models compared, in plotting order.
 MODEL_NAMES = ("attention-zero", "attention-identity", "mlp")

@@ -306,7 +306,8 @@ def _run_dask(run_cell: Callable[[dict], dict], cells: list[dict], scheduler: st
     ``worker_timeout`` seconds (Dask itself would wait for one forever).
     """
     try:
-        from dask.distributed import Client, wait as dask_wait
+        from dask.distributed import Client
+        from dask.distributed import wait as dask_wait
     except ImportError as error:  # pragma: no cover - dask[distributed] is a dependency
         raise ValueError(f"backend: 'dask' needs dask.distributed installed ({error})") from None
     try:

@@ -36,16 +36,21 @@ from threadpoolctl import threadpool_limits
 
 from .._memory import peak_memory_mb
 from .._validation import Integer
+from ..attention.data import boolean_inputs
+from ..attention.model import relative_error
+from ..attention.teachers import sample_teacher
 from ..evaluation import TeacherObserver
 from ..learners.checkpoint import open_checkpoint
-from ..learners.chen_li import (BodySettings, SearchSettings, certificate_bounds, route_net, sculpt_span,
-                                search_and_select)
+from ..learners.chen_li import (
+    BodySettings,
+    SearchSettings,
+    certificate_bounds,
+    route_net,
+    sculpt_span,
+    search_and_select,
+)
 from ..learners.report import Notifier, Phase, Route
 from ..learners.streams import TeacherSource
-from ..seeding import seeded_rng
-from ..attention.model import relative_error
-from ..attention.data import boolean_inputs
-from ..attention.teachers import sample_teacher
 from ..plotting import (
     group_rows,
     median_quartiles,
@@ -57,6 +62,7 @@ from ..plotting import (
     summarize_curve,
     write_tables,
 )
+from ..seeding import seeded_rng
 from .registry import Experiment, expand_grid, register_experiment
 
 #: Span distance (sin of the largest principal angle) the body must reach.

@@ -52,11 +52,18 @@ import numpy as np
 from .._validation import Integer, Options, Real
 from ..plotting import write_tables
 from ..seeding import seeded_rng
-from .registry import Experiment, expand_grid, refuse_problems, register_experiment, value_problems
-from ..sparse_variables import (FUNCTIONS, GRADIENT_STUDENTS, STUDENTS, SparseBooleanTask, SparseParitySearch,
-                                logistic_loss)
+from ..sparse_variables import (
+    FUNCTIONS,
+    GRADIENT_STUDENTS,
+    STUDENTS,
+    SparseBooleanTask,
+    SparseParitySearch,
+    logistic_loss,
+)
 from ..sparse_variables.growth import bisect_samples
 from ..sparse_variables.summary import plot_sparse_variables
+from .registry import Experiment, expand_grid, refuse_problems, register_experiment, value_problems
+
 #: Target test accuracy of the samples-to-accuracy statistic.
 TARGET_ACCURACY = 0.95
 #: Fresh test examples per cell (the standard error of an accuracy near 95 % is ≈ 0.35 %).

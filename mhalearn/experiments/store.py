@@ -52,8 +52,8 @@ from typing import Iterator
 from .._files import check_regular_or_absent
 from .._validation import check_optional_dependencies
 from .results_file import (
-    SCHEMA_VERSION,
     _MIGRATIONS,
+    SCHEMA_VERSION,
     _check_writable,
     _connect_readonly,
     _create_atomically,

@@ -22,7 +22,6 @@ from .chen_li.settings import SearchSettings, settings_from
 from .fit_data import Examples, FitData
 from .report import Notifier
 
-
 #: Phases 5–6's default settings, whose values are the span-search learners' defaults.
 SEARCH = SearchSettings()
 #: The share of examples the span-search learners hold out for phase 6's selection and its certificate.

@@ -79,8 +79,9 @@ class BlockSource:
         """What a checkpoint checks its data by: the stream's shape, its block count and a hash of
         ``blocks`` of its blocks (the first, the last, evenly between), as the phases read them.
 
-        Reads those blocks only (a Dask source computes those tasks), where :meth:`~mhalearn.learners.streams.BlockSource.fingerprint`
-        reads every byte of in-memory arrays and nothing of Dask arrays.
+        Reads those blocks only (a Dask source computes those tasks), where
+        :meth:`~mhalearn.learners.streams.BlockSource.fingerprint` reads every byte of in-memory arrays
+        and nothing of Dask arrays.
         """
         last = self.block_count - 1
         indices = sorted({position * last // max(blocks - 1, 1) for position in range(blocks)})

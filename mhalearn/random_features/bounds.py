@@ -78,7 +78,7 @@ import scipy.special
 from threadpoolctl import threadpool_limits
 
 from .._validation import as_generator, check_choice, check_hyperparameters, check_positive_int
-from .models import _RandomFeatureRidge, _centred_moments
+from .models import _centred_moments, _RandomFeatureRidge
 from .targets import RandomFeatureTarget, make_sequence_dataset
 
 #: Models with an exact spectrum (identity-mean attention has none, see the module docstring).
@@ -214,10 +214,10 @@ def kernel_spectrum(model: str, dim: int, keys: int, degrees: int = MAX_DEGREE) 
     h = np.array([2 * np.sum(kappa[k:] * 0.5 ** np.arange(k, terms) * scipy.special.binom(np.arange(k, terms), k))
                   for k in range(powers)])
     rest = _sum_moments(cosine[:powers], keys - 1)
-    i, l, m = np.meshgrid(np.arange(powers), np.arange(powers), np.arange(powers), indexing="ij")
-    k = i + l + m
+    i, j, m = np.meshgrid(np.arange(powers), np.arange(powers), np.arange(powers), indexing="ij")
+    k = i + j + m
     valid = k < powers
-    log_multinomial = (scipy.special.gammaln(k + 1) - scipy.special.gammaln(i + 1) - scipy.special.gammaln(l + 1)
+    log_multinomial = (scipy.special.gammaln(k + 1) - scipy.special.gammaln(i + 1) - scipy.special.gammaln(j + 1)
                        - scipy.special.gammaln(m + 1))
     weight = np.where(valid, np.exp(log_multinomial - k * math.log(keys + 1)) * h[np.minimum(k, powers - 1)]
                       * rest[m], 0.0)  # (i, l, m)

@@ -17,6 +17,7 @@ import numpy as np
 from .._validation import Integer, Seed, as_generator
 from .tasks import BooleanClassifier, check_examples
 
+
 def _as_signatures(packed: np.ndarray) -> np.ndarray:
     """Rows of packed bits (k, bytes) as exact, sortable signatures: one void scalar per row."""
     packed = np.ascontiguousarray(packed)

@@ -76,7 +76,8 @@ def check_examples(X, y) -> tuple[np.ndarray, np.ndarray]:
     if y.shape[0] != X.shape[0]:
         raise ValueError(f"y: expected {X.shape[0]} labels to match X, received {y.shape[0]}")
     if not np.all(np.abs(y) == 1.0):
-        raise ValueError(f"y: expected labels in {{-1, +1}}, received values such as {y[np.abs(y) != 1.0][:3].tolist()}")
+        others = y[np.abs(y) != 1.0][:3].tolist()
+        raise ValueError(f"y: expected labels in {{-1, +1}}, received values such as {others}")
     return X, y
 
 

@@ -22,8 +22,8 @@ from numba import njit
 from ..order_statistics import quantile_of_finite
 from ..streams import CodedTokens
 from .decoder import decode_patterns, decoding_residuals
-from .sign_tables import block_codes, code_groups
 from .settings import BodySettings
+from .sign_tables import block_codes, code_groups
 
 # The pool's bound on a residual under a new Ŵ_Σ is shrunk by this share for the decoder's rounding: its
 # residuals above 1 % of ‖y − v_0‖ (every one a bound can rule out) keep 6 digits while the 3 × 3 Gram

@@ -55,8 +55,8 @@ class SpanSearchReport(LearnerReport):
     ``resumed``, the phases loaded from a checkpoint
     (``SculptLearner(checkpoint=...)``; their ``seconds`` are those of the
     run that computed them), and ``kept_seconds``, the sum of those seconds:
-    the fit's whole time is ``total_seconds`` (this run's) + ``kept_seconds``.  ``moment`` is also set when the moment route
-    ran only to be compared with the body.  A phase that did not run is None (the moment
+    the fit's whole time is ``total_seconds`` (this run's) + ``kept_seconds``.  ``moment`` is also set
+    when the moment route ran only to be compared with the body.  A phase that did not run is None (the moment
     learner runs only ``moment``, ``net`` and ``selection``).
     """
 

@@ -37,10 +37,17 @@ from .agreement_passes import draw_pool
 from .agreement_rows import AgreementRows
 from .body import ConvexBody
 from .phase2_sculpt import SculptedBody
-from .sign_tables import (BILINEAR_GROUPS, bilinear_form, bilinear_tables, code_groups, group_identical_tokens,
-                          sequence_codes, sign_tables, token_times)
 from .settings import BodySettings
-
+from .sign_tables import (
+    BILINEAR_GROUPS,
+    bilinear_form,
+    bilinear_tables,
+    code_groups,
+    group_identical_tokens,
+    sequence_codes,
+    sign_tables,
+    token_times,
+)
 
 # ------------------------------------------------------------ the paper's refit
 

@@ -26,7 +26,6 @@ from .body import ConvexBody
 from .settings import BodySettings
 from .slabs import SlabSystem
 
-
 #: Eigenvalues of the normal matrix below this share of the largest are rounding, not information.
 _EIGEN_FLOOR = 1e-13
 
