@@ -2,13 +2,13 @@
 
 # Each experiment module registers itself on import; add new ones here.
 from . import (
-    agreement_rate,  # noqa: E402,F401  agreement-rate
-    families,  # noqa: E402,F401  teacher-families
-    learners_vs_m,  # noqa: E402,F401  learners-vs-m
-    learning,  # noqa: E402,F401  error-vs-samples, heads-dependence
-    random_features,  # noqa: E402,F401  random-features (Fu, Guo, Bai & Mei)
-    sculpt_vs_m,  # noqa: E402,F401  sculpt-vs-m
-    sparse_variables,  # noqa: E402,F401  sparse-variables, -tuning (Edelman, Goel, Kakade & Zhang)
+    agreement_rate,  # noqa: F401  agreement-rate
+    families,  # noqa: F401  teacher-families
+    learners_vs_m,  # noqa: F401  learners-vs-m
+    learning,  # noqa: F401  error-vs-samples, heads-dependence
+    random_features,  # noqa: F401  random-features (Fu, Guo, Bai & Mei)
+    sculpt_vs_m,  # noqa: F401  sculpt-vs-m
+    sparse_variables,  # noqa: F401  sparse-variables, -tuning (Edelman, Goel, Kakade & Zhang)
 )
 from .registry import EXPERIMENTS, Experiment, get_experiment, register_experiment
 
