@@ -5,12 +5,17 @@ widget) shows them in place; a log file, a CI log or a SLURM output file
 keeps every one of them, hundreds of updates on one line.  So on a stream
 that is not a terminal the same figures are written as lines instead
 (:class:`ProgressLines`), and :func:`progress_bar` picks one of the two.
+:class:`StepProgress` shows a command's named steps on either.
 """
 
 from __future__ import annotations
 
+import math
 import sys
+import threading
 import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from tqdm.auto import tqdm
 from tqdm.autonotebook import tqdm as notebook_or_terminal_tqdm
@@ -134,4 +139,51 @@ def progress_bar(total: int, *, desc: str, unit: str, enabled: bool = True, init
                 **bar_options)
 
 
-__all__ = ["ProgressLines", "bar_redraws_in_place", "is_terminal", "progress_bar"]
+class StepProgress:
+    """Progress over named steps: a bar whose elapsed time keeps ticking during a long step on a
+    terminal, a line per step on any other stream (a log, CI, SLURM).
+
+    Parameters
+    ----------
+    steps : sequence of str
+        Names of the steps, in order.
+    enabled : bool
+        Show progress (False for ``--quiet``).
+    """
+
+    def __init__(self, steps: Sequence[str], *, enabled: bool = True, desc: str = "mhalearn"):
+        self._desc = desc
+        self._bar = progress_bar(len(steps), desc=desc, unit="step", enabled=enabled, interval=math.inf,
+                                 bar_format="{desc} |{bar}| {n_fmt}/{total_fmt} steps "
+                                            "[{elapsed} elapsed, ETA {remaining}]")
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        if enabled and not isinstance(self._bar, ProgressLines):
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._bar.refresh()
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Show ``name`` as the current step; advance the bar when the block ends."""
+        self._bar.set_description_str(f"{self._desc}: {name}", refresh=True)
+        yield
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker.is_alive():
+            self._ticker.join()
+        self._bar.set_description_str(f"{self._desc}: done", refresh=False)
+        self._bar.close()
+
+    def __enter__(self) -> "StepProgress":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+__all__ = ["ProgressLines", "StepProgress", "bar_redraws_in_place", "is_terminal", "progress_bar"]

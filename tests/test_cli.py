@@ -11,8 +11,9 @@ from toy_experiments import toy_cli
 from toy_experiments import toy_experiment as make_toy_experiment
 
 from mhalearn import MultiHeadAttention, cli
-from mhalearn._progress import ProgressLines
-from mhalearn.cli import build_parser, learner_hyperparameters, main
+from mhalearn._progress import ProgressLines, StepProgress
+from mhalearn.cli import commands, main
+from mhalearn.cli.parser import _parameter_help, build_parser, learner_hyperparameters
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
@@ -124,14 +125,14 @@ def test_bench_lists_the_scripts(capsys):
 
 def test_bench_finds_the_scripts_of_the_current_checkout_from_an_installed_package(monkeypatch, tmp_path):
     installed = tmp_path / "site-packages" / "mhalearn"
-    monkeypatch.setattr(cli, "__file__", str(installed / "cli.py"))
+    monkeypatch.setattr(commands, "__file__", str(installed / "cli" / "commands.py"))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="^bench: no bench/ directory"):
-        cli.bench_scripts()
+        commands.bench_scripts()
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "_common.py").write_text("")
     (tmp_path / "bench" / "kernels.py").write_text("")
-    assert cli.bench_scripts() == {"kernels": tmp_path / "bench" / "kernels.py"}
+    assert commands.bench_scripts() == {"kernels": tmp_path / "bench" / "kernels.py"}
 
 
 def test_console_script_reports_errors_with_exit_status_2():
@@ -256,7 +257,7 @@ class _Terminal(io.StringIO):
 def test_progress_on_a_terminal_is_a_tqdm_bar(monkeypatch):
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    with cli.StepProgress(["one", "two"], desc="test") as progress:
+    with StepProgress(["one", "two"], desc="test") as progress:
         for name in ("one", "two"):
             with progress.step(name):
                 pass
@@ -285,7 +286,7 @@ def test_an_interrupted_learn_says_what_it_kept(capsys, tmp_path, monkeypatch, c
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(cli.COMMANDS, "learn", interrupted)
+    monkeypatch.setitem(commands.COMMANDS, "learn", interrupted)
     extra = [] if checkpoint is None else ["--checkpoint", str(tmp_path / checkpoint)]
     assert cli.main(["learn", "--learner", "sculpt", *extra]) == cli.EXIT_INTERRUPTED
     message = capsys.readouterr().err
@@ -298,7 +299,7 @@ def test_an_interrupted_learn_says_what_it_kept(capsys, tmp_path, monkeypatch, c
 def test_learn_help_describes_every_hyperparameter_of_the_sculpt_learner(capsys):
     from mhalearn import SculptLearner
 
-    helps = cli._parameter_help(SculptLearner)
+    helps = _parameter_help(SculptLearner)
     names = [parameter.name for parameter in learner_hyperparameters(SculptLearner)]
     assert [name for name in names if not helps.get(name)] == []
     assert helps["checkpoint"].startswith("A directory where phases 1–4")
@@ -429,7 +430,7 @@ def test_version_imports_no_numerical_library():
 
 def test_export_checks_the_results_file_before_its_optional_dependencies(capsys, tmp_path, monkeypatch):
     checked = []
-    monkeypatch.setattr(cli, "check_optional_dependencies", lambda *args: checked.append(args))
+    monkeypatch.setattr(commands, "check_optional_dependencies", lambda *args: checked.append(args))
     code, out, err = run(capsys, "export", "toy", "--db", str(tmp_path / "none.db"), "--out",
                          str(tmp_path / "rows.parquet"))
     assert code == 2 and err.startswith("mhalearn: error: db: no results file at") and checked == []

@@ -52,3 +52,9 @@ def test_the_attention_kernels_keep_their_public_name():
 
     assert mhalearn.kernels.forward is kernels.forward and mhalearn.kernels.loss_and_grad is kernels.loss_and_grad
     assert mhalearn.TeacherObserver.__module__ == "mhalearn.evaluation.observer"
+
+
+def test_no_module_is_over_600_lines():
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+               for path in (ROOT / "mhalearn").rglob("*.py")}
+    assert {name: lines for name, lines in lengths.items() if lines > 600} == {}

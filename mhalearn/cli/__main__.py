@@ -1,0 +1,7 @@
+"""``python -m mhalearn.cli``: the ``mhalearn`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
