@@ -77,10 +77,12 @@ def check_moment_memory(length: int, dim: int) -> None:
     features = dim + dim ** 3
     gram, block = 8 * 2 * features * features, 8 * _BLOCK * length * features
     # Name the size that dominates: the Gram matrix grows with d⁶, the blocks of features with k·d³.
-    cause = (f"the {features:,}² Gram matrix of its d + d³ = {features:,} features at token dimension d = {dim}"
+    cause = (f"the moment route at token dimension d = {dim}: the {features:,}² Gram matrix of its "
+             f"d + d³ = {features:,} features"
              if gram >= block else
-             f"blocks of {_BLOCK} sequences × k = {length:,} tokens × {features:,} features (d = {dim})")
-    check_memory(gram + block, "X", f"the moment route's {cause}",
+             f"the moment route at sequence length k = {length:,}: blocks of {_BLOCK} sequences × "
+             f"k = {length:,} tokens × {features:,} features (d = {dim})")
+    check_memory(gram + block, "X", cause,
                  lower="d, the token dimension" if gram >= block else "k, the sequence length")
 
 
