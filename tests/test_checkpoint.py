@@ -200,7 +200,7 @@ def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data):
     # bits depended on it would not resume to the uninterrupted fit's bits on every machine.
     from threadpoolctl import threadpool_limits
 
-    from mhalearn.learners.base import root_mean_square
+    from mhalearn.learners.fit_data import root_mean_square
 
     X, Y = data
     scales, thetas = [], []
