@@ -18,7 +18,7 @@ Conventions: a batch ``X`` has shape ``(n, k, d)``; ``thetas`` and ``ws`` have
 shape ``(m, d, d)``; head ``i`` computes ``softmax(X Θ_i Xᵀ) X W_i`` with a
 row-wise softmax made stable by subtracting the row maximum.
 
-The pure-NumPy statement of the same maths lives in ``tests/reference.py``.
+The pure-NumPy statement of the same maths lives in :mod:`mhalearn.attention.reference`.
 """
 
 from __future__ import annotations
