@@ -128,7 +128,7 @@ def timed_fit(X, Y):
     phases = sum(value for name, value in seconds.items() if not name.startswith(" "))
     seconds["outside the phases"] = wall - phases
     alternating = next(step for step in report.refined_sum.steps if isinstance(step, AlternatingRefit))
-    figures = {"route": report.route, "accepted rows": [body.accepted_rows for body in report.sculpt],
+    figures = {"route": str(report.route), "accepted rows": [body.accepted_rows for body in report.sculpt],
                "refit iterations": alternating.iterations, "refit pools drawn": alternating.rounds}
     return wall, seconds, figures
 
