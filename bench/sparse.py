@@ -30,7 +30,7 @@ import numpy as np
 
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.sparse_variables import run_sparse_variables_cell
-from mhalearn.sparse_variables.growth import bootstrap_median
+from mhalearn.sparse_variables.growth import bootstrap_median, bootstrap_median_ratio
 
 ACCEPTANCE_RATIO = 3.5
 FUNCTIONS = ("and", "majority")
@@ -87,11 +87,7 @@ def report_acceptance(rows: list[dict]) -> None:
         if not all(values.values()):
             continue
         small, large = bootstrap_median(values[low]), bootstrap_median(values[high])
-        generator = np.random.default_rng(0)
-        ratios = [np.median(generator.choice(values[high], len(values[high])))
-                  / np.median(generator.choice(values[low], len(values[low]))) for _ in range(2000)]
-        ratio = large[0] / small[0]
-        lo, hi = np.quantile(ratios, [0.05, 0.95])
+        ratio, lo, hi, _ = bootstrap_median_ratio(values[high], values[low])
         verdict = "within" if ratio <= ACCEPTANCE_RATIO else "NOT within"
         print(f"{function:>8}, attention: samples-to-95% T={low}: {small[0]:g} [{small[1]:g}, {small[2]:g}]  "
               f"T={high}: {large[0]:g} [{large[1]:g}, {large[2]:g}]  ratio {ratio:.2f} [{lo:.2f}, {hi:.2f}] "

@@ -33,7 +33,7 @@ import numpy as np
 from _common import load_jsonl
 
 from mhalearn.experiments import sparse_variables as experiment
-from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median
+from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, bootstrap_median_ratio
 
 LENGTHS = (64, 256, 2048)
 #: (g, student) series, in the order they run; the parity search first (seconds a seed).
@@ -127,24 +127,6 @@ def run(seeds, restarts: int, out: str, parity_attention: bool, functions=FUNCTI
                   f"samples-to-95% {found:g}  probes {[(n, round(a, 3)) for n, a in probes]}", flush=True)
 
 
-def _ratio_interval(high, low, resamples=2000, level=0.9):
-    """Ratio of medians median(high)/median(low) and its percentile-bootstrap interval (seeds resampled per T).
-
-    Infinite values (not reached) sort above every number; a replicate with an
-    infinite numerator is infinite, one with both medians infinite is left out.
-    """
-    high, low = np.asarray(high, dtype=float), np.asarray(low, dtype=float)
-    generator = np.random.default_rng(0)
-    tops = np.median(high[generator.integers(len(high), size=(resamples, len(high)))], axis=1)
-    bottoms = np.median(low[generator.integers(len(low), size=(resamples, len(low)))], axis=1)
-    with np.errstate(invalid="ignore"):
-        ratios = tops / bottoms
-    ratios = ratios[~np.isnan(ratios)]
-    tail = (1 - level) / 2
-    lo, hi = np.quantile(ratios, [tail, 1 - tail], method="inverted_cdf")
-    return np.median(high) / np.median(low), float(lo), float(hi), resamples - len(ratios)
-
-
 def _show(value, low=None) -> str:
     if not math.isfinite(value):
         return f"> {MAX_SAMPLES}"
@@ -194,7 +176,7 @@ def report(out: str, restarts: int) -> None:
             print(f"  T={length:<5} fraction of seeds reached by n: "
                   + "  ".join(f"{n}: {np.mean([v <= n for v in columns[length]]):.1f}" for n in reached))
         low, high = lengths[0], lengths[-1]
-        ratio, lo, hi, left_out = _ratio_interval(columns[high], columns[low])
+        ratio, lo, hi, left_out = bootstrap_median_ratio(columns[high], columns[low])
 
         def fmt(r):
             return "inf (not reached)" if math.isinf(r) else f"{r:.2f}"

@@ -639,3 +639,20 @@ def test_a_grid_may_give_restarts_to_the_gradient_students_only():
     assert [cell.get("restarts") for cell in cells] == [2, None]
     with pytest.raises(ValueError, match="restarts: expected an integer >= 1, received 0"):
         experiment.sparse_variables_cells(dict(grid, restarts=0))
+
+
+def test_bootstrap_median_ratio_against_resampling_by_hand_and_with_unreached_seeds():
+    from mhalearn.sparse_variables.growth import bootstrap_median_ratio
+
+    high, low = [40.0, 80.0, 60.0, 100.0], [10.0, 20.0, 30.0]
+    ratio, lo, hi, left_out = bootstrap_median_ratio(high, low, resamples=500, rng=3)
+    generator = np.random.default_rng(3)
+    tops = np.median(np.array(high)[generator.integers(4, size=(500, 4))], axis=1)
+    bottoms = np.median(np.array(low)[generator.integers(3, size=(500, 3))], axis=1)
+    assert ratio == 70.0 / 20.0 and left_out == 0
+    assert (lo, hi) == tuple(np.quantile(tops / bottoms, [0.05, 0.95], method="inverted_cdf"))
+    assert lo <= ratio <= hi
+    # A seed set whose median is not reached: the ratio is infinite, and replicates with both medians
+    # infinite are counted apart, never turned into numbers.
+    ratio, lo, hi, left_out = bootstrap_median_ratio([np.inf, np.inf, 50.0], [np.inf, 10.0, 10.0], resamples=400)
+    assert math.isinf(ratio) and left_out > 0 and math.isinf(hi)

@@ -126,6 +126,27 @@ def bootstrap_median(values: Sequence[float], *, level: float = 0.9, resamples: 
     return median_with_inf(values), float(low), float(high)
 
 
+def bootstrap_median_ratio(high: Sequence[float], low: Sequence[float], *, level: float = 0.9,
+                           resamples: int = 2000, rng=0) -> tuple[float, float, float, int]:
+    """median(high) / median(low) over seeds and its percentile-bootstrap interval at ``level``.
+
+    The seeds of ``high`` and of ``low`` are resampled apart.  ``math.inf``
+    (not reached) sorts above every number: a replicate with an infinite
+    numerator is infinite, and one with both medians infinite is left out
+    (their count is the fourth value returned).
+    """
+    high, low = np.asarray(high, dtype=float), np.asarray(low, dtype=float)
+    generator = np.random.default_rng(rng)
+    tops = np.median(high[generator.integers(len(high), size=(resamples, len(high)))], axis=1)
+    bottoms = np.median(low[generator.integers(len(low), size=(resamples, len(low)))], axis=1)
+    with np.errstate(invalid="ignore"):
+        ratios = tops / bottoms
+    ratios = ratios[~np.isnan(ratios)]
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(ratios, [tail, 1.0 - tail], method="inverted_cdf")
+    return float(np.median(high) / np.median(low)), float(lo), float(hi), resamples - len(ratios)
+
+
 def _fit_log_laws(lengths: np.ndarray, samples: np.ndarray, iterations: int = 50) -> np.ndarray:
     """(a, b) of n = a + b·ln T minimising Σ (ln n − ln(a + b ln T))², for each row of ``samples``.
 
@@ -296,5 +317,6 @@ def fit_growth_laws(thresholds: dict[float, Sequence[float]], *, level: float = 
                      dropped=dropped)
 
 
-__all__ = ["GrowthFit", "LAWS", "bisect_samples", "bootstrap_median", "fit_growth_laws", "law_curve",
+__all__ = ["GrowthFit", "LAWS", "bisect_samples", "bootstrap_median", "bootstrap_median_ratio", "fit_growth_laws",
+           "law_curve",
            "median_with_inf"]
