@@ -116,8 +116,8 @@ class SculptLearner(SpanSearchLearner):
         Rows each iteration of our refit fits Ŵ_Σ on: the best-explained
         rows of the pool, at most ``quantile`` of all rows (a trimmed fit).
     refit_rounds : int
-        Pools our refit draws from the whole stream: it draws again under
-        the new Ŵ_Σ when Ŵ_Σ has moved by more than 0.5 % since the last draw.
+        Pools our refit draws from the stream phases 1–3 read: it draws again
+        under the new Ŵ_Σ when Ŵ_Σ has moved by more than 0.5 % since the last draw.
     pool_fraction : float
         Candidates of the alternating refit: the best rows of every block by
         residual, at most this share of them and about
@@ -129,6 +129,24 @@ class SculptLearner(SpanSearchLearner):
         capped instead, since a crude Ŵ_Σ cannot rank rows more finely.  The
         default is the share at which the refit was developed (m = 3,
         n = 10⁷: 2·10⁵ pool rows of 4·10⁷).
+    prefix_samples : int or None
+        Sequences phases 1–3 read: the first blocks holding at least this
+        many (default: the shortest stream whose best ``first_pool_share``
+        fills the first pool, 10⁷ sequences at m ≥ 2 and k = 4).  On a longer
+        stream one *candidate pass* then keeps every row that any Ŵ_Σ within
+        ``candidate_radius`` of phase 3's could accept, and our refit goes on
+        and K* is read on those rows in memory: a fit reads the stream about
+        once (docs/design.md §4.1c).
+    candidate_radius : float
+        The candidate pass keeps every row whose relative residual under
+        some Ŵ'_Σ with ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``candidate_radius``·‖Ŵ_Σ‖₂ can be at
+        most the larger of ``residual_tol`` and the residual of the refit's
+        last kept row (a bound, exact in the residual); a refit that leaves
+        that ball reads the stream once more around its new Ŵ_Σ.
+    max_candidate_rows : int
+        The candidate pass keeps at most this many rows (≈ 560 bytes each at
+        d = 12, k = 4), those that need the smallest radius, and reports the
+        radius it then covers.
     min_equalities : int or None
         K* must hold at least this many slabs to be read (default 2d², never
         fewer than d²); with fewer the body refuses and the moment route is used.
@@ -259,6 +277,9 @@ class SculptLearner(SpanSearchLearner):
         "refit_rounds": [Integer(1)],
         "pool_fraction": [Real(0.0, 1.0, low_open=True)],
         "first_pool_share": [Real(0.0, 1.0)],
+        "prefix_samples": [None, Integer(1)],
+        "candidate_radius": [Real(0.0)],
+        "max_candidate_rows": [Integer(1)],
         "min_equalities": [None, Integer(1)],
         "min_gap": [Real(1.0)],
         "hull_trim": [Real(1.0, low_open=True)],
@@ -281,6 +302,9 @@ class SculptLearner(SpanSearchLearner):
                  refit_iterations: int = BODY.refit_iterations, refit_rows: int = BODY.refit_rows,
                  refit_rounds: int = BODY.refit_rounds, pool_fraction: float = BODY.pool_fraction,
                  first_pool_share: float = BODY.first_pool_share,
+                 prefix_samples: int | None = BODY.prefix_samples,
+                 candidate_radius: float = BODY.candidate_radius,
+                 max_candidate_rows: int = BODY.max_candidate_rows,
                  min_equalities: int | None = BODY.min_equalities, min_gap: float = BODY.min_gap,
                  hull_trim: float = BODY.hull_trim, max_span_error: float = BODY.max_span_error,
                  bootstrap_resamples: int = BODY.bootstrap_resamples,

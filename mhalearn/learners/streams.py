@@ -21,6 +21,9 @@ again).  They read the examples through a *source*: an object with
   block's index last and draws from ``numpy.random.default_rng([seed, index])``;
 - ``blocks()``, the blocks' sequences in order, and ``head(samples)``, the
   first ``samples`` sequences in memory;
+- ``block_samples(index)``, the stream's sequences in a block, and
+  ``prefix(samples)``, the first blocks holding ``samples`` sequences as a
+  source of their own (:class:`PrefixSource`);
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once
   (``map_until``);
 - ``fingerprint()``, a hash of the examples, and ``sample_digest()``, a hash of a few of their
@@ -136,6 +139,48 @@ class BlockSource:
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``samples`` sequences (fewer when the source is shorter), in memory."""
         return first_sequences(self.blocks(), samples)
+
+    def block_samples(self, index: int) -> int:
+        """The stream's sequences in block ``index``."""
+        raise NotImplementedError
+
+    def prefix(self, samples: int) -> "BlockSource":
+        """The first blocks that hold at least ``samples`` sequences, as a source (:class:`PrefixSource`);
+        the source itself when they are all of it."""
+        prefix = PrefixSource(self, samples)
+        return self if prefix.block_count == self.block_count else prefix
+
+
+class PrefixSource(BlockSource):
+    """The first blocks of ``source`` holding at least ``samples`` sequences, read as ``source`` reads them.
+
+    Block b of the prefix is block b of the source, its index included, so a
+    pass that draws from ``default_rng([seed, b])`` draws the same on both:
+    a phase run on the prefix computes what it computes on a source that
+    ends there.  Phases 1–3 of the body read one (docs/design.md §4.1c).
+    """
+
+    def __init__(self, source: BlockSource, samples: int):
+        self.source = source
+        self.length, self.dim, self.wave_blocks = source.length, source.dim, source.wave_blocks
+        self.block_count, self.samples = 0, 0
+        while self.samples < samples and self.block_count < source.block_count:
+            self.samples += source.block_samples(self.block_count)
+            self.block_count += 1
+
+    def block_samples(self, index: int) -> int:
+        return self.source.block_samples(index)
+
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        return self.source._block(index)
+
+    def fingerprint(self) -> str:
+        return f"{self.source.fingerprint()}[:{self.block_count} blocks]"
+
+    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
+        """The source's ``map_blocks`` on the prefix's blocks (by default all of them)."""
+        return self.source.map_blocks(func, *args, indexed=indexed,
+                                      blocks=range(self.block_count) if blocks is None else blocks)
 
 
 def first_sequences(parts: Iterator[tuple[np.ndarray, np.ndarray]], samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -259,6 +304,10 @@ class ArraySource(BlockSource):
                                  f"boolean=True), received others in block {index}")
             self._coded[index] = True
         return codes
+
+    def block_samples(self, index: int) -> int:
+        size = min(self.block_size, self.X.shape[0] - index * self.block_size)
+        return size - (0 if self.held_out is None else self.held_out[index])
 
     def _held_out(self, index: int) -> np.ndarray:
         size = min(self.block_size, self.X.shape[0] - index * self.block_size)
@@ -394,8 +443,11 @@ class TeacherSource(BlockSource):
         return tokenize(self.teacher.thetas, self.teacher.ws, self.samples, self.length, self.seed, self.noise,
                         self.block_size)
 
+    def block_samples(self, index: int) -> int:
+        return min(self.block_size, self.samples - index * self.block_size)
+
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
-        size = min(self.block_size, self.samples - index * self.block_size)
+        size = self.block_samples(index)
         return (*labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size), None)
 
 
@@ -446,6 +498,9 @@ class DaskSource(BlockSource):
     def fingerprint(self) -> str:
         """X's and Y's graph names: Dask derives them from how the arrays are computed, not from their values."""
         return "|".join(self._names)
+
+    def block_samples(self, index: int) -> int:
+        return self.block_sizes[index]
 
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
         import dask

@@ -8,7 +8,9 @@ uniform Boolean examples of F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i,
    has the same pattern) decoded with Ŵ_Σ, and their slabs: a convex body
    long along aff{Θ_i} and thin across it;
 3. :func:`refine_projection_sum` (``phase3_refine_sum``) — Ŵ_Σ refined: the
-   paper's LP-certified refit, then our alternating refit;
+   paper's LP-certified refit, then our alternating refit (phases 1–3 read a
+   prefix of a long stream; :func:`refit_on_stream` carries our refit over
+   the rest in one candidate pass, whose rows phase 4 reads);
 4. :func:`read_span` (``phase4_span``) — span{Θ_i} from the re-sculpted body
    K* (phase 2 under the refined Ŵ_Σ), or a refusal;
 5. :func:`search_net` (``phase5_net``) — a net of m-tuples of heads in the
@@ -29,7 +31,14 @@ and 4 solve over; the settings of the phases are in
 from .fit import BodyPhases, SpanSearchReport, route_net, sculpt_fit, sculpt_span, search_and_select
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import SculptedBody, sculpt_body
-from .phase3_refine_sum import AlternatingRefit, CertifiedRefit, RefinedSum, refine_projection_sum
+from .phase3_refine_sum import (
+    AlternatingRefit,
+    CertifiedRefit,
+    RefinedSum,
+    StreamRefit,
+    refine_projection_sum,
+    refit_on_stream,
+)
 from .phase4_span import SpanReading, read_span
 from .phase5_net import NetSearch, search_net
 from .phase6_select import Selection, certificate_bounds, select_candidate
@@ -37,7 +46,8 @@ from .settings import BodySettings, SearchSettings
 
 __all__ = [
     "crude_projection_sum", "sculpt_body", "refine_projection_sum", "read_span", "search_net", "select_candidate",
-    "sculpt_fit", "sculpt_span", "search_and_select", "route_net", "certificate_bounds",
-    "CrudeSum", "SculptedBody", "RefinedSum", "CertifiedRefit", "AlternatingRefit", "SpanReading", "NetSearch",
+    "refit_on_stream", "sculpt_fit", "sculpt_span", "search_and_select", "route_net", "certificate_bounds",
+    "CrudeSum", "SculptedBody", "RefinedSum", "CertifiedRefit", "AlternatingRefit", "StreamRefit", "SpanReading",
+    "NetSearch",
     "Selection", "SpanSearchReport", "BodyPhases", "BodySettings", "SearchSettings",
 ]

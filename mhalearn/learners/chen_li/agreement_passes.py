@@ -135,3 +135,67 @@ def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: f
             max_pool = None
     return find_agreement_rows(source, w_sum, quantile=share, simplex_tol=10 * simplex_tol,
                                max_rows=max_pool, rng=rng)
+
+
+def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float, simplex_tol: float,
+                   max_rows: int) -> tuple[AgreementRows, float]:
+    """The candidate pass: every row whose relative residual can be ≤ ``threshold`` under some Ŵ'_Σ with
+    ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``radius``, and the radius the rows kept cover.
+
+    A row's residual moves by at most a Lipschitz bound in Ŵ_Σ (the one
+    :class:`~mhalearn.learners.chen_li.agreement_rows.AgreementRows`'s
+    ``best_under`` uses): with A = 1 + 2k·``simplex_tol``,
+
+        r(Ŵ'_Σ) ≥ r(Ŵ_Σ) − A · max_j ‖x_j‖ / ‖y_ℓ‖ · ‖Ŵ'_Σ − Ŵ_Σ‖₂,
+
+    so the row is needed only from the radius (r(Ŵ_Σ) − ``threshold``) /
+    (A · max_j ‖x_j‖ / ‖y_ℓ‖) on (:func:`_reachable_block`), and every row
+    needed within ``radius`` is kept.  The simplex test is ten times looser
+    than for acceptance, as the pools' is, since a pattern moves with Ŵ_Σ.
+    One pass over the blocks, in waves of ``source.wave_blocks``; when more
+    than ``max_rows`` rows are needed, those needed from the smallest radius
+    are kept and the radius covered is the smallest of the rows dropped
+    (every row needed below it is kept), so
+    memory stays bounded by ``max_rows`` rows and a wave's.  Rows are in
+    block order; ``scanned`` counts every row of the stream and ``found``
+    the rows needed within ``radius``.
+    """
+    covered, found = radius, 0
+    parts, needs = [], []
+    for first in range(0, source.block_count, source.wave_blocks):
+        wave = range(first, min(first + source.wave_blocks, source.block_count))
+        for rows, need in source.map_blocks(_reachable_block, w_sum, threshold, covered, simplex_tol, blocks=wave):
+            keep = need < covered if covered < radius else need <= radius  # the radius may have shrunk
+            parts.append(rows.subset(keep))
+            needs.append(need[keep])
+            found += int(np.count_nonzero(need <= radius))
+        kept = sum(len(need) for need in needs)
+        if kept > max_rows:
+            joined = np.concatenate(needs)
+            order = np.argsort(joined, kind="stable")
+            covered = float(joined[order[max_rows]])
+            offsets = np.cumsum([0, *(len(need) for need in needs)])
+            keep = np.zeros(kept, dtype=bool)
+            keep[order[:max_rows]] = True  # every row needed below ``covered`` is among them
+            parts = [part.subset(keep[start:end]) for part, start, end in zip(parts, offsets[:-1], offsets[1:])]
+            needs = [need[keep[start:end]] for need, start, end in zip(needs, offsets[:-1], offsets[1:])]
+    rows = _joined(parts, source.samples * source.length, found)
+    return rows, covered
+
+
+def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
+                     threshold: float, radius: float, simplex_tol: float) -> tuple[AgreementRows, np.ndarray]:
+    """One block's rows needed within ``radius`` (:func:`reachable_rows`), decoded, and the radius each is needed from."""
+    residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
+    tokens, labels = np.asarray(X), np.asarray(Y)
+    if sequences is not None:
+        tokens, labels = tokens[sequences], labels[sequences]
+    token_norm = np.sqrt(np.einsum("nkd,nkd->nk", tokens, tokens).max(axis=1))
+    label_norm = np.sqrt(np.einsum("nkd,nkd->nk", labels, labels))
+    reach = (1.0 + 2.0 * tokens.shape[1] * simplex_tol) * token_norm[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.maximum(residuals - threshold, 0.0) * label_norm / reach
+    # A row with no finite residual (y = 0) can never be accepted.
+    kept, query = np.nonzero((violations <= 10 * simplex_tol) & np.isfinite(residuals) & (need <= radius))
+    rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
+    return rows, need[kept, query]

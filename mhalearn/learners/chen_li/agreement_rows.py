@@ -111,6 +111,19 @@ class AgreementRows:
         keep = best_rows(residuals, violations, count, simplex_tol)
         return decoded_rows(self.tokens[keep], self.query[keep], self.label[keep], w_sum, self.scanned)
 
+    def accepted_under(self, w_sum: np.ndarray, *, residual_tol: float, simplex_tol: float,
+                       max_rows: int) -> "AgreementRows":
+        """The first ``max_rows`` rows, in order, whose relative residual under Ŵ_Σ is ≤ ``residual_tol``
+        and pattern within ``simplex_tol`` of the simplex, decoded under Ŵ_Σ; ``found`` counts them all.
+
+        What phase 4 reads from the candidate pass's rows
+        (:func:`~mhalearn.learners.chen_li.agreement_passes.reachable_rows`).
+        """
+        residuals, violations = decoding_residuals(self.coded_tokens(), self.label[:, None, :], w_sum)
+        kept = accepted_entries(residuals[:, 0], violations[:, 0], None, residual_tol, simplex_tol)[0]
+        found, kept = len(kept), kept[:max_rows]
+        return decoded_rows(self.tokens[kept], self.query[kept], self.label[kept], w_sum, self.scanned, found)
+
     def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
                simplex_tol: float = BodySettings.simplex_tol) -> "AgreementRows":
         """Rows within ``simplex_tol`` of the simplex whose relative residual is at

@@ -31,7 +31,7 @@ from ..report import LearnerReport, Notifier, Phase, Route, Rule, certificate_li
 from ..streams import ArraySource
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import sculpt_body
-from .phase3_refine_sum import RefinedSum, refine_projection_sum
+from .phase3_refine_sum import RefinedSum, refine_projection_sum, refit_on_stream
 from .phase4_span import SpanReading, read_span
 from .phase5_net import NetSearch, search_net
 from .phase6_select import Selection, select_candidate
@@ -140,16 +140,24 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
                                                 f"residual cannot detect agreement rows (needs d > k)")
         notify(Phase.SPAN, span)
         return BodyPhases(None, (), None, span)
-    crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(source))
+    # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
+    # all of it, so the fit reads the stream about once (docs/design.md §4.1c).
+    prefix = source.prefix(settings.prefix_for(heads, source.length) or source.samples)
+    crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(prefix))
     notify(Phase.CRUDE_SUM, crude)
     first = checkpoint.run("2_sculpt", rng,
-                           lambda: sculpt_body(source, crude.w_sum, heads, settings, rng, rule=Rule.QUANTILE))
+                           lambda: sculpt_body(prefix, crude.w_sum, heads, settings, rng, rule=Rule.QUANTILE))
     notify(Phase.SCULPT, first)
     refined = checkpoint.run("3_refined_sum", rng,
-                             lambda: refine_projection_sum(source, heads, first, crude.w_sum, settings, rng))
+                             lambda: refine_projection_sum(prefix, heads, first, crude.w_sum, settings, rng))
+    if prefix is not source:
+        prefix_refined = refined
+        refined = checkpoint.run("3_stream_refit", rng,
+                                 lambda: refit_on_stream(source, heads, prefix_refined, settings))
     notify(Phase.REFINED_SUM, refined)
     final = checkpoint.run("4_sculpt", rng,
-                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE))
+                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE,
+                                               candidates=refined.candidates))
     notify(Phase.SCULPT, final)
     span = checkpoint.run("4_span", rng, lambda: read_span(final.slabs, heads, settings, rng))
     notify(Phase.SPAN, span)

@@ -59,7 +59,7 @@ class SculptedBody(PhaseResult):
 
 
 def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, rng: np.random.Generator, *,
-                rule: str) -> SculptedBody:
+                rule: str, candidates: AgreementRows | None = None) -> SculptedBody:
     """Phase 2: decode every row of ``source`` with Ŵ_Σ, accept the agreement rows, build their slabs.
 
     ``rule="quantile"`` (crude Ŵ_Σ): one pass draws a pool of the best
@@ -68,7 +68,10 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, the first
     ``max_rows`` found
     (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`:
-    a pass that stops once it has them) — the rows of K*.
+    a pass that stops once it has them) — the rows of K*; with
+    ``candidates``, the rows of a candidate pass that hold every row Ŵ_Σ can
+    accept (:class:`~mhalearn.learners.chen_li.phase3_refine_sum.StreamRefit`),
+    the first ``max_rows`` of them that pass, found without reading the stream.
     """
     start = time.perf_counter()
     pool = None
@@ -78,6 +81,9 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
                          max_pool=settings.max_pool_for(heads), min_share=settings.first_pool_share, rng=rng)
         accepted = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows),
                              simplex_tol=settings.simplex_tol)
+    elif rule == "absolute" and candidates is not None:
+        accepted = candidates.accepted_under(w_sum, residual_tol=settings.residual_tol,
+                                             simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
     elif rule == "absolute":
         accepted = first_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
                                         simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)

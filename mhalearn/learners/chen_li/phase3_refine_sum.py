@@ -22,6 +22,7 @@ Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_
 from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
 from ..streams import stream_rows
-from .agreement_passes import draw_pool
+from .agreement_passes import draw_pool, reachable_rows
 from .agreement_rows import AgreementRows
 from .body import ConvexBody
 from .phase2_sculpt import SculptedBody
@@ -317,7 +318,7 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
     ``callback(iteration, w_sum, kept)`` sees every iteration.
 
     Returns the final Ŵ_Σ and one dict per iteration (round, agreement fit,
-    rows kept, relative change, why the last one stopped).
+    rows kept, the largest residual among them, relative change, why the last one stopped).
     """
     history, drawn = [], 0
     while len(history) < iterations:
@@ -335,7 +336,8 @@ def alternating_projection_sum(source, w_sum: np.ndarray, *, quantile: float, it
             fit = float(np.median(kept.residual)) if len(kept) else math.inf
             if callback is not None:
                 callback(len(history), w_sum, kept)
-            entry = {"round": drawn, "agreement_fit": fit, "rows": len(kept)}
+            entry = {"round": drawn, "agreement_fit": fit, "rows": len(kept),
+                     "kept_residual": float(kept.residual.max()) if len(kept) else math.inf}
             history.append(entry)
             if fit > previous_fit:
                 entry["stopped"] = "worse"
@@ -384,17 +386,48 @@ class AlternatingRefit(PhaseResult):
     """Our step: ``iterations`` of decoding and refitting from the ``start`` estimate, on ``rounds`` pools.
 
     ``agreement_fit`` is the median relative residual of the last kept
-    rows (a gauge of Ŵ_Σ from the data alone); ``stopped`` why the last round ended.
+    rows (a gauge of Ŵ_Σ from the data alone), ``kept_residual`` the largest;
+    ``stopped`` why the last round ended.
     """
 
     start: str
     iterations: int
     rounds: int
     agreement_fit: float
+    kept_residual: float
     stopped: str
     w_sum: np.ndarray = data_field()
 
     name = "alternating refit (ours)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamRefit(PhaseResult):
+    """Ours: the candidate pass over the whole stream, then our refit going on on its rows, in memory.
+
+    ``passes`` candidate passes read the stream (a second one around the
+    refit's Ŵ_Σ when the first did not cover it); ``candidates`` rows were
+    kept, every row whose residual can reach ``threshold`` within ``radius``
+    (relative to ‖Ŵ_Σ‖₂) of the last pass's Ŵ_Σ, from which the refit
+    ``moved``.  ``exact`` says that every selection the refit made, and
+    phase 4's rows of K*, are those a pass over the whole stream would
+    make: Ŵ_Σ stayed inside the radius covered and every selection's residuals
+    below ``threshold``.  Data: Ŵ_Σ and the candidate rows (phase 4 reads K* from them).
+    """
+
+    passes: int
+    candidates: int
+    threshold: float
+    radius: float
+    moved: float
+    exact: bool
+    iterations: int
+    agreement_fit: float
+    stopped: str
+    w_sum: np.ndarray = data_field()
+    rows: AgreementRows = data_field()
+
+    name = "whole-stream refit (ours)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,6 +454,11 @@ class RefinedSum(PhaseResult):
 
     def detail_lines(self) -> list[str]:
         return [detail_line(step.name, step.summary()) for step in self.steps]
+
+    @property
+    def candidates(self) -> AgreementRows | None:
+        """The candidate pass's rows, where phase 4 reads K* (None: phase 4 reads the stream)."""
+        return next((step.rows for step in self.steps if isinstance(step, StreamRefit)), None)
 
 
 def _certified_refit(source, body: ConvexBody, theta_bar: np.ndarray, settings: BodySettings) -> CertifiedRefit:
@@ -476,6 +514,7 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
             seconds=time.perf_counter() - step_start, start="crude" if certified_sum is None else "certified",
             iterations=len(history), rounds=history[-1]["round"] if history else 0,
             agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
+            kept_residual=history[-1]["kept_residual"] if history else math.nan,
             stopped=history[-1]["stopped"] if history else "no iteration",
             w_sum=refined))
     return RefinedSum(seconds=time.perf_counter() - start, solver_status=solve.get("solver_status"),
@@ -485,12 +524,62 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
                       theta_bar=theta_bar)
 
 
+def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySettings) -> RefinedSum:
+    """Phase 3 on a stream longer than the prefix it read: our refit goes on over the whole stream.
+
+    The candidate pass
+    (:func:`~mhalearn.learners.chen_li.agreement_passes.reachable_rows`) keeps
+    every row that a Ŵ_Σ within ``candidate_radius`` of ``refined``'s could
+    select — relative residual at most the larger of ``residual_tol`` (phase
+    4's rows of K*) and the largest residual of the prefix refit's last kept
+    rows (the stream, a superset of the prefix, has its count-th smallest
+    residual below that) — and our alternating refit goes on, in memory, on
+    those rows, drawing no new pool (they hold every row a pool could).  If
+    Ŵ_Σ leaves the radius covered, or a selection's residuals rise above the
+    threshold, one more pass reads the stream around the new Ŵ_Σ.  Returns
+    ``refined`` with this step added and its Ŵ_Σ.
+    """
+    start = time.perf_counter()
+    last = next((step for step in reversed(refined.steps) if isinstance(step, AlternatingRefit)), None)
+    threshold = settings.residual_tol
+    if last is not None and np.isfinite(last.kept_residual):
+        threshold = max(threshold, last.kept_residual)
+    centre, passes = refined.w_sum, 0
+    while True:
+        scale = np.linalg.norm(centre, 2)
+        rows, covered = reachable_rows(source, centre, threshold=threshold, radius=settings.candidate_radius * scale,
+                                       simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
+        passes += 1
+        outside = []
+
+        def watch(iteration, w_sum, kept, centre=centre, covered=covered):
+            if np.linalg.norm(w_sum - centre, 2) >= covered or (len(kept) and kept.residual.max() > threshold):
+                outside.append(iteration)
+
+        w_sum, history = alternating_projection_sum(
+            None, centre, quantile=settings.quantile_for(heads), iterations=settings.refit_iterations,
+            refit_rows=settings.refit_rows, rounds=1, pool_fraction=settings.pool_fraction_for(heads),
+            simplex_tol=settings.simplex_tol, pool=rows, callback=watch)
+        moved = np.linalg.norm(w_sum - centre, 2)
+        exact = not outside and moved < covered
+        if exact or passes >= 2:
+            break
+        centre = w_sum
+    step = StreamRefit(seconds=time.perf_counter() - start, passes=passes, candidates=len(rows),
+                       threshold=threshold, radius=covered / scale, moved=moved / scale, exact=exact,
+                       iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
+                       stopped=history[-1]["stopped"] if history else "no iteration", w_sum=w_sum, rows=rows)
+    steps = (*refined.steps, step)
+    return dataclasses.replace(refined, seconds=refined.seconds + step.seconds, steps=steps, w_sum=w_sum,
+                               moved_by=_mover(steps, refined.w_sum if refined.moved_by == "none" else None, w_sum))
+
+
 def _mover(steps, crude: np.ndarray, refined: np.ndarray) -> str:
     """Which refit the final Ŵ_Σ comes from: the paper's certified one, ours, both or neither."""
     if refined is crude:
         return "none"
     certified = any(isinstance(step, CertifiedRefit) and step.refitted for step in steps)
-    alternating = any(isinstance(step, AlternatingRefit) for step in steps)
+    alternating = any(isinstance(step, (AlternatingRefit, StreamRefit)) for step in steps)
     if certified and alternating:
         return "certified rows (Chen & Li), then alternating refit (ours)"
     return "certified rows (Chen & Li)" if certified else "alternating refit (ours)"

@@ -42,6 +42,9 @@ class BodySettings:
     refit_rounds: int = 4
     pool_fraction: float = 0.1
     first_pool_share: float = 0.005
+    prefix_samples: int | None = None
+    candidate_radius: float = 0.02
+    max_candidate_rows: int = 2_000_000
     min_equalities: int | None = None
     min_gap: float = 1.0
     hull_trim: float = 3.0
@@ -65,6 +68,16 @@ class BodySettings:
     def max_pool_for(self, heads: int) -> int:
         """Pool rows such that each alternating iteration accepts about ``max_rows`` of them."""
         return int(self.max_rows * self.pool_fraction_for(heads) / self.quantile_for(heads))
+
+    def prefix_for(self, heads: int, length: int) -> int | None:
+        """Sequences phases 1–3 read (None: all of them): ``prefix_samples``, by default the shortest
+        stream whose best ``first_pool_share`` of rows fills the first pool (10⁷ sequences at m ≥ 2,
+        k = 4), beyond which the first pool is a random share of those rows however long the stream."""
+        if self.prefix_samples is not None:
+            return self.prefix_samples
+        if self.first_pool_share <= 0.0:
+            return None
+        return math.ceil(self.max_pool_for(heads) / (self.first_pool_share * length))
 
     def slab_rule(self) -> dict:
         """The slab rule's parameters under the paper's names, those of phase 2's ``slab_constraints``:

@@ -1,0 +1,85 @@
+"""The body's passes over a long stream: a prefix for phases 1–3, one candidate pass for the rest."""
+
+import numpy as np
+import pytest
+
+import mhalearn
+from mhalearn.learners.chen_li import agreement_passes, decoder, sculpt_span
+from mhalearn.learners.chen_li.settings import BodySettings
+from mhalearn.learners.streams import ArraySource, TeacherSource
+
+TOL = BodySettings.simplex_tol
+
+
+def _stream(samples=6000, seed=3):
+    teacher = mhalearn.sample_teacher(2, 7, rng=31)
+    return teacher, TeacherSource(teacher, samples, 4, seed=seed, block_size=1000)
+
+
+def test_a_prefix_is_the_source_that_ends_there():
+    teacher, source = _stream(samples=5500)
+    prefix = source.prefix(2500)
+    assert (prefix.block_count, prefix.samples) == (3, 3000)
+    shorter = TeacherSource(teacher, 3000, 4, seed=3, block_size=1000)
+    for (X, Y), (X_short, Y_short) in zip(prefix.blocks(), shorter.blocks(), strict=True):
+        np.testing.assert_array_equal(X, X_short)
+        np.testing.assert_array_equal(Y, Y_short)
+    assert source.prefix(5001) is source and source.prefix(10 ** 9) is source
+    # Held-out sequences are not the stream's: a prefix counts the training ones only.
+    X, Y = mhalearn.make_dataset(teacher, 2500, 4, rng=4)
+    split = ArraySource(X, Y, 1000, held_out=[100, 100, 50], seed=5)
+    assert [split.block_samples(b) for b in range(3)] == [900, 900, 450]
+    assert split.prefix(901).samples == 1800
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_the_candidate_pass_keeps_every_row_a_nearby_estimate_can_accept(rng, capped):
+    teacher, source = _stream()
+    X = np.concatenate([X for X, _ in source.blocks()])
+    Y = np.concatenate([Y for _, Y in source.blocks()])
+    centre = teacher.projection_sum + 0.02 * rng.standard_normal((7, 7))
+    radius, threshold = 0.05 * np.linalg.norm(centre, 2), 0.03
+    rows, covered = agreement_passes.reachable_rows(source, centre, threshold=threshold, radius=radius,
+                                                    simplex_tol=TOL, max_rows=10 ** 9)
+    assert rows.scanned == 6000 * 4 and covered == radius and len(rows) == rows.found
+    if capped:
+        # Half-way between the rows needed at once (within the threshold already) and all of them.
+        at_once = int(np.count_nonzero(rows.residual <= threshold))
+        cap = (at_once + len(rows)) // 2
+        rows, covered = agreement_passes.reachable_rows(source, centre, threshold=threshold, radius=radius,
+                                                        simplex_tol=TOL, max_rows=cap)
+        assert len(rows) == cap and 0 < covered < radius  # the cap bit, and says what it covers
+    kept = {(tokens.tobytes(), query) for tokens, query in zip(rows.tokens, rows.query)}
+    checked = 0
+    for scale in (0.2, 0.6, 0.99):
+        direction = rng.standard_normal((7, 7))
+        nearby = centre + scale * covered * direction / np.linalg.norm(direction, 2)
+        residuals, violations = decoder.decoding_residuals(X, Y, nearby)
+        sequence, query = np.nonzero((residuals <= threshold) & (violations <= TOL))
+        assert len(sequence) > 20
+        checked += len(sequence)
+        assert all((X[s].tobytes(), q) in kept for s, q in zip(sequence, query))
+    # Not everything: the pass keeps a small share of the rows.
+    assert len(rows) < 0.5 * rows.scanned and checked
+
+
+def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkeypatch):
+    teacher, source = _stream(samples=20_000)
+    reads = []
+    original = TeacherSource._block
+    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: reads.append(index) or original(self, index))
+    settings = BodySettings(prefix_samples=5000)
+    phases = sculpt_span(source, 2, settings, np.random.default_rng(7))
+    stream_refit = phases.refined_sum.steps[-1]
+    assert stream_refit.name == "whole-stream refit (ours)" and stream_refit.exact
+    # Phases 1–3 read the prefix's 5 blocks (a few times), the candidate pass all 20 blocks once, phase 4 none.
+    assert sum(index >= 5 for index in reads) == 15 * stream_refit.passes
+    # K* is what a pass over the whole stream accepts under the refined Ŵ_Σ, to the bit.
+    w_sum = phases.refined_sum.w_sum
+    everything = agreement_passes.find_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
+                                                      simplex_tol=TOL)
+    k_star = phases.sculpt[-1].rows
+    assert k_star.found == everything.found and len(k_star) == min(everything.found, settings.max_rows)
+    np.testing.assert_array_equal(k_star.tokens, everything.tokens[:len(k_star)])
+    np.testing.assert_array_equal(k_star.pattern, everything.pattern[:len(k_star)])
+    assert phases.span.refused is None and phases.span.basis.shape == (2, 49)
