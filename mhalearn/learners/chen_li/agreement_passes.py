@@ -185,7 +185,8 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
 
 def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
                      threshold: float, radius: float, simplex_tol: float) -> tuple[AgreementRows, np.ndarray]:
-    """One block's rows needed within ``radius`` (:func:`reachable_rows`), decoded, and the radius each is needed from."""
+    """One block's rows needed within ``radius`` (:func:`reachable_rows`), decoded, and the radius each is
+    needed from."""
     residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
     tokens, labels = np.asarray(X), np.asarray(Y)
     if sequences is not None:
