@@ -1,0 +1,131 @@
+"""Phases 1–4 of the body against one labelling pass of the same lazily generated dataset, on 1 and 2 workers.
+
+An m = 3, d = 12, k = 4 teacher (``sample_teacher(3, 12,
+rng=seeded_rng(20_251, 3, seed))``, the ``sculpt-vs-m`` teachers) labels
+``--samples`` Boolean sequences drawn block by block where Dask computes them
+(``make_dataset(..., chunks=65 536)``: nothing of size n is held).  For each
+``--workers`` count, one after the other in this process, on a
+``LocalCluster`` of that many single-threaded workers:
+
+1. a *labelling pass*: every block drawn and labelled, its labels summed (what
+   any pass over a generated dataset costs at least);
+2. phases 1–4 (:func:`mhalearn.learners.chen_li.sculpt_span`, default
+   settings, ``random_state = seed``) on the same dataset.
+
+Printed per worker count: both wall times and their ratio (phases 1–4 in
+labelling passes), the candidate pass's figures, the span distance to the
+teacher, each worker's peak memory; then the wall time of every worker
+count against the first's, and the largest difference between their spans
+(the passes reduce in block order, so any scheduler gives the same bits).
+One JSON line per (samples, seed, workers) in ``--out``, span included; a
+rerun skips the lines it holds and still prints the comparison.
+
+    python bench/passes.py [--samples 1e8] [--seed 0] [--workers 1 2] [--prefix-samples N]
+                           [--out runs/passes.jsonl]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+# bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
+sys.path[:] = [entry for entry in sys.path
+               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+
+import numpy as np  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import mhalearn  # noqa: E402
+from mhalearn._memory import peak_memory_mb  # noqa: E402
+from mhalearn.attention.teachers import sample_teacher  # noqa: E402
+from mhalearn.evaluation import span_distance  # noqa: E402
+from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span  # noqa: E402
+from mhalearn.learners.moment_route import sine_distance  # noqa: E402
+from mhalearn.learners.streams import BLOCK_SIZE, DaskSource  # noqa: E402
+from mhalearn.seeding import seeded_rng  # noqa: E402
+
+HEADS, DIM, LENGTH = 3, 12, 4
+
+
+def _label_sum(X, Y, rows):
+    """A labelling pass's reduction: the block's label sum (the block is drawn and labelled to give it)."""
+    return float(np.asarray(Y).sum())
+
+
+def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -> dict:
+    teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
+    X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "passes"), chunks=BLOCK_SIZE)
+    settings = BodySettings(prefix_samples=prefix_samples)
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        source = DaskSource(X, Y)
+        start = time.perf_counter()
+        source.map_blocks(_label_sum)
+        labelling = time.perf_counter() - start
+        start = time.perf_counter()
+        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed))
+        body = time.perf_counter() - start
+        worker_memory = sorted(client.run(peak_memory_mb).values())
+    stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
+    span = phases.span
+    return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples,
+            "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
+            "stream_refit": None if stream is None else stream.as_dict(),
+            "k_star_rows": phases.sculpt[-1].found_rows, "refused": span.refused,
+            "estimated_error": span.estimated_error,
+            "span_distance": None if span.basis is None else span_distance(span.basis, teacher),
+            "basis": None if span.basis is None else span.basis.tolist(),
+            "w_sum_error": float(np.linalg.norm(phases.refined_sum.w_sum - teacher.projection_sum)
+                                 / np.linalg.norm(teacher.projection_sum)),
+            "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=float, default=1e8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--prefix-samples", type=float, default=None,
+                        help="BodySettings.prefix_samples (default: the setting's own)")
+    parser.add_argument("--out", default="runs/passes.jsonl")
+    args = parser.parse_args()
+    samples = int(args.samples)
+    prefix = None if args.prefix_samples is None else int(args.prefix_samples)
+    rows = {}
+    if os.path.exists(args.out):
+        with open(args.out) as handle:
+            rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"]): row
+                    for row in map(json.loads, handle) if row}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    for workers in args.workers:
+        key = (samples, args.seed, workers, prefix)
+        if key not in rows:
+            rows[key] = measure(samples, args.seed, workers, prefix)
+            with open(args.out, "a") as handle:
+                handle.write(json.dumps(rows[key]) + "\n")
+        row = rows[key]
+        stream = row["stream_refit"] or {}
+        print(f"n = {samples:.0e}, teacher {args.seed}, {workers} worker(s): labelling pass "
+              f"{row['labelling_seconds']:.1f} s, phases 1–4 {row['phases_seconds']:.1f} s = "
+              f"{row['passes_worth']:.2f} labelling passes; candidate passes {stream.get('passes')}, "
+              f"rows {stream.get('candidates')}, exact {stream.get('exact')}; K* {row['k_star_rows']} rows; span "
+              f"{row['span_distance']} (estimate {row['estimated_error']:.3f}); Ŵ_Σ {row['w_sum_error']:.4f}; "
+              f"peak memory per worker {row['worker_peak_memory_mb']} MB, client {row['client_peak_memory_mb']:.0f} MB",
+              flush=True)
+    first = rows[(samples, args.seed, args.workers[0], prefix)]
+    for workers in args.workers[1:]:
+        row = rows[(samples, args.seed, workers, prefix)]
+        apart = (None if row["basis"] is None or first["basis"] is None else
+                 float(np.abs(np.array(row["basis"]) - np.array(first["basis"])).max()))
+        angle = (None if apart is None else
+                 sine_distance(np.array(row["basis"]), np.array(first["basis"])))
+        print(f"{workers} workers against {args.workers[0]}: phases 1–4 wall time "
+              f"{row['phases_seconds'] / first['phases_seconds']:.2f}×, labelling pass "
+              f"{row['labelling_seconds'] / first['labelling_seconds']:.2f}×; spans differ by {apart} "
+              f"(largest entry), {angle} (sine distance)")
+
+
+if __name__ == "__main__":
+    main()
