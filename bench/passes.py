@@ -10,7 +10,10 @@ rng=seeded_rng(20_251, 3, seed))``, the ``sculpt-vs-m`` teachers) labels
 1. a *labelling pass*: every block drawn and labelled, its labels summed (what
    any pass over a generated dataset costs at least);
 2. phases 1–4 (:func:`mhalearn.learners.chen_li.sculpt_span`, default
-   settings, ``random_state = seed``) on the same dataset.
+   settings, ``random_state = seed``) on the same dataset,
+
+both after phases 1–4 on a small dataset, so that neither times a worker
+loading its kernels.
 
 Printed per worker count: both wall times and their ratio (phases 1–4 in
 labelling passes), the candidate pass's figures, the span distance to the
@@ -54,12 +57,19 @@ def _label_sum(X, Y, rows):
     return float(np.asarray(Y).sum())
 
 
+def warm_up(teacher, settings: BodySettings):
+    """Phases 1–4 on a small dataset first, so that no timed pass loads or compiles a kernel on a worker."""
+    X, Y = mhalearn.make_dataset(teacher, 3 * BLOCK_SIZE, LENGTH, rng=seeded_rng("warm-up"), chunks=BLOCK_SIZE)
+    sculpt_span(DaskSource(X, Y), HEADS, BodySettings(prefix_samples=BLOCK_SIZE), np.random.default_rng(0))
+
+
 def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -> dict:
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "passes"), chunks=BLOCK_SIZE)
     settings = BodySettings(prefix_samples=prefix_samples)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
+        warm_up(teacher, settings)
         source = DaskSource(X, Y)
         start = time.perf_counter()
         source.map_blocks(_label_sum)
