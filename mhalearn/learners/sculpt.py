@@ -136,7 +136,7 @@ class SculptLearner(SpanSearchLearner):
         stream one *candidate pass* then keeps every row that any Ŵ_Σ within
         ``candidate_radius`` of phase 3's could accept, and our refit goes on
         and K* is read on those rows in memory: a fit reads the stream about
-        once (docs/design.md §4.1c).
+        once (docs/design.md §4.1, "How often a fit reads the stream").
     candidate_radius : float
         The candidate pass keeps every row whose relative residual under
         some Ŵ'_Σ with ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``candidate_radius``·‖Ŵ_Σ‖₂ can be at

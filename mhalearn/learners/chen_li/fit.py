@@ -141,7 +141,7 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         notify(Phase.SPAN, span)
         return BodyPhases(None, (), None, span)
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
-    # all of it, so the fit reads the stream about once (docs/design.md §4.1c).
+    # all of it, so the fit reads the stream about once (docs/design.md §4.1, "How often a fit reads the stream").
     prefix = source.prefix(settings.prefix_for(heads, source.length) or source.samples)
     crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(prefix))
     notify(Phase.CRUDE_SUM, crude)
