@@ -44,6 +44,7 @@ from ..learners.checkpoint import open_checkpoint
 from ..learners.chen_li import (
     BodySettings,
     SearchSettings,
+    StreamRefit,
     certificate_bounds,
     route_net,
     sculpt_span,
@@ -125,6 +126,8 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
     checkpoint = open_checkpoint(checkpoint_dir, source, heads, body_settings, rng)
     phases = sculpt_span(source, heads, body_settings, rng, notify, checkpoint)
     span, final = phases.span, phases.sculpt[-1]
+    stream = None if phases.refined_sum is None else next(
+        (step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
     metrics = {
         "agreement_rows": final.found_rows,
         "agreement_rows_kept": final.accepted_rows,
@@ -133,6 +136,9 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
         "feasible": observer.figure(Phase.SCULPT, "teacher_feasible_fraction"),
         "crude_w_sum_error": observer.figure(Phase.CRUDE_SUM, "w_sum_error"),
         "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
+        # The stream beyond phases 1–3's prefix: candidate passes read, and whether K* is the whole stream's.
+        "candidate_passes": stream.passes if stream is not None else 0,
+        "stream_exact": stream.exact if stream is not None else None,
         "span_distance": observer.span_distance(Route.BODY),
         "estimated_error": span.estimated_error,
         "refused": span.refused,
