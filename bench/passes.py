@@ -47,6 +47,7 @@ from mhalearn.evaluation import span_distance  # noqa: E402
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span  # noqa: E402
 from mhalearn.learners.moment_route import sine_distance  # noqa: E402
 from mhalearn.learners.streams import BLOCK_SIZE, DaskSource  # noqa: E402
+from mhalearn.provenance import git_state  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
@@ -89,7 +90,8 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -
             "basis": None if span.basis is None else span.basis.tolist(),
             "w_sum_error": float(np.linalg.norm(phases.refined_sum.w_sum - teacher.projection_sum)
                                  / np.linalg.norm(teacher.projection_sum)),
-            "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb()}
+            "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb(),
+            "git_commit": git_state()[0]}
 
 
 def main():

@@ -43,9 +43,11 @@ from mhalearn.attention.data import boolean_inputs  # noqa: E402
 from mhalearn.attention.model import relative_error  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
 from mhalearn.evaluation import TeacherObserver  # noqa: E402
+from mhalearn.learners.chen_li import StreamRefit  # noqa: E402
 from mhalearn.learners.chen_li.phase5_net import hull_frame  # noqa: E402
 from mhalearn.learners.chen_li.settings import SearchSettings  # noqa: E402
 from mhalearn.learners.report import Phase, Route  # noqa: E402
+from mhalearn.provenance import git_state  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
@@ -63,6 +65,13 @@ def heads_off_hull(report, teacher) -> float | None:
     frame, offset = hull_frame(span.basis, *span.hull)
     across = (teacher.thetas.reshape(HEADS, -1) @ span.basis.T) @ frame[0]
     return float(max(abs(across - offset)) / SearchSettings().radius(span.head_norm, HEADS))
+
+
+def _stream_passes(report) -> int | None:
+    """The candidate passes phase 3 read beyond its prefix (0: none; None: phases 1–3 did not run)."""
+    if report.refined_sum is None:
+        return None
+    return next((step.passes for step in report.refined_sum.steps if isinstance(step, StreamRefit)), 0)
 
 
 def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates: int = 200_000,
@@ -95,6 +104,7 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
+            "candidate_passes": _stream_passes(report), "git_commit": git_state()[0],
             "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
 
 
