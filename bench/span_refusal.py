@@ -5,8 +5,8 @@ For each shape (d, k, n) and seed, plants a random teacher with
 ``SculptLearner(2, refine="none")`` (its default net: when both routes are
 compared, phase 6 chooses between their candidates) watched by a
 :class:`mhalearn.TeacherObserver`.  The
-moment route's span comes from the fit when the fit ran it (a refusal, or a
-body whose estimated error exceeds ``compare_routes_above``), otherwise from
+moment route's span comes from the fit, which runs it beside the body in
+every fit (``span_route="auto"``); were it not run, from
 :func:`~mhalearn.learners.moment_route.moment_span` on the same standardised
 data.  Prints per fit the body's span distance and its bootstrap estimate,
 the moment route's distance and its estimate, the route chosen, whether the
@@ -19,9 +19,10 @@ rule's contradiction check).  Rows are appended to
     python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
         [--compare-above C] [--nets]
 
-``--compare-above 0`` runs the moment route in every fit (for choosing
-``compare_routes_above`` on development seeds: every rule's route can then
-be read from the rows).
+``--compare-above 0`` lets phase 6 choose between both routes' candidates
+in every fit the spans do not contradict (for choosing
+``compare_routes_above`` on development seeds).  ``bench/span_calibration.py``
+reads the rows' estimated against true span errors.
 
 ``--nets`` also runs phases 5–6 (``refine="none"``, the default budget) on
 each route's span — the body's whenever it read one, refused or not, in
@@ -130,10 +131,11 @@ def main():
         print(f"{r['dim']:<2} {r['length']:<2} {r['samples']:<7} {r['seed']:>4} |   {fmt(body)}   |  "
               f"{fmt(r['estimated_error'])}   |    {fmt(moment)}    |   {fmt(r.get('moment_estimate'))}    | "
               f"{r['route']:<6} | {'yes' if ok else 'NO':>13} | {'YES' if bad else 'no':>5}")
-    compared = sum(r.get("moment_in_fit", False) and r["refused"] is None for r in rows)
+    unrefused = [r for r in rows if r["refused"] is None]
+    both = sum("held-out" in r["route_reason"] for r in unrefused)
     print(f"chosen route's span ≤ the other's: {closer}/{len(rows)} ({closer / len(rows):.0%}); "
-          f"body spans ≤ {TARGET} not used: {not_used}; moment route run to compare in {compared} of "
-          f"{len(rows)} fits")
+          f"body spans ≤ {TARGET} not used: {not_used}; of the {len(unrefused)} fits the body did not refuse, "
+          f"phase 6 chose between both routes in {both}")
     if args.nets:
         by_error = [r for r in rows if "moment_val_error" in r]
         closer = not_used = 0

@@ -64,7 +64,9 @@ def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
     report = learner.report_
     for phase, result in report.phases():
         assert result is None or result.seconds >= 0.0, phase
-    assert report.moment is None and report.route == "body" and report.fallback is None
+    # The moment route ran beside the body to check its span, and agreed: the body's span alone.
+    assert report.moment is not None and report.route == "body" and report.fallback is None
+    assert "within" in report.route_reason
     assert report.net.shape == "hull slab" and report.compared_net is None
     assert [body.rule for body in report.sculpt] == ["quantile", "absolute"]
     assert observer.figure("crude_sum", "w_sum_error") > 0.05  # crude is biased, as the design says
@@ -77,7 +79,7 @@ def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
     table = report.table()
     assert "alternating refit (ours)" in table and "certificate" in table and "span from the body route" in table
     assert [line.split()[0] for line in observer.table().splitlines()[1:-1]] == [
-        "crude_sum", "sculpt", "refined_sum", "sculpt", "span", "net", "selection"]
+        "crude_sum", "sculpt", "refined_sum", "sculpt", "span", "moment", "net", "selection"]
 
 
 def test_refine_none_returns_the_least_squares_candidate():
@@ -192,8 +194,42 @@ def test_route_rule_distrusts_a_body_whose_span_the_moment_route_contradicts():
     assert route == "moment" and "0.500 apart, more than the body's estimated error 0.100 plus twice" in reason
     # Within the body's estimate plus twice the moment route's, phase 6 decides between both.
     assert choose_route(_span_reading(0.1), _moment_result(0.25, basis=tilted), settings)[0] == "both"
-    # The body's low estimate alone does not run the comparison, so nothing contradicts it.
+    # Unchecked (span_route="body": the moment route did not run), nothing contradicts the body.
     assert choose_route(_span_reading(0.05), None, settings)[0] == "body"
+
+
+def test_route_rule_rejects_a_contradicted_body_however_low_its_estimate():
+    # A bias every bootstrap resample shares leaves the body's estimate tiny while its span is far off
+    # (m = 3, n = 10⁸: 0.96 off, estimated 0.089); the moment route's span is what can contradict it, so
+    # the check must not wait for the body's estimate to exceed compare_routes_above.
+    far = np.array([np.eye(9)[0], np.sqrt(1 - 0.96 ** 2) * np.eye(9)[1] + 0.96 * np.eye(9)[2]])
+    settings = BodySettings(compare_routes_above=0.07)
+    for body_estimate in (0.001, 0.03, 0.07):
+        route, reason = choose_route(_span_reading(body_estimate), _moment_result(0.1, basis=far), settings)
+        assert route == "moment" and "0.960 apart" in reason and "not trusted" in reason
+    # Two spans that agree within the estimates keep the body's, alone below compare_routes_above.
+    near = np.array([np.eye(9)[0], np.sqrt(1 - 0.1 ** 2) * np.eye(9)[1] + 0.1 * np.eye(9)[2]])
+    route, reason = choose_route(_span_reading(0.03), _moment_result(0.1, basis=near), settings)
+    assert route == "body" and "0.100 apart, within" in reason
+
+
+def test_auto_route_runs_the_moment_route_beside_a_confident_body(monkeypatch):
+    # The body's estimate is far below compare_routes_above, but its span is wrong with a bias the bootstrap
+    # cannot see: the moment route, run in every "auto" fit, contradicts it and reads the span instead.
+    teacher, X, Y, X_test = _data(1, 6, 3, 2000, 21)
+    real = fit.read_span
+    wrong = np.linalg.qr(np.random.default_rng(3).standard_normal((36, 1)))[0].T
+
+    def confident_wrong_span(*args, **kwargs):
+        span = real(*args, **kwargs)
+        return dataclasses.replace(span, basis=wrong, estimated_error=1e-4, centre=wrong[0] * span.head_norm,
+                                   point=wrong[0] * span.head_norm, long_directions=np.empty((0, 36)))
+    monkeypatch.setattr(fit, "read_span", confident_wrong_span)
+    report = SculptLearner(1, refine="none", random_state=0).fit(X, Y).report_
+    assert report.moment is not None and report.compared_net is None
+    assert report.route == "moment" and "not trusted" in report.fallback
+    # span_route="body" skips the check: the wrong span is taken.
+    assert SculptLearner(1, refine="none", span_route="body", random_state=0).fit(X, Y).report_.route == "body"
 
 
 def test_span_route_takes_the_routes_a_request_can_name():
@@ -207,7 +243,9 @@ def test_route_rule_prefers_the_body_unless_refused_or_uncertain():
     settings = BodySettings(compare_routes_above=0.07)
     route, reason = choose_route(_span_reading(0.05), None, settings)
     assert route == "body" and "not run" in reason
-    # Compared and not contradicted, the estimates do not decide: phase 6 does, on held-out data.
+    route, reason = choose_route(_span_reading(0.05), _moment_result(0.09), settings)
+    assert route == "body" and "within" in reason and "<= 0.07" in reason
+    # Not contradicted but uncertain, the estimates do not decide: phase 6 does, on held-out data.
     for moment_estimate in (0.09, 0.14):
         route, reason = choose_route(_span_reading(0.13), _moment_result(moment_estimate), settings)
         assert route == "both" and "held-out" in reason
@@ -238,7 +276,9 @@ def test_sculpt_learner_chooses_between_both_routes_on_held_out_data(monkeypatch
     assert learner.report_.route == "moment" and "held-out" in learner.report_.fallback
     assert "span from the moment route" in learner.report_.table()
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
-    assert SculptLearner(1, random_state=0).fit(X, Y).report_.moment is None  # the default does not compare here
+    # The default runs the moment route to check the body but, agreeing and confident, searches the body's span alone.
+    default = SculptLearner(1, random_state=0).fit(X, Y).report_
+    assert default.moment is not None and default.compared_net is None and default.route == "body"
 
 
 def test_net_scores_match_direct_least_squares():

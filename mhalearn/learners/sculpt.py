@@ -20,8 +20,8 @@ functions in :mod:`mhalearn.learners.chen_li`, one module each:
    (phase 2 again, under the refined Ŵ_Σ), span{Θ_i} = span{centre of K*}
    + its m − 1 long directions, or a refusal, after which our moment route
    (:mod:`~mhalearn.learners.moment_route`) gives the span — as it does
-   when its estimated span error is the lower of the two, or its span
-   contradicts the body's (:func:`~mhalearn.learners.chen_li.fit.choose_route`);
+   when its span, read beside the body's in every fit, contradicts the
+   body's (:func:`~mhalearn.learners.chen_li.fit.choose_route`);
 5. :func:`~mhalearn.learners.chen_li.search_net` — a net over m-tuples of
    heads in the span, W by least squares;
 6. :func:`~mhalearn.learners.chen_li.select_candidate` — the held-out
@@ -168,18 +168,18 @@ class SculptLearner(SpanSearchLearner):
         Resamples of the kept rows of K*, and the quantile of their span
         distances taken as the estimate of the span's error.
     compare_routes_above : float
-        With ``span_route="auto"``, when the body's estimated span error
-        exceeds this (and the body does not refuse) the moment route is run
-        too.  Its span is used alone if the two spans lie farther apart than
-        the body's estimate plus twice the moment route's (the estimates
-        contradict each other; the body's bootstrap is the one blind to a
-        shared bias); otherwise the net is searched in both spans and phase
-        6 chooses among both nets' candidates by their held-out error, and
-        so chooses the route.  1 never compares.
-        0.07 is just below the lowest estimate the moment route gave on
-        development fits (m = 2, seeds 10–13, three shapes: 0.073–0.113):
-        below it the moment route was never the lower, so running it only
-        costs time (2–9 s at d = 10–14).
+        With ``span_route="auto"`` the moment route runs beside the body in
+        every fit, and its span is used alone if the two spans lie farther
+        apart than the body's estimated span error plus twice the moment
+        route's (the estimates contradict each other; the body's bootstrap
+        is the one blind to a bias its resamples share).  Otherwise, when
+        the body's estimate exceeds this, the net is searched in both spans
+        and phase 6 chooses among both nets' candidates by their held-out
+        error, and so chooses the route; at or below it the body's span is
+        used alone.  1 never searches both.  0.07 is just below the lowest
+        estimate the moment route gave on development fits (m = 2, seeds
+        10–13, three shapes: 0.073–0.113): below it the body's estimate was
+        the lower in every one of them, so searching both only costs time.
     span_point : {"centre", "min_norm"}
         The point of K* whose direction completes the span: the centre of
         the slab system (default), or K*'s minimum-norm point (the paper's
@@ -188,12 +188,14 @@ class SculptLearner(SpanSearchLearner):
         An upper bound on every ‖Θ_i‖_F: the radius of the body's norm ball
         and of the net.
     span_route : {"auto", "body", "moment"}
-        ``"auto"`` reads the span from the body and uses our moment route when
-        the body refuses or the moment route's span contradicts the body's,
-        and both when the body is uncertain (see ``compare_routes_above``);
-        ``"body"`` uses the moment route only
-        when the body refuses, and warns then; ``"moment"`` skips the
-        sculpting phases.
+        ``"auto"`` reads the span from the body, runs our moment route
+        beside it and uses the moment route's span when the body refuses or
+        the two spans contradict each other, and both when the body is
+        uncertain (see ``compare_routes_above``); ``"body"`` runs the moment
+        route only when the body refuses, and warns then (the body's span
+        is taken unchecked, saving the moment route's time, which does not
+        grow with n: 3–15 s at d = 10–14 on shared cores); ``"moment"``
+        skips the sculpting phases.
     search : {"net", "multistart"}
         Full net of m-tuples, or random tuples plus local descent in the span.
     net_radius, net_resolution : float or None
@@ -322,7 +324,7 @@ class SculptLearner(SpanSearchLearner):
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
         super()._check_shape(samples, length, dim)
-        # Every route may run the moment route (the body refuses, or its estimate is the higher), so its
+        # Every route may run the moment route ("auto" always does; "body" when the body refuses), so its
         # memory is checked before the phases 1–4 that would otherwise run first, for hours at 10⁸.
         check_moment_memory(length, dim)
 

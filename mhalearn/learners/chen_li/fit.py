@@ -4,9 +4,9 @@
 out) on a stream of examples, so an experiment can run them on 10⁶
 sequences in bounded memory; :func:`search_and_select` runs phases 5–6 on a
 span; :func:`sculpt_fit` chains both, using our moment route
-(:mod:`mhalearn.learners.moment_route`) when the body refuses or the moment
-route's span contradicts the body's, and both routes' candidates when the
-body is uncertain (:func:`choose_route`).
+(:mod:`mhalearn.learners.moment_route`), always run beside the body, when
+the body refuses or the moment route's span contradicts the body's, and
+both routes' candidates when the body is uncertain (:func:`choose_route`).
 :class:`~mhalearn.SculptLearner` calls :func:`sculpt_fit` and
 :class:`~mhalearn.MomentLearner` the moment route and
 :func:`search_and_select`.
@@ -56,7 +56,7 @@ class SpanSearchReport(LearnerReport):
     (``SculptLearner(checkpoint=...)``; their ``seconds`` are those of the
     run that computed them), and ``kept_seconds``, the sum of those seconds:
     the fit's whole time is ``total_seconds`` (this run's) + ``kept_seconds``.  ``moment`` is also set
-    when the moment route ran only to be compared with the body.  A phase that did not run is None (the moment
+    when the moment route ran only to check the body's span.  A phase that did not run is None (the moment
     learner runs only ``moment``, ``net`` and ``selection``).
     """
 
@@ -183,38 +183,44 @@ def search_and_select(X, Y, X_val, Y_val, basis: np.ndarray, radius: float, head
 def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySettings) -> tuple[Route, str]:
     """Which span phases 5–6 use, and why: ``(Route.BODY | Route.MOMENT | Route.BOTH, reason)``.
 
-    The body's span is used unless it refused, or unless the moment route
-    was run to compare (the body's estimated error exceeds
-    ``settings.compare_routes_above``).  Then the moment route's span is
-    used alone if the two spans lie farther apart than the body's estimate
-    plus twice the moment route's — which two spans within those distances
-    of the truth cannot, the distance being a metric — since the body's
-    bootstrap is blind to a bias its resamples share; otherwise ``"both"``:
-    phase 6 chooses between the two routes' net candidates on held-out data
-    (:func:`sculpt_fit`).  The estimates come from the data alone: the
-    body's is the 90th percentile of its bootstrap distances
+    The moment route's span is used if the body refused, or if the two
+    spans lie farther apart than the body's estimated error plus twice the
+    moment route's — which two spans within those distances of the truth
+    cannot, the distance being a metric — since the body's bootstrap is
+    blind to a bias its resamples share.  Otherwise the spans agree, and
+    the body's is used alone if its estimate is at most
+    ``settings.compare_routes_above``; above it, ``"both"``: phase 6 picks
+    between the two routes' net candidates on held-out data
+    (:func:`sculpt_fit`).  ``moment`` None (``span_route="body"``) takes
+    the body's span unchecked.  The estimates come from the data alone:
+    the body's is the 90th percentile of its bootstrap distances
     (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
     the moment route's a parametric bootstrap through the softmax
-    (:func:`~mhalearn.learners.moment_route.moment_span`).
+    (:func:`~mhalearn.learners.moment_route.moment_span`); the check rests
+    on the moment route's estimate being right, a bias of another kind
+    (its linearisation's) than the body's (docs/design.md §4.1b).
     """
     if span.refused is not None:
         return Route.MOMENT, f"the body refused ({span.refused}); used the moment route"
     if moment is None:
-        return Route.BODY, (f"the body's estimated span error {span.estimated_error:.3f} <= "
-                        f"{settings.compare_routes_above}: the moment route was not run")
+        return Route.BODY, "the moment route was not run: the body's span, unchecked"
     # sin of the largest principal angle is a metric on m-dimensional spans (‖P − P'‖₂), so two spans
     # within e and e' of the truth lie within e + e' of each other.  The moment route's estimate reads
     # up to 1.2× low on the development fits (m = 2), hence room of 2e'; farther apart than that, the
     # body's estimate is the one to distrust, blind as it is to a bias its resamples share
     # (docs/design.md §4.1b).
     apart = sine_distance(span.basis, moment.basis)
-    if apart > span.estimated_error + 2.0 * moment.estimated_error:
+    allowed = span.estimated_error + 2.0 * moment.estimated_error
+    if apart > allowed:
         return Route.MOMENT, (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
                           f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
                           f"allow: the body's estimate is not trusted; used the moment route")
-    return Route.BOTH, (f"the body's estimated span error {span.estimated_error:.3f} > "
-                    f"{settings.compare_routes_above} (the moment route's {moment.estimated_error:.3f}): "
-                    f"phase 6 chose between both routes' candidates on held-out data")
+    agree = (f"the two routes' spans are {apart:.3f} apart, within the body's estimated error "
+             f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f}")
+    if span.estimated_error <= settings.compare_routes_above:
+        return Route.BODY, f"{agree}, and the body's estimate <= {settings.compare_routes_above}: the body's span"
+    return Route.BOTH, (f"{agree}, and the body's estimate > {settings.compare_routes_above}: phase 6 chose "
+                        f"between both routes' candidates on held-out data")
 
 
 def route_net(route: Route, span: SpanReading | None, moment: MomentSpan | None, heads: int,
@@ -257,14 +263,15 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
                checkpoint_dir=None) -> dict:
     """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when it is the better bet.
 
-    ``span_route="auto"`` reads the span from the body and runs the moment
-    route when the body refuses or its estimated span error exceeds
-    ``body.compare_routes_above``; compared, the moment route's span is
-    used if it contradicts the body's, and otherwise phase 6 chooses among
-    both routes' net candidates by their held-out error
-    (:func:`choose_route`, :func:`select_between_routes`).  ``"body"`` uses the moment route
-    only when the body refuses, and warns then; ``"moment"`` skips phases
-    1–4.  ``source`` is the stream phases 1–4 read
+    ``span_route="auto"`` reads the span from the body and always runs the
+    moment route beside it: the moment route's span is used if the body
+    refuses or the two spans contradict each other; otherwise the body's
+    alone if its estimated span error is at most
+    ``body.compare_routes_above``, and above it phase 6 chooses among both
+    routes' net candidates by their held-out error (:func:`choose_route`,
+    :func:`select_between_routes`).  ``"body"`` runs the moment route only
+    when the body refuses, and warns then, so the body's span is taken
+    unchecked; ``"moment"`` skips phases 1–4.  ``source`` is the stream phases 1–4 read
     (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``), e.g. a
     :class:`~mhalearn.learners.streams.DaskSource` of a dataset larger than
     memory, of which X, Y are then an in-memory sample for phases 5–6 and
@@ -287,9 +294,10 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
         phases = sculpt_span(source, heads, body, rng, notify, checkpoint)
         span = phases.span
         fields.update(crude_sum=phases.crude_sum, sculpt=phases.sculpt, refined_sum=phases.refined_sum, span=span)
-    compare = (span_route == Route.AUTO and span is not None and span.refused is None
-               and span.estimated_error > body.compare_routes_above)
-    if span is None or span.refused is not None or compare:
+    # "auto" always runs the moment route beside the body: its cost does not grow with n (at most
+    # max_rows output rows) and its memory is checked before phase 1, and only its span can contradict
+    # a bias every bootstrap resample of the body shares (choose_route).
+    if span_route != Route.BODY or span.refused is not None:
         moment = checkpoint.run("moment", rng, lambda: moment_span(X, Y, heads, rng=rng))
         notify(Phase.MOMENT, moment)
         fields["moment"] = moment

@@ -1,0 +1,79 @@
+"""The body's estimated span error against its true span error, over fits already run.
+
+Reads JSON lines of fits against a planted teacher — by default those of
+``bench/span_refusal.py`` (``runs/span_refusal.jsonl``, the m = 2 route
+table), plus any files given (e.g. ``runs/sculpt_m3*.jsonl`` of
+``bench/sculpt_m3.py``) — each with ``body_distance`` (the body's true span
+error, sin of the largest principal angle), ``estimated_error`` (its
+bootstrap estimate, phase 4) and ``route`` (the route whose span phases 5–6
+used).  A fit *accepted* the body's span when ``route`` is ``"body"``:
+taken alone, or chosen by phase 6 over the moment route's candidates (the
+route rule, docs/design.md §4.1b).  Prints one line per fit with a body
+span — the estimate, the truth, their ratio, whether the estimate is within
+``--factor`` (3) of the truth either way, the route — then, over the
+accepted fits, the share within that factor and the largest true error.
+Only reads: it runs no fit.
+
+    python bench/span_calibration.py [FILE ...] [--no-default] [--factor 3] [--quick]
+"""
+
+import argparse
+import os
+
+from _common import load_jsonl
+
+DEFAULT = "runs/span_refusal.jsonl"
+#: Fields that name a fit's cell, printed when a row has them.
+CELL = ("heads", "dim", "length", "samples", "seed")
+
+
+def within(estimate: float, truth: float, factor: float) -> bool:
+    """Whether ``estimate`` lies within ``factor`` of ``truth`` either way (truth/factor ≤ estimate ≤ truth·factor)."""
+    return truth / factor <= estimate <= truth * factor
+
+
+def fits_with_body_span(paths):
+    """(file, row) for every row whose body read a span and an estimate (refused or not)."""
+    for path in paths:
+        for row in load_jsonl(path):
+            if row.get("body_distance") is not None and row.get("estimated_error") is not None:
+                yield os.path.basename(path), row
+
+
+def summary(rows, factor: float) -> dict:
+    """Over the accepted fits: their count, how many estimates lie within ``factor``, the largest true error;
+    and how many estimates lie within ``factor`` over every fit with a body span."""
+    accepted = [row for _, row in rows if row["route"] == "body"]
+    return {"accepted": len(accepted),
+            "within": sum(within(row["estimated_error"], row["body_distance"], factor) for row in accepted),
+            "largest_true_error": max((row["body_distance"] for row in accepted), default=None),
+            "within_all": sum(within(row["estimated_error"], row["body_distance"], factor) for _, row in rows)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help=f"JSON lines files of fits, read after {DEFAULT}")
+    parser.add_argument("--no-default", action="store_true", help=f"do not read {DEFAULT}")
+    parser.add_argument("--factor", type=float, default=3.0, help="the estimate counts as right within this factor")
+    parser.add_argument("--quick", action="store_true", help="accepted for `mhalearn bench --quick`: it only reads")
+    args = parser.parse_args()
+    paths = ([] if args.no_default else [DEFAULT]) + args.files
+    rows = list(fits_with_body_span(paths))
+    print("file | cell | true span error | estimated | estimated / true | within | route | accepted")
+    for name, row in rows:
+        cell = " ".join(f"{key}={row[key]}" for key in CELL if key in row)
+        truth, estimate = row["body_distance"], row["estimated_error"]
+        print(f"{name} | {cell} | {truth:.3f} | {estimate:.3f} | {estimate / truth:.2f} | "
+              f"{'yes' if within(estimate, truth, args.factor) else 'NO'} | {row['route']}"
+              f"{' (refused)' if row.get('refused') else ''} | {'yes' if row['route'] == 'body' else 'no'}")
+    figures = summary(rows, args.factor)
+    share = f"{figures['within'] / figures['accepted']:.0%}" if figures["accepted"] else "-"
+    largest = "-" if figures["largest_true_error"] is None else f"{figures['largest_true_error']:.3f}"
+    print(f"{len(rows)} fits with a body span, {figures['accepted']} accepted (route body); estimate within "
+          f"{args.factor:g}x of the truth in {figures['within']}/{figures['accepted']} accepted ({share}); "
+          f"largest true error of an accepted body span: {largest}; over all {len(rows)}: within "
+          f"{args.factor:g}x in {figures['within_all']}")
+
+
+if __name__ == "__main__":
+    main()
