@@ -7,8 +7,9 @@ size n is held), and ``SculptLearner(3, random_state=seed)`` fits them under
 the active Dask scheduler (threads by default; with ``--workers N``, a
 ``LocalCluster`` of N single-threaded worker processes), watched by a
 :class:`mhalearn.TeacherObserver`.  One JSON line per fit in ``--out``
-(a rerun skips the fits it holds): the route, the body's span distance and
-its bootstrap estimate, the refined Ŵ_Σ error, the kept rows' precision, the
+(a rerun skips the fits it holds): the route and why, the body's span
+distance and its bootstrap estimate, the moment route's and its estimate
+(``python bench/span_calibration.py FILE`` tables the body's), the refined Ŵ_Σ error, the kept rows' precision, the
 relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
 the peak memory of the process (and of each worker).
@@ -95,9 +96,10 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "resumed": list(report.resumed), "net_shape": report.net.shape,
             "heads_off_hull": heads_off_hull(report, teacher),
             "candidates": report.net.candidates, "net_resolution": report.net.resolution,
-            "route": report.route, "fallback": report.fallback,
+            "route": report.route, "fallback": report.fallback, "route_reason": report.route_reason,
             "body_distance": observer.span_distance(Route.BODY), "estimated_error": report.span.estimated_error,
             "moment_distance": observer.span_distance(Route.MOMENT),
+            "moment_estimate": None if report.moment is None else report.moment.estimated_error,
             "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),
             "kept_precision": observer.figure(Phase.SPAN, "kept_precision"), "kept_rows": report.span.kept_rows,
             "agreement_rows": report.sculpt[-1].found_rows,

@@ -214,9 +214,10 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     if apart > allowed:
         return Route.MOMENT, (f"the two routes' spans are {apart:.3f} apart, more than the body's estimated error "
                           f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
-                          f"allow: the body's estimate is not trusted; used the moment route")
+                          f"allow ({allowed:.3f}): the body's estimate is not trusted; used the moment route")
     agree = (f"the two routes' spans are {apart:.3f} apart, within the body's estimated error "
-             f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f}")
+             f"{span.estimated_error:.3f} plus twice the moment route's {moment.estimated_error:.3f} "
+             f"({allowed:.3f})")
     if span.estimated_error <= settings.compare_routes_above:
         return Route.BODY, f"{agree}, and the body's estimate <= {settings.compare_routes_above}: the body's span"
     return Route.BOTH, (f"{agree}, and the body's estimate > {settings.compare_routes_above}: phase 6 chose "
