@@ -194,7 +194,7 @@ class SculptLearner(SpanSearchLearner):
         uncertain (see ``compare_routes_above``); ``"body"`` runs the moment
         route only when the body refuses, and warns then (the body's span
         is taken unchecked, saving the moment route's time, which does not
-        grow with n: 3–15 s at d = 10–14 on shared cores); ``"moment"``
+        grow with n: 3.5–13 s at d = 10–14 on shared cores); ``"moment"``
         skips the sculpting phases.
     search : {"net", "multistart"}
         Full net of m-tuples, or random tuples plus local descent in the span.
