@@ -46,6 +46,7 @@ from mhalearn.attention.teachers import sample_teacher  # noqa: E402
 from mhalearn.evaluation import span_distance  # noqa: E402
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span  # noqa: E402
 from mhalearn.learners.moment_route import sine_distance  # noqa: E402
+from mhalearn.learners.report import Notifier  # noqa: E402
 from mhalearn.learners.streams import BLOCK_SIZE, DaskSource  # noqa: E402
 from mhalearn.provenance import git_state  # noqa: E402
 from mhalearn.seeding import seeded_rng  # noqa: E402
@@ -75,8 +76,14 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -
         start = time.perf_counter()
         source.map_blocks(_label_sum)
         labelling = time.perf_counter() - start
+        print(f"  {workers} worker(s): labelling pass {labelling:.1f} s", file=sys.stderr, flush=True)
         start = time.perf_counter()
-        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed))
+
+        def show(phase, result):  # progress on stderr: a phase of a long run ends
+            print(f"  {workers} worker(s), {time.perf_counter() - start:7.1f} s: {phase} {result.summary()}",
+                  file=sys.stderr, flush=True)
+
+        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(show))
         body = time.perf_counter() - start
         worker_memory = sorted(client.run(peak_memory_mb).values())
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
