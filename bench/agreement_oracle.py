@@ -8,10 +8,17 @@ and — with at least d² equalities — the span distance and the gap between
 long and thin directions.  The teacher is used to compute the estimate here,
 so this is a diagnostic, not a learner.
 
-    python bench/agreement_oracle.py [--samples 1000000]
+    python bench/agreement_oracle.py [--samples 1000000] [--heads 3,4] [--out runs/agreement_oracle.jsonl]
+
+Each line is also appended to ``--out`` as JSON (a rerun skips the lines it holds
+and prints them again), so ``rate`` — agreement rows per sequence under the
+true W_Σ — stands beside the learned rate of the ``sculpt-vs-m`` cell of the
+same stream (its ``agreement_rows`` / n).
 """
 
 import argparse
+import json
+import os
 
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import agreement_precision, span_distance, teacher_feasible_fraction
@@ -27,10 +34,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--heads", default="3,4")
+    parser.add_argument("--out", default="runs/agreement_oracle.jsonl")
     args = parser.parse_args()
     settings = BodySettings()
+    done = {}
+    if os.path.exists(args.out):
+        with open(args.out) as handle:
+            done = {(row["heads"], row["seed"], row["samples"]): row for row in map(json.loads, handle) if row}
     for heads in (int(m) for m in args.heads.split(",")):
         for seed in (0, 1, 2):
+            if (heads, seed, args.samples) in done:
+                print(done[heads, seed, args.samples]["line"], flush=True)
+                continue
             # The teachers and streams of the sculpt-vs-m cells (mhalearn/experiments/sculpt_vs_m.py).
             teacher = sample_teacher(heads, 12, rng=seeded_rng(20_251, heads, seed))
             source = TeacherSource(teacher, args.samples, 4, seed=seed)
@@ -45,6 +60,11 @@ def main():
                 distance = span_distance(span_basis(centre, long_directions, heads), teacher)
                 line += f"; span distance {distance:.3f}, gap {info['spectral_gap']:.2f}"
             print(line, flush=True)
+            row = {"heads": heads, "seed": seed, "samples": args.samples, "found": int(rows.found),
+                   "rate": rows.found / args.samples, "equalities": int(slabs.equalities), "line": line}
+            os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+            with open(args.out, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
