@@ -328,7 +328,8 @@ def plot_learners_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     for ax in axes[-1]:
         ax.set_xlabel("heads m")
     axes[0][0].legend(fontsize=6)
-    fig.suptitle(f"learners-vs-m: median over teachers of the samples to reach ε, {LEVEL:.0%} bootstrap interval; "
+    # Two lines, so that a figure of one family (one column of panels) holds the whole title.
+    fig.suptitle(f"learners-vs-m: median over teachers of the samples to reach ε,\n{LEVEL:.0%} bootstrap interval; "
                  f"gradient descent with {GRADIENT_RESTARTS} restarts", fontsize=9)
     text_tables = [
         (f"samples to {name} relative test error <= {epsilon:g}: median over teachers [{LEVEL:.0%} bootstrap "
