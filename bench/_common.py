@@ -44,6 +44,20 @@ def load_jsonl(path):
         return [json.loads(line) for line in handle if line.strip()]
 
 
+def markdown_table(header, rows) -> str:
+    """``rows`` (sequences of cells, each printed with ``str``) as a Markdown table under ``header``."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def power_of_ten(value: float) -> str:
+    """``value`` as 1.3·10⁵ (two significant digits)."""
+    mantissa, exponent = f"{value:.1e}".split("e")
+    superscript = str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return f"{mantissa.removesuffix('.0')}·10{superscript}"
+
+
 def median_of(rows, key):
     """Median of ``row[key]`` over rows that have it (nan when none do)."""
     import numpy as np

@@ -35,10 +35,11 @@ limits the output when ``paper_output_error`` is far above
 would exceed the memory budget is refused by the net (``refused`` holds
 the message).  One JSON line per (seed, distance, budget) in ``--out``; a
 rerun skips the rows it holds; the rows of the seeds, distances and
-budgets asked for are printed at the end as Markdown tables.
+budgets asked for are printed at the end as Markdown tables (``--report``:
+only those tables, from the rows already in ``--out``, running nothing).
 
     python bench/net_m3.py [--seeds 0 1 2] [--distances 0 0.05 0.1 0.15] [--budgets 2e5 4e6 8e7]
-                           [--net-slabs none 0.15] [--memory-budget 6GiB] [--out runs/net_m3.jsonl] [--quick]
+                           [--net-slabs none 0.15] [--memory-budget 6GiB] [--out runs/net_m3.jsonl] [--quick] [--report]
 """
 
 import argparse
@@ -48,6 +49,8 @@ import math
 import os
 import sys
 import time
+
+from _common import load_jsonl, markdown_table, power_of_ten  # before bench/ leaves the path (next line)
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
 sys.path[:] = [entry for entry in sys.path
@@ -221,41 +224,35 @@ def rows_for(seed: int, distances, budgets, slabs, done):
             yield row
 
 
-def power_of_ten(value: float) -> str:
-    """``value`` as 1.3·10⁵ (two significant digits)."""
-    mantissa, exponent = f"{value:.1e}".split("e")
-    superscript = str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
-    return f"{mantissa.removesuffix('.0')}·10{superscript}"
-
-
 def markdown_tables(rows) -> str:
     """The rows as two Markdown tables: the searches, and the spacing ladder of each (seed, distance)."""
-    lines = ["| teacher | span distance | max_candidates | net_slab | spacing | triples scored | net s "
-             "| paper's output | best corner | nearest point | span floor |", "|" + "---|" * 11]
 
     def percent(row, key):
         return f"{100 * row[key]:.2f} %" if key in row else "—"
 
-    for row in sorted(rows, key=lambda row: (row["seed"], row["distance"], row["budget"],
-                                             row.get("net_slab") or 0.0)):
-        head = f"| {row['seed']} | {row['distance']:g} | {power_of_ten(row['budget'])} | {row.get('net_slab')} "
+    def search(row):
+        head = [row["seed"], f"{row['distance']:g}", power_of_ten(row["budget"]), row.get("net_slab")]
         if "refused" in row:
-            lines.append(head + "| refused: " + row["refused"].split(":")[0] + " |" + " |" * 6)
-            continue
-        lines.append(head + f"| {row['resolution']:.2f} | {power_of_ten(row['candidates'])} | {row['net_seconds']:.0f} "
-                     f"| {percent(row, 'paper_output_error')} | {percent(row, 'best_corner_error')} "
-                     f"| {percent(row, 'nearest_error')} | {percent(row, 'span_floor_error')} |")
+            return head + ["refused: " + row["refused"].split(":")[0]] + [""] * 6
+        return head + [f"{row['resolution']:.2f}", power_of_ten(row["candidates"]), f"{row['net_seconds']:.0f}",
+                       percent(row, "paper_output_error"), percent(row, "best_corner_error"),
+                       percent(row, "nearest_error"), percent(row, "span_floor_error")]
+
+    rows = sorted(rows, key=lambda row: (row["seed"], row["distance"], row["budget"], row.get("net_slab") or 0.0))
+    tables = [markdown_table(("teacher", "span distance", "max_candidates", "net_slab", "spacing", "triples scored",
+                              "net s", "paper's output", "best corner", "nearest point", "span floor"),
+                             map(search, rows))]
     ladders = {(row["seed"], row["distance"]): row for row in rows}
-    first = next(iter(ladders.values()), None)
-    if first is None:
-        return "\n".join(lines)
-    lines += ["", "| teacher | span distance | span floor | " + " | ".join(
-        f"spacing radius/2^{(3 + index) / 2:g} ({power_of_ten(step['tuples'])} triples)"
-        for index, step in enumerate(first["ladder"])) + " |", "|" + "---|" * (3 + len(first["ladder"]))]
-    for (seed, distance), row in sorted(ladders.items()):
-        lines.append(f"| {seed} | {distance:g} | {100 * row['span_floor_error']:.2f} % | "
-                     + " | ".join(f"{100 * step['best_corner_error']:.2f} %" for step in row["ladder"]) + " |")
-    return "\n".join(lines)
+    if ladders:
+        first = next(iter(ladders.values()))
+        header = ["teacher", "span distance", "span floor"] + [
+            f"spacing radius/2^{(3 + index) / 2:g} ({power_of_ten(step['tuples'])} triples)"
+            for index, step in enumerate(first["ladder"])]
+        tables.append(markdown_table(header, (
+            [seed, f"{distance:g}", f"{100 * row['span_floor_error']:.2f} %"]
+            + [f"{100 * step['best_corner_error']:.2f} %" for step in row["ladder"]]
+            for (seed, distance), row in sorted(ladders.items()))))
+    return "\n\n".join(tables)
 
 
 def main():
@@ -268,25 +265,24 @@ def main():
     parser.add_argument("--memory-budget", default="6GiB", help="the net's memory budget (set_memory_budget)")
     parser.add_argument("--quick", action="store_true", help="teacher 10, distances 0 and 0.1, budget 2·10⁵")
     parser.add_argument("--out", default="runs/net_m3.jsonl")
+    parser.add_argument("--report", action="store_true",
+                        help="print the tables of the rows in --out for the seeds, distances, budgets and slabs "
+                             "asked for, and run nothing")
     args = parser.parse_args()
     seeds, distances, budgets = ([10], [0.0, 0.1], [200_000]) if args.quick else (
         args.seeds, args.distances, [int(budget) for budget in args.budgets])
-    set_memory_budget(args.memory_budget)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    done = set()
-    if os.path.exists(args.out):
-        with open(args.out) as handle:
-            done = {(row["seed"], row["distance"], row["budget"], row.get("net_slab"))
-                    for row in map(json.loads, handle) if row}
-    for seed in seeds:
-        for row in rows_for(seed, distances, budgets, args.net_slabs, done):
-            print(json.dumps(row), flush=True)
-            with open(args.out, "a") as handle:
-                handle.write(json.dumps(row) + "\n")
-    with open(args.out) as handle:
-        rows = [row for row in map(json.loads, handle)
-                if row["seed"] in seeds and row["distance"] in distances and row["budget"] in budgets
-                and row.get("net_slab") in args.net_slabs]
+    if not args.report:
+        set_memory_budget(args.memory_budget)
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        done = {(row["seed"], row["distance"], row["budget"], row.get("net_slab")) for row in load_jsonl(args.out)}
+        for seed in seeds:
+            for row in rows_for(seed, distances, budgets, args.net_slabs, done):
+                print(json.dumps(row), flush=True)
+                with open(args.out, "a") as handle:
+                    handle.write(json.dumps(row) + "\n")
+    rows = [row for row in load_jsonl(args.out)
+            if row["seed"] in seeds and row["distance"] in distances and row["budget"] in budgets
+            and row.get("net_slab") in args.net_slabs]
     print(markdown_tables(rows))
 
 

@@ -21,10 +21,11 @@ teacher, each worker's peak memory; then the wall time of every worker
 count against the first's, and the largest difference between their spans
 (the passes reduce in block order, so any scheduler gives the same bits).
 One JSON line per (samples, seed, workers) in ``--out``, span included; a
-rerun skips the lines it holds and still prints the comparison.
+rerun skips the lines it holds and still prints the comparison;
+``--report`` prints them and measures nothing.
 
     python bench/passes.py [--samples 1e8] [--seed 0] [--workers 1 2] [--prefix-samples N]
-                           [--out runs/passes.jsonl]
+                           [--out runs/passes.jsonl] [--report]
 """
 
 import argparse
@@ -32,6 +33,8 @@ import json
 import os
 import sys
 import time
+
+from _common import load_jsonl, markdown_table  # before bench/ leaves the path (next line)
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
 sys.path[:] = [entry for entry in sys.path
@@ -109,30 +112,30 @@ def main():
     parser.add_argument("--prefix-samples", type=float, default=None,
                         help="BodySettings.prefix_samples (default: the setting's own)")
     parser.add_argument("--out", default="runs/passes.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the rows already in --out and measure nothing")
     args = parser.parse_args()
     samples = int(args.samples)
     prefix = None if args.prefix_samples is None else int(args.prefix_samples)
-    rows = {}
-    if os.path.exists(args.out):
-        with open(args.out) as handle:
-            rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"]): row
-                    for row in map(json.loads, handle) if row}
+    rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"]): row for row in load_jsonl(args.out)}
+    keys = [(samples, args.seed, workers, prefix) for workers in args.workers]
+    missing = [key for key in keys if key not in rows]
+    if args.report and missing:
+        parser.error(f"{args.out} holds no row for (samples, seed, workers, prefix_samples) = {missing}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    for workers in args.workers:
-        key = (samples, args.seed, workers, prefix)
-        if key not in rows:
-            rows[key] = measure(samples, args.seed, workers, prefix)
-            with open(args.out, "a") as handle:
-                handle.write(json.dumps(rows[key]) + "\n")
-        row = rows[key]
-        stream = row["stream_refit"] or {}
-        print(f"n = {samples:.0e}, teacher {args.seed}, {workers} worker(s): labelling pass "
-              f"{row['labelling_seconds']:.1f} s, phases 1–4 {row['phases_seconds']:.1f} s = "
-              f"{row['passes_worth']:.2f} labelling passes; candidate passes {stream.get('passes')}, "
-              f"rows {stream.get('candidates')}, exact {stream.get('exact')}; K* {row['k_star_rows']} rows; span "
-              f"{row['span_distance']} (estimate {row['estimated_error']:.3f}); Ŵ_Σ {row['w_sum_error']:.4f}; "
-              f"peak memory per worker {row['worker_peak_memory_mb']} MB, client {row['client_peak_memory_mb']:.0f} MB",
-              flush=True)
+    for key in missing:
+        rows[key] = measure(*key)
+        with open(args.out, "a") as handle:
+            handle.write(json.dumps(rows[key]) + "\n")
+    print(markdown_table(
+        ("workers", "labelling pass", "phases 1–4", "in labelling passes", "candidate passes", "candidate rows",
+         "K\\*'s rows", "span distance", "its estimate", "Ŵ_Σ error", "peak memory per worker", "client"),
+        ([workers, f"{row['labelling_seconds']:.1f} s", f"{row['phases_seconds']:.1f} s", f"{row['passes_worth']:.2f}",
+          (row["stream_refit"] or {}).get("passes"), (row["stream_refit"] or {}).get("candidates"),
+          row["k_star_rows"], "—" if row["span_distance"] is None else f"{row['span_distance']:.4f}",
+          "—" if row["estimated_error"] is None else f"{row['estimated_error']:.3f}",
+          f"{100 * row['w_sum_error']:.2f} %", " / ".join(f"{mb:.0f} MB" for mb in row["worker_peak_memory_mb"]),
+          f"{row['client_peak_memory_mb']:.0f} MB"]
+         for workers, row in ((key[2], rows[key]) for key in keys))))
     first = rows[(samples, args.seed, args.workers[0], prefix)]
     for workers in args.workers[1:]:
         row = rows[(samples, args.seed, workers, prefix)]

@@ -23,9 +23,11 @@ Hyper-parameters are SculptLearner's defaults, chosen on development
 teachers (seeds 500–505 of ``sample_teacher``), but for ``--net-slab``
 (the net's slab around the body's hull; ``none``: the whole ball); the
 teachers here are seeded 10 000 + seed.  Rows are appended to a JSON-lines file as they finish, so an
-interrupted run resumes where it stopped.
+interrupted run resumes where it stopped; ``--report`` prints the tables of
+the rows already there (for the seeds, parts and ``--net-slab`` asked for)
+and fits nothing.
 
-    python bench/sculpt.py [--quick] [--seeds 10] [--net-slab 0.05] [--out bench/sculpt_rows.jsonl]
+    python bench/sculpt.py [--quick] [--seeds 10] [--parts AB] [--net-slab 0.05] [--out runs/sculpt.jsonl] [--report]
 """
 
 import argparse
@@ -33,7 +35,7 @@ import json
 import time
 
 import numpy as np
-from _common import load_jsonl, median_of, with_progress
+from _common import load_jsonl, markdown_table, median_of, with_progress
 
 import mhalearn
 from mhalearn.evaluation import compare_moment_route
@@ -90,60 +92,61 @@ def fraction(rows, test) -> str:
 
 
 def report_part_a(rows, seeds):
-    print(f"\nA. d = 12, k = 4, ‖Θ_i‖_F = 2, noiseless, n = 100 000 ({seeds} seeds)")
-    header = ("m", "route body", "body dist", "moment dist", "min-norm dist", "feasible ≥ 0.99", "precision",
-              "crude WΣ", "refined WΣ", "moved by", "none ≤ 1e-2", "lbfgs ≤ 1e-6", "body s", "moment s")
-    print(" | ".join(header))
+    print(f"\nA. d = 12, k = 4, ‖Θ_i‖_F = 2, noiseless, n = 100 000 ({seeds} seeds); medians over the seeds\n")
+    header = ("m", "span from the body", "body's span distance", "moment route's",
+              "true heads satisfy ≥ 99 % of K\\*'s constraints", "agreement-row precision", "Ŵ_Σ crude → refined",
+              "moved by (rows the paper's refit certified)", "K\\*'s minimum-norm point's span distance",
+              "paper's output ≤ 1e-2 (median)", "polished ≤ 1e-6",
+              "time of body phases 1–4 / moment route (median ratio per fit)")
+    table = []
     for m in (1, 2):
         sel = [r for r in rows if r["part"] == "A" and r["heads"] == m and r["seed"] < seeds]
         if not sel:
             continue
-        movers = sorted({r["moved_by"] for r in sel if r["moved_by"]})
-        print(" | ".join([str(m), fraction(sel, lambda r: r["route"] == Route.BODY),
-                          f"{median_of(sel, 'body_distance'):.3f}", f"{median_of(sel, 'moment_distance'):.3f}",
-                          f"{median_of(sel, 'min_norm_distance'):.3f}",
-                          fraction(sel, lambda r: (r["feasible"] or 0) >= 0.99),
-                          f"{median_of(sel, 'precision'):.2f}", f"{median_of(sel, 'crude_w_sum_error'):.3f}",
-                          f"{median_of(sel, 'refined_w_sum_error'):.4f}", "; ".join(movers),
-                          fraction(sel, lambda r: r["test_error_least_squares"] <= 1e-2),
-                          fraction(sel, lambda r: r["test_error"] <= 1e-6),
-                          f"{median_of(sel, 'body_seconds'):.2f}", f"{median_of(sel, 'moment_seconds'):.2f}"]))
+        body = median_of(sel, "body_distance")
+        movers = "; ".join(sorted({r["moved_by"] for r in sel if r["moved_by"]}))
+        certified = sorted({r["certified_rows"] for r in sel if r["certified_rows"] is not None})
         ratios = [r["body_seconds"] / r["moment_seconds"] for r in sel if r["body_seconds"] and r["moment_seconds"]]
-        if ratios:
-            print(f"   m = {m}: body phases / moment route time, per fit: median {np.median(ratios):.2f}, "
-                  f"max {np.max(ratios):.2f}; median test error: "
-                  f"none {median_of(sel, 'test_error_least_squares'):.2e}, "
-                  f"lbfgs {median_of(sel, 'test_error'):.2e}")
+        table.append([m, fraction(sel, lambda r: r["route"] == Route.BODY),
+                      "< 0.001" if body < 0.001 else f"{body:.3f}", f"{median_of(sel, 'moment_distance'):.3f}",
+                      fraction(sel, lambda r: (r["feasible"] or 0) >= 0.99), f"{median_of(sel, 'precision'):.2f}",
+                      f"{100 * median_of(sel, 'crude_w_sum_error'):.0f} % → "
+                      f"{100 * median_of(sel, 'refined_w_sum_error'):.2f} %",
+                      f"{movers} ({', '.join(map(str, certified))})", f"{median_of(sel, 'min_norm_distance'):.2f}",
+                      f"{fraction(sel, lambda r: r['test_error_least_squares'] <= 1e-2)} "
+                      f"({median_of(sel, 'test_error_least_squares'):.1e})",
+                      fraction(sel, lambda r: r["test_error"] <= 1e-6),
+                      f"{median_of(sel, 'body_seconds'):.1f} s / {median_of(sel, 'moment_seconds'):.1f} s "
+                      f"({np.median(ratios) if ratios else float('nan'):.2f})"])
+    print(markdown_table(header, table))
 
 
 def report_part_b(rows, seeds):
-    print(f"\nB. d = k = 8, n = 2000, noiseless ({seeds} seeds): success = test error ≤ 1e-6")
-    print("m | success | route body/moment | median s | refusals")
+    print(f"\nB. d = k = 8, n = 2000, noiseless ({seeds} seeds): success = relative test error ≤ 1e-6\n")
+    table = []
     for m in (1, 2, 3):
         sel = [r for r in rows if r["part"] == "B" and r["heads"] == m and r["seed"] < seeds]
         if not sel:
             continue
-        refusals = sorted({(r["refused"] or "").split(":")[0] for r in sel if r["refused"]})
-        print(f"{m} | {fraction(sel, lambda r: r['test_error'] <= 1e-6)} | "
-              f"{fraction(sel, lambda r: r['route'] == 'body').split('/')[0]}/"
-              f"{fraction(sel, lambda r: r['route'] == 'moment').split('/')[0]} | "
-              f"{median_of(sel, 'learner_seconds'):.1f} | {'; '.join(refusals)}")
+        refusals = sorted({(r["refused"] or "").split("(")[0].strip() for r in sel if r["refused"]})
+        table.append([m, fraction(sel, lambda r: r["test_error"] <= 1e-6),
+                      f"{sum(r['route'] == Route.BODY for r in sel)}/{sum(r['route'] == Route.MOMENT for r in sel)}",
+                      f"{median_of(sel, 'learner_seconds'):.1f}", "; ".join(refusals)])
+    print(markdown_table(("m", "success", "route body / moment", "median fit s", "the body's refusals"), table))
 
 
 def report_certificates(rows):
     print("\nC. Certificate of phase 6 (δ = 0.05): fits whose true test error exceeds ε̂, "
-          "median ε̂ / true error, median ε̂")
-    for label, error_key, bound_key in (("refine='none' (paper's output)", "test_error_least_squares",
-                                         "bound_least_squares"), ("refine='lbfgs'", "test_error", "bound")):
-        parts = [(name, [r for r in rows if r["part"] == name]) for name in ("A", "B")] + [("all", rows)]
-        figures = []
-        for name, sel in parts:
+          "median ε̂ / true error, median ε̂\n")
+    table = []
+    for label, error_key, bound_key in (("paper's output (refine='none')", "test_error_least_squares",
+                                         "bound_least_squares"), ("polished (refine='lbfgs')", "test_error", "bound")):
+        for name, sel in [(name, [r for r in rows if r["part"] == name]) for name in ("A", "B")] + [("A and B", rows)]:
             if sel:
-                exceed = sum(r[error_key] > r[bound_key] for r in sel)
-                ratio = np.median([r[bound_key] / max(r[error_key], 1e-300) for r in sel])
-                bound = np.median([r[bound_key] for r in sel])
-                figures.append(f"{name}: {exceed}/{len(sel)}, {ratio:.3g}, {bound:.3g}")
-        print(f"{label} — " + "; ".join(figures))
+                table.append([label, name, f"{sum(r[error_key] > r[bound_key] for r in sel)}/{len(sel)}",
+                              f"{np.median([r[bound_key] / max(r[error_key], 1e-300) for r in sel]):.3g}",
+                              f"{np.median([r[bound_key] for r in sel]):.3g}"])
+    print(markdown_table(("output", "part", "true error > ε̂", "median ε̂ / true error", "median ε̂"), table))
 
 
 def main():
@@ -155,7 +158,8 @@ def main():
                         help="teachers are seeded offset + seed (500: the development teachers)")
     parser.add_argument("--net-slab", type=lambda text: None if text == "none" else float(text), default=0.05,
                         help="SculptLearner's net_slab ('none': the whole ball)")
-    parser.add_argument("--out", default="bench/sculpt_rows.jsonl")
+    parser.add_argument("--out", default="runs/sculpt.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the tables of the rows in --out and fit nothing")
     args = parser.parse_args()
     seeds_a = 2 if args.quick else args.seeds
     seeds_b = 3 if args.quick else 2 * args.seeds
@@ -164,7 +168,7 @@ def main():
     rows = [r for r in load_jsonl(args.out)
             if r.get("offset", SEED_OFFSET) == args.seed_offset and r.get("net_slab") == args.net_slab]
     done = {(r["part"], r["heads"], r["seed"]) for r in rows}
-    todo = [cell for cell in cells if cell[:3] not in done]
+    todo = [] if args.report else [cell for cell in cells if cell[:3] not in done]
     with open(args.out, "a") as handle:
         for cell in with_progress(todo, "sculpt bench"):
             row = {**run_one(*cell, offset=args.seed_offset, net_slab=args.net_slab), "offset": args.seed_offset}

@@ -18,11 +18,12 @@ With ``--checkpoint DIR`` phases 1–4 are kept, so a rerun with another
 ``--max-candidates`` (the net's budget) or ``--net-slab`` resumes after
 them.  ``heads_off_hull`` is how far the true heads' projections onto the
 body's span lie from its hull, in shares of the net's radius: the
-half-width ``net_slab`` needs.
+half-width ``net_slab`` needs.  ``--report`` prints every fit of ``--out``
+as one Markdown table and fits nothing.
 
     python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--max-candidates 2e5]
                               [--net-slab 0.05] [--span-route auto] [--checkpoint DIR]
-                              [--out runs/sculpt_m3.jsonl] [--quick]
+                              [--out runs/sculpt_m3.jsonl] [--quick] [--report]
 """
 
 import argparse
@@ -31,6 +32,8 @@ import os
 import sys
 import time
 from contextlib import nullcontext
+
+from _common import load_jsonl, markdown_table, power_of_ten  # before bench/ leaves the path (next line)
 
 # bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
 sys.path[:] = [entry for entry in sys.path
@@ -110,6 +113,38 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
 
 
+def memory(row) -> str:
+    """The peak memory of a row: per worker on a cluster, else of the process."""
+    if row.get("worker_peak_memory_mb"):
+        low, high = min(row["worker_peak_memory_mb"]) / 1024, max(row["worker_peak_memory_mb"]) / 1024
+        return f"{low:.2f}–{high:.2f} GB per worker" if f"{low:.2f}" != f"{high:.2f}" else f"{low:.2f} GB per worker"
+    return f"{row['peak_memory_mb'] / 1024:.2f} GB"
+
+
+def report(rows) -> str:
+    """The fits as one Markdown table, by n, teacher and net."""
+    def fmt(value, spec):
+        return "—" if value is None else format(value, spec)
+
+    def net(row):
+        return f"{power_of_ten(row['max_candidates'])}, " + (
+            "whole ball" if row["net_slab"] is None else f"hull slab {row['net_slab']:g}")
+
+    rows = sorted(rows, key=lambda row: (row["samples"], row["seed"], row["max_candidates"], row["net_slab"] or 0.0,
+                                         row["span_route"]))
+    return markdown_table(
+        ("n", "teacher", "net budget, slab", "agreement rows of K\\*", "kept rows' precision", "Ŵ_Σ error",
+         "body's span distance", "its estimate", "route", "moment route's distance", "its estimate",
+         "heads off the hull", "paper's output, test error", "polished", "wall time", "peak memory"),
+        ([power_of_ten(row["samples"]), row["seed"], net(row), f"{row['agreement_rows']:,}".replace(",", " "),
+          fmt(row["kept_precision"], ".2f"), f"{100 * row['refined_w_sum_error']:.2f} %",
+          fmt(row["body_distance"], ".3f"), fmt(row["estimated_error"], ".3f"),
+          row["route"] + (f" ({row['span_route']})" if row["span_route"] != "auto" else ""),
+          fmt(row["moment_distance"], ".3f"), fmt(row["moment_estimate"], ".3f"), fmt(row["heads_off_hull"], ".3f"),
+          f"{100 * row['paper_output_error']:.2f} %", f"{row['polished_error']:.1e}", f"{row['seconds']:,.0f} s"
+          .replace(",", " "), memory(row)] for row in rows))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=float, default=1e7)
@@ -125,7 +160,12 @@ def main():
     parser.add_argument("--checkpoint", default=None, metavar="DIR",
                         help="keep phases 1–4 here; a rerun (e.g. with another --max-candidates) resumes after them")
     parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
+    parser.add_argument("--report", action="store_true",
+                        help="print the table of every fit in --out and fit nothing")
     args = parser.parse_args()
+    if args.report:
+        print(report(load_jsonl(args.out)))
+        return
     samples, seeds = (300_000, [0]) if args.quick else (int(args.samples), args.seeds)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     done = set()

@@ -73,6 +73,11 @@ def main():
           f"{args.factor:g}x of the truth in {figures['within']}/{figures['accepted']} accepted ({share}); "
           f"largest true error of an accepted body span: {largest}; over all {len(rows)}: within "
           f"{args.factor:g}x in {figures['within_all']}")
+    for label, chosen in (("accepted", [row for _, row in rows if row["route"] == "body"]),
+                          ("all", [row for _, row in rows])):
+        ratios = [row["estimated_error"] / row["body_distance"] for row in chosen]
+        if ratios:
+            print(f"estimated / true, {label}: {min(ratios):.2f}–{max(ratios):.2f}")
 
 
 if __name__ == "__main__":

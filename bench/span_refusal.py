@@ -22,7 +22,9 @@ rule's contradiction check).  Rows are appended to
 ``--compare-above 0`` lets phase 6 choose between both routes' candidates
 in every fit the spans do not contradict (for choosing
 ``compare_routes_above`` on development seeds).  ``bench/span_calibration.py``
-reads the rows' estimated against true span errors.
+reads the rows' estimated against true span errors.  ``--report`` prints
+the table of the rows already in ``--out`` (for the seeds asked for) and
+fits nothing.
 
 ``--nets`` also runs phases 5–6 (``refine="none"``, the default budget) on
 each route's span — the body's whenever it read one, refused or not, in
@@ -38,7 +40,7 @@ import json
 import os
 
 import numpy as np
-from _common import load_jsonl, with_progress
+from _common import load_jsonl, markdown_table, with_progress
 from threadpoolctl import threadpool_limits
 
 from mhalearn import SculptLearner
@@ -96,6 +98,40 @@ def fit_row(dim, length, samples, seed, compare_above, nets=False):
             **(held_out_errors(X, Y, span, moment, seed) if nets else {})}
 
 
+def chosen_closer(row) -> bool:
+    """Whether the chosen route's span is at least as close to the truth as the other route's."""
+    body, moment = row["body_distance"], row["moment_distance"]
+    chosen, other = (body, moment) if row["route"] == Route.BODY else (moment, body)
+    return other is None or chosen <= other
+
+
+def body_unused(row) -> bool:
+    """Whether a body span within ``TARGET`` of the truth was not used."""
+    return row["route"] != Route.BODY and row["body_distance"] is not None and row["body_distance"] <= TARGET
+
+
+def how_chosen(row) -> str:
+    """The route rule's branch that chose the route, from the row's reason."""
+    if row["refused"]:
+        return "refused" + (": too few equalities" if row["body_distance"] is None else "")
+    if "held-out" in row["route_reason"]:
+        return "agreed; held-out error"
+    return "agreed; alone" if row["route"] == Route.BODY else "contradicted"
+
+
+def table_row(row) -> list:
+    """One fit as a row of the route table."""
+    def fmt(value):
+        return "—" if value is None else f"{value:.3f}"
+
+    apart = fmt(row["spans_apart"])
+    if row["spans_apart"] is not None and not row["refused"]:
+        apart += f" ({row['estimated_error'] + 2 * row['moment_estimate']:.3f})"
+    return [f"({row['dim']}, {row['length']}, {row['samples']:,})", row["seed"], fmt(row["body_distance"]),
+            fmt(row["estimated_error"]), fmt(row["moment_distance"]), fmt(row["moment_estimate"]), apart,
+            f"{row['route']} ({how_chosen(row)})", "yes" if chosen_closer(row) else "no"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -105,37 +141,41 @@ def main():
                         help="also run phases 5–6 on each route's span and compare their held-out errors")
     parser.add_argument("--compare-above", type=float, default=None,
                         help="SculptLearner's compare_routes_above (default: the learner's)")
+    parser.add_argument("--report", action="store_true", help="print the table of the rows in --out and fit nothing")
     args = parser.parse_args()
     if args.quick:
         args.seeds = [0]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     done = {(r["dim"], r["length"], r["samples"], r["seed"]): r for r in load_jsonl(args.out)}
     cells = [(d, k, n, s) for d, k, n in SHAPES for s in args.seeds]
-    for cell in with_progress([c for c in cells if c not in done], "span refusal"):
+    for cell in with_progress([] if args.report else [c for c in cells if c not in done], "span refusal"):
         row = fit_row(*cell, args.compare_above, args.nets)
         done[cell] = row
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
-    rows = [done[c] for c in cells]
-    print("d  k  n       seed | body dist | body est | moment dist | moment est | route  | chosen closer | "
-          "body ≤ 0.1 not used")
-    closer = not_used = 0
-    for r in rows:
-        body, moment = r["body_distance"], r["moment_distance"]
-        chosen, other = (body, moment) if r["route"] == Route.BODY else (moment, body)
-        ok = other is None or chosen <= other
-        bad = r["route"] != Route.BODY and body is not None and body <= TARGET
-        closer += ok
-        not_used += bad
-        fmt = lambda x: "   -  " if x is None else f"{x:.3f}"  # noqa: E731
-        print(f"{r['dim']:<2} {r['length']:<2} {r['samples']:<7} {r['seed']:>4} |   {fmt(body)}   |  "
-              f"{fmt(r['estimated_error'])}   |    {fmt(moment)}    |   {fmt(r.get('moment_estimate'))}    | "
-              f"{r['route']:<6} | {'yes' if ok else 'NO':>13} | {'YES' if bad else 'no':>5}")
+    rows = [done[c] for c in cells if c in done]
+    print(markdown_table(("(d, k, n)", "seed", "body's span distance", "its estimate", "moment route's distance",
+                          "its estimate", "spans apart (allowed)", "route chosen", "chosen span the closer one"),
+                         map(table_row, rows)))
+    closer = sum(chosen_closer(r) for r in rows)
     unrefused = [r for r in rows if r["refused"] is None]
-    both = sum("held-out" in r["route_reason"] for r in unrefused)
-    print(f"chosen route's span ≤ the other's: {closer}/{len(rows)} ({closer / len(rows):.0%}); "
-          f"body spans ≤ {TARGET} not used: {not_used}; of the {len(unrefused)} fits the body did not refuse, "
-          f"phase 6 chose between both routes in {both}")
+    kept = [r for r in unrefused if r["route"] == Route.BODY]
+    misses = [abs(r["moment_estimate"] - r["moment_distance"]) for r in rows]
+    print(f"\nchosen route's span ≤ the other's: {closer}/{len(rows)}; body spans ≤ {TARGET} not used: "
+          f"{sum(body_unused(r) for r in rows)}; route body in {len(kept)}; of the {len(unrefused)} fits the body did "
+          f"not refuse, phase 6 chose between both routes in {sum('held-out' in r['route_reason'] for r in unrefused)}")
+    if kept:
+        print(f"kept bodies: spans apart {min(r['spans_apart'] for r in kept):.3f}–"
+              f"{max(r['spans_apart'] for r in kept):.3f}, allowed "
+              f"{min(r['estimated_error'] + 2 * r['moment_estimate'] for r in kept):.3f}–"
+              f"{max(r['estimated_error'] + 2 * r['moment_estimate'] for r in kept):.3f}")
+    if rows:
+        print(f"moment route's |estimate − distance|: max {max(misses):.3f}, mean {np.mean(misses):.3f}")
+    for shape in dict.fromkeys((r["dim"], r["length"], r["samples"]) for r in rows):
+        mine = [r for r in rows if (r["dim"], r["length"], r["samples"]) == shape]
+        print(f"(d, k, n) = {shape}: the moment route's time {min(r['moment_seconds'] for r in mine):.1f}–"
+              f"{max(r['moment_seconds'] for r in mine):.1f} s of fits of {min(r['fit_seconds'] for r in mine):.1f}–"
+              f"{max(r['fit_seconds'] for r in mine):.1f} s")
     if args.nets:
         by_error = [r for r in rows if "moment_val_error" in r]
         closer = not_used = 0
