@@ -1,0 +1,62 @@
+"""Every table a bench prints from committed rows is the one docs/chen_li.md shows (issue 34).
+
+Each ``python bench/NAME.py ... --report`` command in a code block of the
+page is run (it reads the rows under ``runs/`` and fits nothing), and every
+table row it prints must appear verbatim on the page: a table edited by
+hand, or left behind when its rows were rerun, fails.  Sections still
+marked ``TODO(coordinator)`` (rows being rerun) are skipped.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "chen_li.md"
+
+
+def report_commands(text: str) -> list[tuple[str, str, str]]:
+    """(section heading, command, section text) for every bench ``--report`` command in a code block."""
+    commands = []
+    for section in re.split(r"^(?=##+ )", text, flags=re.MULTILINE):
+        heading = section.splitlines()[0] if section else ""
+        for block in re.findall(r"^```\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL):
+            for line in block.replace("\\\n", " ").splitlines():  # a command may go on after a backslash
+                command = line.split("#")[0].strip()
+                if command.startswith("python bench/") and "--report" in shlex.split(command):
+                    commands.append((heading, command, section))
+    return commands
+
+
+def table_rows(output: str) -> list[str]:
+    """The lines of Markdown tables in ``output``, but for their rule lines."""
+    return [line.strip() for line in output.splitlines()
+            if line.startswith("| ") and not re.fullmatch(r"\|( --- \|)+", line.strip())]
+
+
+COMMANDS = report_commands(PAGE.read_text())
+
+
+def test_the_page_has_report_commands():
+    assert len(COMMANDS) >= 5, COMMANDS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("heading, command, section", COMMANDS, ids=[command for _, command, _ in COMMANDS])
+def test_report_tables_are_on_the_page(heading, command, section):
+    if "TODO(coordinator)" in section:
+        pytest.skip(f"{heading}: rows being rerun")
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
+                            env=environment, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = table_rows(result.stdout)
+    assert printed, f"{command} printed no table"
+    page = {line.strip() for line in PAGE.read_text().splitlines()}
+    missing = [line for line in printed if line not in page]
+    assert not missing, f"{command}: rows not on the page:\n" + "\n".join(missing)
