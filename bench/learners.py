@@ -16,6 +16,7 @@ prints the table of the rows already there and fits nothing.
 
 import argparse
 import json
+import math
 
 from _common import load_jsonl, markdown_table, with_progress
 
@@ -33,6 +34,11 @@ CELL_KEYS = ("learner", "family", "heads", "dim", "length", "samples", "noise", 
 def identity(row):
     """The cell a row (or cell) stands for, hashable."""
     return tuple(row[key] for key in CELL_KEYS)
+
+
+def failure_figure(value: float, spec: str) -> str:
+    """A median over the failed seeds, or a dash where every seed succeeded (the median of none is nan)."""
+    return "—" if math.isnan(value) else format(value, spec)
 
 
 def main():
@@ -71,7 +77,8 @@ def main():
                           "failed: W inflation"),
                          ([entry["family"], entry["heads"], entry["learner"], f"{entry['successes']}/{entry['seeds']}",
                            f"{entry['median_error']:.2e}", f"{entry['median_seconds']:.1f}",
-                           f"{entry['failed_head_cosine']:.3f}", f"{entry['failed_w_inflation']:.1f}"]
+                           failure_figure(entry["failed_head_cosine"], ".3f"),
+                           failure_figure(entry["failed_w_inflation"], ".1f")]
                           for entry in summary)))
     learners = sorted({entry["learner"] for entry in summary})
     for family in dict.fromkeys(entry["family"] for entry in summary):
