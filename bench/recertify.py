@@ -22,7 +22,7 @@ import json
 import time
 
 import numpy as np
-from _common import load_jsonl, markdown_table
+from _common import load_jsonl, markdown_table, power_of_ten
 
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import TeacherObserver
@@ -71,9 +71,9 @@ def report(rows) -> str:
     return markdown_table(
         ("m", "n", "teacher", "our refit's Ŵ_Σ error", "K\\*'s rows", "body's span distance", "η", "margin rows",
          "certified against K\\*", "certified refit's Ŵ_Σ error"),
-        ([row["heads"], f"{row['samples']:.0e}", row["seed"], f"{100 * row['refined_w_sum_error']:.2f} %",
+        ([row["heads"], power_of_ten(row["samples"]), row["seed"], f"{100 * row['refined_w_sum_error']:.2f} %",
           row["k_star_rows"], fmt(row["span_distance"], ".3f"), step["eta"],
-          f"{step['margin_rows']} of {step['scanned']}", step["certified"],
+          f"{step['margin_rows']} of {step['scanned']} rows scanned", step["certified"],
           fmt(step["certified_w_sum_error"], ".4f")] for row in rows for step in row["etas"] or [{
               "eta": "—", "margin_rows": "—", "scanned": "—", "certified": row["min_norm_status"],
               "certified_w_sum_error": None}]))
