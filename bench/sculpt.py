@@ -142,7 +142,9 @@ def report_certificates(rows):
     table = []
     for label, error_key, bound_key in (("paper's output (refine='none')", "test_error_least_squares",
                                          "bound_least_squares"), ("polished (refine='lbfgs')", "test_error", "bound")):
-        for name, sel in [(name, [r for r in rows if r["part"] == name]) for name in ("A", "B")] + [("A and B", rows)]:
+        parts = [(name, [r for r in rows if r["part"] == name]) for name in ("A", "B")]
+        parts = [(name, sel) for name, sel in parts if sel]
+        for name, sel in parts + ([("A and B", rows)] if len(parts) == 2 else []):
             if sel:
                 table.append([label, name, f"{sum(r[error_key] > r[bound_key] for r in sel)}/{len(sel)}",
                               f"{np.median([r[bound_key] / max(r[error_key], 1e-300) for r in sel]):.3g}",
@@ -176,9 +178,12 @@ def main():
             handle.write(json.dumps(row) + "\n")
             handle.flush()
             rows.append(row)
-    rows = [r for r in rows if (r["part"] == "A" and r["seed"] < seeds_a) or (r["part"] == "B" and r["seed"] < seeds_b)]
-    report_part_a(rows, seeds_a)
-    report_part_b(rows, seeds_b)
+    rows = [r for r in rows if r["part"] in args.parts
+            and r["seed"] < {"A": seeds_a, "B": seeds_b}[r["part"]]]
+    if "A" in args.parts:
+        report_part_a(rows, seeds_a)
+    if "B" in args.parts:
+        report_part_b(rows, seeds_b)
     report_certificates(rows)
 
 
