@@ -561,7 +561,7 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
             refit_rows=settings.refit_rows, rounds=1, pool_fraction=settings.pool_fraction_for(heads),
             simplex_tol=settings.simplex_tol, pool=rows, callback=watch)
         moved = np.linalg.norm(w_sum - centre, 2)
-        exact = not outside and moved < covered
+        exact = bool(not outside and moved < covered)
         if exact or passes >= 2:
             break
         centre = w_sum
