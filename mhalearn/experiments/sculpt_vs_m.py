@@ -97,7 +97,7 @@ def run_sculpt_vs_m_cell(cell: dict, checkpoint_dir=None) -> dict:
     With ``checkpoint_dir``, phases 1–4 keep their results there as they end
     and a rerun of the cell resumes after the last one kept
     (:mod:`mhalearn.learners.checkpoint`; at m = 3 and n = 10⁸ they take
-    20–40 minutes).
+    about a quarter of an hour on one core).
 
     The Numba kernels own the cores, and OpenBLAS threads spinning after the
     phases' small products (phase 4 reads its hull ~30 times) would steal

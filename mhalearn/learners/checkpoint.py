@@ -1,7 +1,7 @@
 """Phase checkpoints: a long fit keeps each phase's result as it ends, and a rerun resumes after the last kept.
 
 At m = 3 and n = 10⁸, phases 1–4 of :class:`~mhalearn.SculptLearner` take
-20–40 minutes, most of it in passes over the data.  With
+6–10 minutes on one or two workers, most of it in passes over the data.  With
 ``SculptLearner(checkpoint=DIR)`` each of them (and our moment route) saves
 its result, with the state of the fit's random generator after it, to
 ``DIR/<key>/<phase>.pickle`` as soon as it ends.  A later fit with the same
@@ -37,8 +37,9 @@ phases loaded, the part of the fit's time an earlier run spent.
 
 The files are pickles: load only checkpoint directories you wrote.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
-partial file.  They hold the phases' data (rows, slabs, the first pool):
-0.35 GB at m = 3, n = 10⁸, two thirds of it the first pool.
+partial file.  They hold the phases' data (rows, slabs, the first pool and,
+on a stream longer than phases 1–3's prefix, the candidate rows: ≈ 0.55 GB
+of them at m = 3, n = 10⁸).
 """
 
 from __future__ import annotations
