@@ -570,8 +570,10 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
                        iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
                        stopped=history[-1]["stopped"] if history else "no iteration", w_sum=w_sum, rows=rows)
     steps = (*refined.steps, step)
+    # "none" only when neither the prefix's refits nor this one moved the crude Ŵ_Σ.
+    crude = refined.w_sum if refined.moved_by == "none" else None
     return dataclasses.replace(refined, seconds=refined.seconds + step.seconds, steps=steps, w_sum=w_sum,
-                               moved_by=_mover(steps, refined.w_sum if refined.moved_by == "none" else None, w_sum))
+                               moved_by=_mover(steps, crude, w_sum))
 
 
 def _mover(steps, crude: np.ndarray, refined: np.ndarray) -> str:
