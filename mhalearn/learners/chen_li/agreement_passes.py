@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...seeding import draw_seed
-from .agreement_rows import AgreementRows, accepted_entries, decoded_rows
+from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
 from .decoder import decoding_residuals
 from .settings import BodySettings
 
@@ -199,11 +199,9 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     tokens, labels = np.asarray(X), np.asarray(Y)
     if sequences is not None:
         tokens, labels = tokens[sequences], labels[sequences]
-    token_norm = np.sqrt(np.einsum("nkd,nkd->nk", tokens, tokens).max(axis=1))
-    label_norm = np.sqrt(np.einsum("nkd,nkd->nk", labels, labels))
-    reach = (1.0 + 2.0 * tokens.shape[1] * simplex_tol) * token_norm[:, None]
+    reach = simplex_slack(tokens.shape[1], simplex_tol) * residual_reach(tokens, labels)
     with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.maximum(residuals - threshold, 0.0) * label_norm / reach
+        need = np.maximum(residuals - threshold, 0.0) / reach
     # A row with no finite residual (y = 0) can never be accepted.
     kept, query = np.nonzero((violations <= 10 * simplex_tol) & np.isfinite(residuals) & (need <= radius))
     rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))

@@ -172,10 +172,7 @@ class _Redecoding:
         self.decoded_at = np.full(len(pool), -1)  # the call that last decoded each row (-1: none)
         self.estimates = []  # Ŵ_Σ of every call
         self.threshold, self.decoded = -np.inf, 0  # the last call's count-th residual, and its rows decoded
-        label_norm = np.sqrt(np.einsum("cd,cd->c", pool.label, pool.label))  # a quarter of norm's time
-        token_norm = np.sqrt(np.einsum("ckd,ckd->ck", pool.tokens, pool.tokens).max(axis=1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.reach = token_norm / label_norm  # times A: how far the residual can fall per unit ‖ΔŴ_Σ‖₂
+        self.reach = residual_reach(pool.tokens, pool.label[:, None, :])[:, 0]
         self.length = pool.tokens.shape[1]
 
     def residuals_under(self, tokens, labels: np.ndarray, w_sum: np.ndarray, count: int, simplex_tol: float):
@@ -184,7 +181,7 @@ class _Redecoding:
         moves = np.full(len(self.estimates) + 1, np.inf)  # by the call that last decoded a row; none: the last
         for call in np.unique(self.decoded_at[self.decoded_at >= 0]):
             moves[call] = np.linalg.norm(w_sum - self.estimates[call], 2)
-        moves *= 1.0 + 2.0 * self.length * simplex_tol  # A
+        moves *= simplex_slack(self.length, simplex_tol)
         with np.errstate(invalid="ignore"):  # inf · 0, inf − inf: no bound
             bound = self.residual - self.reach * moves[self.decoded_at]
         bound = np.where(np.isfinite(bound), bound * (1.0 - _BOUND_SLACK), -np.inf)
@@ -207,6 +204,21 @@ class _Redecoding:
         self.estimates.append(w_sum)
         self.threshold, self.decoded = threshold, int(np.count_nonzero(decoded))
         return residuals, violations
+
+
+def residual_reach(tokens: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """max_j ‖x_j‖ / ‖y‖ for each label row y of ``labels`` (n, r, d) of the sequences ``tokens`` (n, k, d):
+    times :func:`simplex_slack`, how far a row's relative residual can fall per unit ‖ΔŴ_Σ‖₂
+    (:class:`_Redecoding`; inf or NaN where y = 0)."""
+    label_norm = np.sqrt(np.einsum("nrd,nrd->nr", labels, labels))  # a quarter of norm's time
+    token_norm = np.sqrt(np.einsum("nkd,nkd->nk", tokens, tokens).max(axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return token_norm[:, None] / label_norm
+
+
+def simplex_slack(length: int, simplex_tol: float) -> float:
+    """A = 1 + 2kτ, the largest ‖â‖₁ of a pattern within ``simplex_tol`` = τ of the simplex in R^k."""
+    return 1.0 + 2.0 * length * simplex_tol
 
 
 def decoded_rows(tokens: np.ndarray, query: np.ndarray, label: np.ndarray, w_sum: np.ndarray, scanned: int,
