@@ -83,3 +83,62 @@ def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkey
     np.testing.assert_array_equal(k_star.tokens, everything.tokens[:len(k_star)])
     np.testing.assert_array_equal(k_star.pattern, everything.pattern[:len(k_star)])
     assert phases.span.refused is None and phases.span.basis.shape == (2, 49)
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkeypatch, capped):
+    from mhalearn.learners import checkpoint
+
+    teacher, source = _stream(samples=20_000)
+    centre = teacher.projection_sum + 0.01 * np.random.default_rng(8).standard_normal((7, 7))
+    settings = dict(threshold=0.03, radius=0.05 * np.linalg.norm(centre, 2), simplex_tol=TOL,
+                    max_rows=3000 if capped else 10 ** 9)
+    whole, whole_covered = agreement_passes.reachable_rows(source, centre, **settings)
+    assert (whole_covered < settings["radius"]) == capped
+    monkeypatch.setattr(checkpoint, "PROGRESS_SECONDS", 0.0)  # keep every wave
+    kept = checkpoint.PhaseCheckpoint(tmp_path, "fit", source)
+    reads, original = [], TeacherSource._block
+
+    def read(self, index, stop_at=None):
+        if index == stop_at:
+            raise Interrupted
+        reads.append(index)
+        return original(self, index)
+
+    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index, stop_at=12))
+    with pytest.raises(Interrupted):
+        agreement_passes.reachable_rows(source, centre, **settings, progress=kept.progress("3_stream_refit"))
+    assert [path.name for path in (tmp_path / "fit").iterdir()] == ["3_stream_refit.pass1.progress.pickle"]
+    # Another Ŵ_Σ, or a second pass, does not take this pass's place.
+    inputs = dict(w_sum=centre, **settings, blocks=20)
+    assert kept.progress("3_stream_refit").load(1, inputs)["next_block"] == 8
+    assert kept.progress("3_stream_refit").load(1, {**inputs, "w_sum": centre + 1e-12}) is None
+    assert kept.progress("3_stream_refit").load(2, inputs) is None
+    # The same pass resumes after the last wave kept (blocks 0-7) and gives the same rows to the bit.
+    reads.clear()
+    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index))
+    rows, covered = agreement_passes.reachable_rows(source, centre, **settings,
+                                                    progress=kept.progress("3_stream_refit"))
+    assert reads == list(range(8, 20))
+    assert covered == whole_covered and (rows.scanned, rows.found) == (whole.scanned, whole.found)
+    for field in ("tokens", "query", "label", "pattern", "residual", "violation"):
+        np.testing.assert_array_equal(getattr(rows, field), getattr(whole, field))
+
+
+def test_a_kept_phase_removes_its_passes_progress(tmp_path, monkeypatch):
+    from mhalearn.learners import checkpoint
+
+    teacher, source = _stream(samples=20_000)
+    monkeypatch.setattr(checkpoint, "PROGRESS_SECONDS", 0.0)
+    settings = BodySettings(prefix_samples=5000)
+    kept = checkpoint.PhaseCheckpoint(tmp_path, "fit", source)
+    reference = sculpt_span(source, 2, settings, np.random.default_rng(7))
+    phases = sculpt_span(source, 2, settings, np.random.default_rng(7), checkpoint=kept)
+    names = sorted(path.name for path in (tmp_path / "fit").iterdir())
+    assert names == ["1_crude_sum.pickle", "2_sculpt.pickle", "3_refined_sum.pickle", "3_stream_refit.pickle",
+                     "4_sculpt.pickle", "4_span.pickle"]
+    np.testing.assert_array_equal(phases.span.basis, reference.span.basis)

@@ -35,6 +35,15 @@ not caught.
 Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
 phases loaded, the part of the fit's time an earlier run spent.
 
+A phase that reads a long stream keeps its place in it too: the candidate
+pass (:func:`~mhalearn.learners.chen_li.agreement_passes.reachable_rows`,
+about an hour on two workers at 2·10⁹ sequences) saves what it holds every
+:data:`PROGRESS_SECONDS` and at its end (:meth:`PhaseCheckpoint.progress`,
+``DIR/<key>/<phase>.pass<p>.progress.pickle``), so an interrupted pass
+resumes at the wave after the last saved one, and gives the rows an
+uninterrupted pass gives (tests/test_stream_passes.py).  The progress files
+are removed when their phase is kept.
+
 The files are pickles: load only checkpoint directories you wrote.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool and,
@@ -98,16 +107,24 @@ class PhaseCheckpoint:
         seconds = time.perf_counter() - start
         self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds,
                           "data": self.data()})
+        if file.exists():  # the phase is kept: where its passes stood is no longer needed
+            for progress in self.path.glob(f"{name}.pass*.progress.pickle"):
+                progress.unlink(missing_ok=True)
         return result
 
-    def _load(self, file: Path, name: str) -> dict | None:
-        """The kept phase in ``file`` when there is one and it was computed on this data, else None."""
+    def progress(self, name: str) -> "PassProgress":
+        """Where the passes of phase ``name`` stand, kept beside its file (:class:`PassProgress`)."""
+        return PassProgress(self, name)
+
+    def _load(self, file: Path, name: str, fields=("result", "rng_state", "seconds", "data")) -> dict | None:
+        """The kept phase (or pass, with its ``fields``) in ``file`` when there is one and it was computed on
+        this data, else None."""
         if not file.exists():
             return None
         try:
             with open(file, "rb") as handle:
                 kept = pickle.load(handle)
-            missing = {"result", "rng_state", "seconds", "data"} - set(kept)
+            missing = set(fields) - set(kept)
             if missing:
                 raise ValueError(f"no {', '.join(sorted(missing))}")
         except Exception as error:  # damaged, pickled by other library versions, or not a phase file
@@ -136,6 +153,71 @@ class PhaseCheckpoint:
             partial.unlink(missing_ok=True)
             warnings.warn(f"checkpoint: could not keep {file.stem} in {self.path} ({error}); the fit goes on "
                           f"without it", CheckpointWarning, stacklevel=3)
+
+
+#: How often a long pass saves where it stands (seconds): at most this much of a pass is read again on resume.
+PROGRESS_SECONDS = 600.0
+
+
+class PassProgress:
+    """Where the passes of one phase stand: ``load(number, inputs)`` and ``save(number, inputs, state)``.
+
+    A pass saves its ``state`` (what it holds after a wave and the wave
+    after it) under its ``number`` within the phase and its ``inputs`` (the
+    arrays and numbers it reads besides the stream); a saved state is given
+    back only to a pass with the same number and bitwise the same inputs,
+    on the same data (:meth:`PhaseCheckpoint.data`).  ``due()`` says
+    whether :data:`PROGRESS_SECONDS` have passed since the last save.
+    Damaged or other data's files are passed over with a
+    :class:`CheckpointWarning`, and a state that cannot be saved is not
+    kept: the pass goes on, as a phase does.
+    """
+
+    def __init__(self, checkpoint: PhaseCheckpoint, name: str, seconds: float | None = None):
+        self.checkpoint, self.name = checkpoint, name
+        self.seconds = PROGRESS_SECONDS if seconds is None else seconds
+        self.saved_at = time.monotonic()
+
+    def file(self, number: int) -> Path:
+        return self.checkpoint.path / f"{self.name}.pass{number}.progress.pickle"
+
+    def due(self) -> bool:
+        return time.monotonic() - self.saved_at >= self.seconds
+
+    def load(self, number: int, inputs: dict) -> dict | None:
+        """The state pass ``number`` saved with these ``inputs`` on this data, or None."""
+        file = self.file(number)
+        kept = self.checkpoint._load(file, f"pass {number} of {self.name}", fields=("state", "inputs", "data"))
+        if kept is None or not _same_inputs(kept["inputs"], inputs):
+            return None
+        return kept["state"]
+
+    def save(self, number: int, inputs: dict, state: dict) -> None:
+        self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs, "data": self.checkpoint.data()})
+        self.saved_at = time.monotonic()
+
+
+def _same_inputs(kept: dict, here: dict) -> bool:
+    """Whether two passes' inputs are the same, arrays to the bit."""
+    return kept.keys() == here.keys() and all(
+        np.array_equal(kept[key], here[key]) if isinstance(here[key], np.ndarray) else kept[key] == here[key]
+        for key in here)
+
+
+class NoProgress:
+    """Nothing kept: a pass runs whole (a fit without a checkpoint)."""
+
+    @staticmethod
+    def due() -> bool:
+        return False
+
+    @staticmethod
+    def load(number: int, inputs: dict) -> None:
+        return None
+
+    @staticmethod
+    def save(number: int, inputs: dict, state: dict) -> None:
+        pass
 
 
 def data_difference(kept: dict, here: dict) -> str | None:
@@ -167,6 +249,10 @@ class NoCheckpoint:
     @staticmethod
     def run(name: str, rng: np.random.Generator, compute):
         return compute()
+
+    @staticmethod
+    def progress(name: str) -> NoProgress:
+        return NoProgress()
 
 
 def open_checkpoint(directory, source, heads: int, settings, rng: np.random.Generator, *extra):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...seeding import draw_seed
+from ..checkpoint import NoProgress
 from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
 from .decoder import decoding_residuals
 from .settings import BodySettings
@@ -142,7 +143,7 @@ CANDIDATE_WAVE = 8
 
 
 def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float, simplex_tol: float,
-                   max_rows: int) -> tuple[AgreementRows, float]:
+                   max_rows: int, progress=NoProgress(), number: int = 1) -> tuple[AgreementRows, float]:
     """The candidate pass: every row whose relative residual can be ≤ ``threshold`` under some Ŵ'_Σ with
     ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``radius``, and the radius the rows kept cover.
 
@@ -163,14 +164,24 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     memory stays bounded by ``max_rows`` rows and a wave's.  Rows are in
     block order; ``scanned`` counts every row of the stream and ``found``
     the rows needed within ``radius``.
+
+    ``progress`` (:meth:`~mhalearn.learners.checkpoint.PhaseCheckpoint.progress`)
+    keeps what the pass holds after a wave, as pass ``number`` of its
+    phase, when a save is due and at the end; a pass with the same inputs
+    resumes after the last wave kept and returns what an uninterrupted
+    pass returns, to the bit (the rows are kept after the wave's cap, in
+    block order).
     """
-    covered, found = radius, 0
-    parts, needs = [], []
+    inputs = {"w_sum": w_sum, "threshold": threshold, "radius": radius, "simplex_tol": simplex_tol,
+              "max_rows": max_rows, "blocks": source.block_count}
+    state = progress.load(number, inputs) or {"next_block": 0, "covered": radius, "found": 0,
+                                              "parts": [], "needs": []}
+    covered, found, parts, needs = state["covered"], state["found"], state["parts"], state["needs"]
     # Waves longer than a pass that may stop early maps: this one never stops, and each wave costs a
     # scheduler round trip that leaves the workers idle (8 blocks a wave took 1.4× the time of one map on
     # one Dask worker); 64 blocks hold ~50 MB of rows at m = 3.
     wave_blocks = CANDIDATE_WAVE * source.wave_blocks
-    for first in range(0, source.block_count, wave_blocks):
+    for first in range(state["next_block"], source.block_count, wave_blocks):
         wave = range(first, min(first + wave_blocks, source.block_count))
         for rows, need in source.map_blocks(_reachable_block, w_sum, threshold, covered, simplex_tol, blocks=wave):
             keep = need < covered if covered < radius else need <= radius  # the radius may have shrunk
@@ -187,6 +198,9 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
             keep[order[:max_rows]] = True  # every row needed below ``covered`` is among them
             parts = [part.subset(keep[start:end]) for part, start, end in zip(parts, offsets[:-1], offsets[1:])]
             needs = [need[keep[start:end]] for need, start, end in zip(needs, offsets[:-1], offsets[1:])]
+        if wave.stop == source.block_count or progress.due():
+            progress.save(number, inputs, {"next_block": wave.stop, "covered": covered, "found": found,
+                                           "parts": parts, "needs": needs})
     rows = _joined(parts, source.samples * source.length, found)
     return rows, covered
 

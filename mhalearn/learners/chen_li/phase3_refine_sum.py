@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
+from ..checkpoint import NoProgress
 from ..least_squares import least_squares
 from ..report import PhaseResult, data_field, detail_line
 from ..streams import stream_rows
@@ -524,7 +525,8 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
                       theta_bar=theta_bar)
 
 
-def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySettings) -> RefinedSum:
+def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySettings,
+                    progress=NoProgress()) -> RefinedSum:
     """Phase 3 on a stream longer than the prefix it read: our refit goes on over the whole stream.
 
     The candidate pass
@@ -537,7 +539,9 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
     those rows, drawing no new pool (they hold every row a pool could).  If
     Ŵ_Σ leaves the radius covered, or a selection's residuals rise above the
     threshold, one more pass reads the stream around the new Ŵ_Σ.  Returns
-    ``refined`` with this step added and its Ŵ_Σ.
+    ``refined`` with this step added and its Ŵ_Σ.  ``progress`` keeps where
+    each pass stands, so that an interrupted one resumes
+    (:class:`~mhalearn.learners.checkpoint.PassProgress`).
     """
     start = time.perf_counter()
     last = next((step for step in reversed(refined.steps) if isinstance(step, AlternatingRefit)), None)
@@ -548,7 +552,8 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
     while True:
         scale = np.linalg.norm(centre, 2)
         rows, covered = reachable_rows(source, centre, threshold=threshold, radius=settings.candidate_radius * scale,
-                                       simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
+                                       simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows,
+                                       progress=progress, number=passes + 1)
         passes += 1
         outside = []
 
