@@ -119,11 +119,16 @@ def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkey
     assert kept.progress("3_stream_refit").load(1, {**inputs, "w_sum": centre + 1e-12}) is None
     assert kept.progress("3_stream_refit").load(2, inputs) is None
     # The same pass resumes after the last wave kept (blocks 0-7) and gives the same rows to the bit.
-    reads.clear()
     monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index))
-    rows, covered = agreement_passes.reachable_rows(source, centre, **settings,
-                                                    progress=kept.progress("3_stream_refit"))
+    resumed = checkpoint.PhaseCheckpoint(tmp_path, "fit", source)
+    resumed.data()  # the digest reads three blocks once a fit, whatever the pass reads
+    progress = resumed.progress("3_stream_refit")
+    reads.clear()
+    rows, covered = agreement_passes.reachable_rows(source, centre, **settings, progress=progress)
     assert reads == list(range(8, 20))
+    # The blocks read before the interruption count as a kept phase's seconds do.
+    assert resumed.resumed == ["3_stream_refit pass 1 from block 8"]
+    assert resumed.kept_seconds == progress.loaded_seconds > 0
     assert covered == whole_covered and (rows.scanned, rows.found) == (whole.scanned, whole.found)
     for field in ("tokens", "query", "label", "pattern", "residual", "violation"):
         np.testing.assert_array_equal(getattr(rows, field), getattr(whole, field))

@@ -162,12 +162,16 @@ PROGRESS_SECONDS = 600.0
 class PassProgress:
     """Where the passes of one phase stand: ``load(number, inputs)`` and ``save(number, inputs, state)``.
 
-    A pass saves its ``state`` (what it holds after a wave and the wave
-    after it) under its ``number`` within the phase and its ``inputs`` (the
+    A pass saves its ``state`` (what it holds after a wave, the block after
+    it and the ``seconds`` the pass has taken so far) under its ``number``
+    within the phase and its ``inputs`` (the
     arrays and numbers it reads besides the stream); a saved state is given
     back only to a pass with the same number and bitwise the same inputs,
-    on the same data (:meth:`PhaseCheckpoint.data`).  ``due()`` says
-    whether :data:`PROGRESS_SECONDS` have passed since the last save.
+    on the same data (:meth:`PhaseCheckpoint.data`), and counted as a kept
+    phase is: its seconds in ``loaded_seconds`` and the checkpoint's
+    ``kept_seconds``, and "<phase> pass <p> from block <b>" in its
+    ``resumed``.  ``due()`` says whether :data:`PROGRESS_SECONDS` have
+    passed since the last save.
     Damaged or other data's files are passed over with a
     :class:`CheckpointWarning`, and a state that cannot be saved is not
     kept: the pass goes on, as a phase does.
@@ -177,6 +181,7 @@ class PassProgress:
         self.checkpoint, self.name = checkpoint, name
         self.seconds = PROGRESS_SECONDS if seconds is None else seconds
         self.saved_at = time.monotonic()
+        self.loaded_seconds = 0.0
 
     def file(self, number: int) -> Path:
         return self.checkpoint.path / f"{self.name}.pass{number}.progress.pickle"
@@ -190,7 +195,12 @@ class PassProgress:
         kept = self.checkpoint._load(file, f"pass {number} of {self.name}", fields=("state", "inputs", "data"))
         if kept is None or not _same_inputs(kept["inputs"], inputs):
             return None
-        return kept["state"]
+        # Counted as a kept phase is: the seconds an earlier run spent on the part of the pass kept.
+        state = kept["state"]
+        self.loaded_seconds += state["seconds"]
+        self.checkpoint.kept_seconds += state["seconds"]
+        self.checkpoint.resumed.append(f"{self.name} pass {number} from block {state['next_block']}")
+        return state
 
     def save(self, number: int, inputs: dict, state: dict) -> None:
         self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs, "data": self.checkpoint.data()})
@@ -206,6 +216,8 @@ def _same_inputs(kept: dict, here: dict) -> bool:
 
 class NoProgress:
     """Nothing kept: a pass runs whole (a fit without a checkpoint)."""
+
+    loaded_seconds = 0.0
 
     @staticmethod
     def due() -> bool:

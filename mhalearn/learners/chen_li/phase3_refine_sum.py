@@ -570,8 +570,10 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
         if exact or passes >= 2:
             break
         centre = w_sum
-    step = StreamRefit(seconds=time.perf_counter() - start, passes=passes, candidates=len(rows),
-                       threshold=threshold, radius=covered / scale, moved=moved / scale, exact=exact,
+    # A pass resumed from ``progress`` counts the seconds its kept part took, as a kept phase does.
+    step = StreamRefit(seconds=time.perf_counter() - start + progress.loaded_seconds, passes=passes,
+                       candidates=len(rows), threshold=threshold, radius=covered / scale, moved=moved / scale,
+                       exact=exact,
                        iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
                        stopped=history[-1]["stopped"] if history else "no iteration", w_sum=w_sum, rows=rows)
     steps = (*refined.steps, step)
