@@ -34,21 +34,22 @@ def test_a_prefix_is_the_source_that_ends_there():
 
 @pytest.mark.parametrize("capped", [False, True])
 def test_the_candidate_pass_keeps_every_row_a_nearby_estimate_can_accept(rng, capped):
-    teacher, source = _stream()
+    teacher, source = _stream(samples=20_000)  # 20 blocks: three waves, the cap bites before the last
     X = np.concatenate([X for X, _ in source.blocks()])
     Y = np.concatenate([Y for _, Y in source.blocks()])
     centre = teacher.projection_sum + 0.02 * rng.standard_normal((7, 7))
     radius, threshold = 0.05 * np.linalg.norm(centre, 2), 0.03
     rows, covered = agreement_passes.reachable_rows(source, centre, threshold=threshold, radius=radius,
                                                     simplex_tol=TOL, max_rows=10 ** 9)
-    assert rows.scanned == 6000 * 4 and covered == radius and len(rows) == rows.found
+    assert rows.scanned == 20_000 * 4 and covered == radius and len(rows) == rows.found
     if capped:
         # Half-way between the rows needed at once (within the threshold already) and all of them.
         at_once = int(np.count_nonzero(rows.residual <= threshold))
-        cap = (at_once + len(rows)) // 2
+        cap, needed = (at_once + len(rows)) // 2, len(rows)
         rows, covered = agreement_passes.reachable_rows(source, centre, threshold=threshold, radius=radius,
                                                         simplex_tol=TOL, max_rows=cap)
         assert len(rows) == cap and 0 < covered < radius  # the cap bit, and says what it covers
+        assert rows.found == needed  # every row needed within the radius asked is counted, kept or not
     kept = {(tokens.tobytes(), query) for tokens, query in zip(rows.tokens, rows.query)}
     checked = 0
     for scale in (0.2, 0.6, 0.99):

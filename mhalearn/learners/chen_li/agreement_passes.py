@@ -163,7 +163,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     than ``max_rows`` rows are needed, those needed from the smallest radius
     are kept and the radius covered is the smallest of the rows dropped
     (every row needed below it is kept), so
-    memory stays bounded by ``max_rows`` rows and a wave's.  Rows are in
+    memory stays bounded by 1.25 × ``max_rows`` rows and a wave's.  Rows are in
     block order; ``scanned`` counts every row of the stream and ``found``
     the rows needed within ``radius``.
 
@@ -186,22 +186,20 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     wave_blocks = CANDIDATE_WAVE * source.wave_blocks
     for first in range(state["next_block"], source.block_count, wave_blocks):
         wave = range(first, min(first + wave_blocks, source.block_count))
-        for rows, need in source.map_blocks(_reachable_block, w_sum, threshold, covered, simplex_tol, blocks=wave):
+        for rows, need, needed in source.map_blocks(_reachable_block, w_sum, threshold, radius, covered,
+                                                     simplex_tol, blocks=wave):
             keep = need < covered if covered < radius else need <= radius  # the radius may have shrunk
             parts.append(rows.subset(keep))
             needs.append(need[keep])
-            found += int(np.count_nonzero(need <= radius))
-        kept = sum(len(need) for need in needs)
-        if kept > max_rows:
-            joined = np.concatenate(needs)
-            order = np.argsort(joined, kind="stable")
-            covered = float(joined[order[max_rows]])
-            offsets = np.cumsum([0, *(len(need) for need in needs)])
-            keep = np.zeros(kept, dtype=bool)
-            keep[order[:max_rows]] = True  # every row needed below ``covered`` is among them
-            parts = [part.subset(keep[start:end]) for part, start, end in zip(parts, offsets[:-1], offsets[1:])]
-            needs = [need[keep[start:end]] for need, start, end in zip(needs, offsets[:-1], offsets[1:])]
-        if wave.stop == source.block_count or progress.due():
+            found += needed
+        last = wave.stop == source.block_count
+        # A cut sorts and copies every row held, so once the cap is reached it waits for a quarter of the
+        # cap to come in (cutting every wave of a pass over 2·10⁹ sequences at m = 4 would add a third to
+        # its time), and the last cut keeps what cutting every wave keeps (see _cut).
+        if sum(len(need) for need in needs) > max_rows + (0 if last else max_rows // 4):
+            part, need, covered = _cut(parts, needs, max_rows)
+            parts, needs = [part], [need]
+        if last or progress.due():
             progress.save(number, inputs, {"next_block": wave.stop, "covered": covered, "found": found,
                                            "parts": parts, "needs": needs,
                                            "seconds": state["seconds"] + time.perf_counter() - start})
@@ -209,10 +207,29 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     return rows, covered
 
 
+def _cut(parts: list, needs: list, max_rows: int) -> tuple[AgreementRows, np.ndarray, float]:
+    """The ``max_rows`` rows needed from the smallest radius, in block order, their needs, and the radius
+    covered: the need of the first row dropped.
+
+    Rows are ranked by need, then by their place in the stream (a stable
+    sort of rows in block order), so the rows kept are the first
+    ``max_rows`` of all the rows ever held in that order, however often
+    the pass cut: a row it let in after a cut had a need below the radius
+    then covered, and one it kept out had one at or above it, ranked after
+    every row then kept.
+    """
+    joined = np.concatenate(needs)
+    order = np.argsort(joined, kind="stable")
+    keep = np.zeros(len(joined), dtype=bool)
+    keep[order[:max_rows]] = True  # every row needed below the radius covered is among them
+    return _joined(parts, 0, 0).subset(keep), joined[keep], float(joined[order[max_rows]])
+
+
 def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
-                     threshold: float, radius: float, simplex_tol: float) -> tuple[AgreementRows, np.ndarray]:
-    """One block's rows needed within ``radius`` (:func:`reachable_rows`), decoded, and the radius each is
-    needed from."""
+                     threshold: float, radius: float, covered: float,
+                     simplex_tol: float) -> tuple[AgreementRows, np.ndarray, int]:
+    """One block's rows needed within ``covered`` (:func:`reachable_rows`), decoded, the radius each is
+    needed from, and how many rows are needed within ``radius`` (the pass's ``found``)."""
     residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
     tokens, labels = np.asarray(X), np.asarray(Y)
     if sequences is not None:
@@ -221,6 +238,7 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.maximum(residuals - threshold, 0.0) / reach
     # A row with no finite residual (y = 0) can never be accepted.
-    kept, query = np.nonzero((violations <= 10 * simplex_tol) & np.isfinite(residuals) & (need <= radius))
+    needed = (violations <= 10 * simplex_tol) & np.isfinite(residuals) & (need <= radius)
+    kept, query = np.nonzero(needed & (need <= covered))
     rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
-    return rows, need[kept, query]
+    return rows, need[kept, query], int(np.count_nonzero(needed))
