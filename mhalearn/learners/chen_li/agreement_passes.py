@@ -171,7 +171,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     keeps what the pass holds after a wave, as pass ``number`` of its
     phase, when a save is due and at the end; a pass with the same inputs
     resumes after the last wave kept and returns what an uninterrupted
-    pass returns, to the bit (the rows are kept after the wave's cap, in
+    pass returns, to the bit (what it holds after the wave, cut or not, in
     block order).
     """
     inputs = {"w_sum": w_sum, "threshold": threshold, "radius": radius, "simplex_tol": simplex_tol,
@@ -193,9 +193,9 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
             needs.append(need[keep])
             found += needed
         last = wave.stop == source.block_count
-        # A cut sorts and copies every row held, so once the cap is reached it waits for a quarter of the
-        # cap to come in (cutting every wave of a pass over 2·10⁹ sequences at m = 4 would add a third to
-        # its time), and the last cut keeps what cutting every wave keeps (see _cut).
+        # A cut sorts and copies every row held (~1 GB at the default cap, against the half-million
+        # sequences a wave decodes), so once the cap is reached it waits for a quarter of the cap to come
+        # in; the last cut keeps what cutting every wave would (see _cut).
         if sum(len(need) for need in needs) > max_rows + (0 if last else max_rows // 4):
             part, need, covered = _cut(parts, needs, max_rows)
             parts, needs = [part], [need]
