@@ -190,7 +190,9 @@ class PassProgress:
         return time.monotonic() - self.saved_at >= self.seconds
 
     def load(self, number: int, inputs: dict) -> dict | None:
-        """The state pass ``number`` saved with these ``inputs`` on this data, or None."""
+        """The state pass ``number`` saved with these ``inputs`` on this data, or None; a pass calls it as it
+        starts, which starts the clock of its saves."""
+        self.saved_at = time.monotonic()
         file = self.file(number)
         kept = self.checkpoint._load(file, f"pass {number} of {self.name}", fields=("state", "inputs", "data"))
         if kept is None or not _same_inputs(kept["inputs"], inputs):
