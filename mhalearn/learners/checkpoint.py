@@ -177,9 +177,9 @@ class PassProgress:
     kept: the pass goes on, as a phase does.
     """
 
-    def __init__(self, checkpoint: PhaseCheckpoint, name: str, seconds: float | None = None):
+    def __init__(self, checkpoint: PhaseCheckpoint, name: str):
         self.checkpoint, self.name = checkpoint, name
-        self.seconds = PROGRESS_SECONDS if seconds is None else seconds
+        self.seconds = PROGRESS_SECONDS
         self.saved_at = time.monotonic()
         self.loaded_seconds = 0.0
 
