@@ -26,25 +26,19 @@ is that of the block passes diluted by the rest.
 import argparse
 import json
 import os
-import sys
 import time
 
-# bench/sparse.py would shadow the package ``sparse`` that dask.array imports when it is installed:
-# leave this script's folder off the path (this process's and, through spawn, the workers').
-sys.path[:] = [entry for entry in sys.path
-               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+import dask
+import numpy as np
+from distributed import Client, LocalCluster
 
-import dask  # noqa: E402  (after the path is set)
-import numpy as np  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
-
-import mhalearn  # noqa: E402
-from mhalearn._memory import peak_memory_mb  # noqa: E402
-from mhalearn._progress import progress_bar  # noqa: E402
-from mhalearn.attention.teachers import sample_teacher  # noqa: E402
-from mhalearn.evaluation import span_distance  # noqa: E402
-from mhalearn.learners.streams import BLOCK_SIZE  # noqa: E402
-from mhalearn.seeding import seeded_rng  # noqa: E402
+import mhalearn
+from mhalearn._memory import peak_memory_mb
+from mhalearn._progress import progress_bar
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import span_distance
+from mhalearn.learners.streams import BLOCK_SIZE
+from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 #: What a fit tells its callback: the start, phases 1, 2, 3, 2 again, 4, the moment route when the body

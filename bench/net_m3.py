@@ -47,31 +47,25 @@ import itertools
 import json
 import math
 import os
-import sys
 import time
 
-from _common import load_jsonl, markdown_table, power_of_ten  # before bench/ leaves the path (next line)
+import numpy as np
+from _common import load_jsonl, markdown_table, power_of_ten
 
-# bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path
-               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import numpy as np  # noqa: E402
-
-import mhalearn  # noqa: E402
-from mhalearn._memory import MemoryBudgetError, peak_memory_mb, set_memory_budget  # noqa: E402
-from mhalearn.attention.data import boolean_inputs  # noqa: E402
-from mhalearn.attention.model import MultiHeadAttention, relative_error  # noqa: E402
-from mhalearn.attention.teachers import sample_teacher  # noqa: E402
-from mhalearn.evaluation.observer import span_distance  # noqa: E402
-from mhalearn.learners.chen_li.fit import search_and_select  # noqa: E402
-from mhalearn.learners.chen_li.phase4_span import span_basis  # noqa: E402
-from mhalearn.learners.chen_li.phase5_net import descend_in_span, net_points, score_net  # noqa: E402
-from mhalearn.learners.chen_li.phase6_select import certificate_bounds  # noqa: E402
-from mhalearn.learners.chen_li.settings import SearchSettings  # noqa: E402
-from mhalearn.learners.dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION  # noqa: E402
-from mhalearn.learners.least_squares import solve_projections  # noqa: E402
-from mhalearn.seeding import seeded_rng  # noqa: E402
+import mhalearn
+from mhalearn._memory import MemoryBudgetError, peak_memory_mb, set_memory_budget
+from mhalearn.attention.data import boolean_inputs
+from mhalearn.attention.model import MultiHeadAttention, relative_error
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation.observer import span_distance
+from mhalearn.learners.chen_li.fit import search_and_select
+from mhalearn.learners.chen_li.phase4_span import span_basis
+from mhalearn.learners.chen_li.phase5_net import descend_in_span, net_points, score_net
+from mhalearn.learners.chen_li.phase6_select import certificate_bounds
+from mhalearn.learners.chen_li.settings import SearchSettings
+from mhalearn.learners.dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION
+from mhalearn.learners.least_squares import solve_projections
+from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 TEST_SAMPLES = 4000

@@ -34,25 +34,20 @@ import os
 import sys
 import time
 
-from _common import load_jsonl, markdown_table  # before bench/ leaves the path (next line)
+import numpy as np
+from _common import load_jsonl, markdown_table
+from distributed import Client, LocalCluster
 
-# bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path
-               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import numpy as np  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
-
-import mhalearn  # noqa: E402
-from mhalearn._memory import peak_memory_mb  # noqa: E402
-from mhalearn.attention.teachers import sample_teacher  # noqa: E402
-from mhalearn.evaluation import span_distance  # noqa: E402
-from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span  # noqa: E402
-from mhalearn.learners.moment_route import sine_distance  # noqa: E402
-from mhalearn.learners.report import Notifier  # noqa: E402
-from mhalearn.learners.streams import BLOCK_SIZE, DaskSource  # noqa: E402
-from mhalearn.provenance import git_state  # noqa: E402
-from mhalearn.seeding import seeded_rng  # noqa: E402
+import mhalearn
+from mhalearn._memory import peak_memory_mb
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import span_distance
+from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span
+from mhalearn.learners.moment_route import sine_distance
+from mhalearn.learners.report import Notifier
+from mhalearn.learners.streams import BLOCK_SIZE, DaskSource
+from mhalearn.provenance import git_state
+from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 

@@ -19,20 +19,14 @@ between run 3's parameters and run 1's (0: the same bits).
 """
 
 import argparse
-import os
 import shutil
-import sys
 import time
 
-# bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path
-               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import mhalearn  # noqa: E402
-from mhalearn.attention.teachers import sample_teacher  # noqa: E402
-from mhalearn.seeding import seeded_rng  # noqa: E402
+import mhalearn
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 

@@ -29,30 +29,24 @@ as one Markdown table and fits nothing.
 import argparse
 import json
 import os
-import sys
 import time
 from contextlib import nullcontext
 
-from _common import load_jsonl, markdown_table, power_of_ten  # before bench/ leaves the path (next line)
+from _common import load_jsonl, markdown_table, power_of_ten
+from distributed import Client, LocalCluster
 
-# bench/sparse.py would shadow the package ``sparse`` that dask.array imports (see bench/dask_cluster.py).
-sys.path[:] = [entry for entry in sys.path
-               if os.path.abspath(entry or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-from distributed import Client, LocalCluster  # noqa: E402
-
-import mhalearn  # noqa: E402
-from mhalearn._memory import peak_memory_mb  # noqa: E402
-from mhalearn.attention.data import boolean_inputs  # noqa: E402
-from mhalearn.attention.model import relative_error  # noqa: E402
-from mhalearn.attention.teachers import sample_teacher  # noqa: E402
-from mhalearn.evaluation import TeacherObserver  # noqa: E402
-from mhalearn.learners.chen_li import StreamRefit  # noqa: E402
-from mhalearn.learners.chen_li.phase5_net import hull_frame  # noqa: E402
-from mhalearn.learners.chen_li.settings import SearchSettings  # noqa: E402
-from mhalearn.learners.report import Phase, Route  # noqa: E402
-from mhalearn.provenance import git_state  # noqa: E402
-from mhalearn.seeding import seeded_rng  # noqa: E402
+import mhalearn
+from mhalearn._memory import peak_memory_mb
+from mhalearn.attention.data import boolean_inputs
+from mhalearn.attention.model import relative_error
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import TeacherObserver
+from mhalearn.learners.chen_li import StreamRefit
+from mhalearn.learners.chen_li.phase5_net import hull_frame
+from mhalearn.learners.chen_li.settings import SearchSettings
+from mhalearn.learners.report import Phase, Route
+from mhalearn.provenance import git_state
+from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 

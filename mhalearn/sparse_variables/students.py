@@ -343,7 +343,7 @@ class MLPStudent(_BooleanStudent):
     for sparse targets (Ng, ICML 2004), against the O(log T) of the
     attention head (Edelman et al., ICML 2022).  Adam is coordinate-wise and
     so not exactly rotation invariant, but the measured samples-to-accuracy
-    still grows about linearly in T (bench/sparse.py).
+    still grows about linearly in T (bench/sparse_variables.py).
 
     Parameters
     ----------

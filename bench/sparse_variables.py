@@ -13,9 +13,9 @@ The cells are those of the ``sparse-variables`` experiment with its frozen
 hyper-parameters, computed here from scratch; with ``--db`` the rows of a
 finished sweep are read instead (``mhalearn sweep sparse-variables --db ...``).
 
-    python bench/sparse.py                       # computes 40 cells (about half an hour at one core)
-    python bench/sparse.py --db results/sparse.db
-    python bench/sparse.py --memory-only
+    python bench/sparse_variables.py                       # computes 40 cells (about half an hour at one core)
+    python bench/sparse_variables.py --db results/sparse.db
+    python bench/sparse_variables.py --memory-only
 """
 
 import argparse
