@@ -179,7 +179,6 @@ class PassProgress:
 
     def __init__(self, checkpoint: PhaseCheckpoint, name: str):
         self.checkpoint, self.name = checkpoint, name
-        self.seconds = PROGRESS_SECONDS
         self.saved_at = time.monotonic()
         self.loaded_seconds = 0.0
 
@@ -187,7 +186,7 @@ class PassProgress:
         return self.checkpoint.path / f"{self.name}.pass{number}.progress.pickle"
 
     def due(self) -> bool:
-        return time.monotonic() - self.saved_at >= self.seconds
+        return time.monotonic() - self.saved_at >= PROGRESS_SECONDS
 
     def load(self, number: int, inputs: dict) -> dict | None:
         """The state pass ``number`` saved with these ``inputs`` on this data, or None; a pass calls it as it
