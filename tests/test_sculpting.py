@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mhalearn
-from mhalearn.evaluation import certification_precision, span_distance, teacher_feasible_fraction
+from mhalearn.evaluation import (
+    certification_precision,
+    hull_direction_ranks,
+    log_ratio_disagreement,
+    span_distance,
+    teacher_feasible_fraction,
+)
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum, phase4_span
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
 from mhalearn.learners.chen_li.settings import BodySettings
@@ -171,6 +177,29 @@ def test_affine_hull_of_two_heads_from_agreement_rows():
     assert cosine > 0.99
     assert span_distance(phase4_span.span_basis(centre, long_directions, 2), teacher) < 0.1
     assert info["spectral_gap"] > 5
+
+
+def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):
+    # Equalities orthogonal to every Θ_i − Θ_1 (exact agreement rows) leave the hull directions at the bottom
+    # of K*'s spectrum; equalities along them put the hull at the top.
+    teacher = mhalearn.sample_teacher(3, 4, rng=13)
+    thetas = teacher.thetas.reshape(3, -1)
+    hull = np.linalg.qr((thetas[1:] - thetas[0]).T)[0]  # (16, 2)
+    count = 200
+    E = rng.standard_normal((count, 16))
+    agreeing = E - (E @ hull) @ hull.T
+    nearly = agreeing + 0.01 * (E @ hull) @ hull.T  # rows whose heads nearly agree
+
+    def system(matrix):
+        return SlabSystem(matrix, np.zeros(len(matrix)), np.full(len(matrix), 0.5), np.zeros((0, 16)),
+                          np.zeros(0), np.arange(len(matrix)), np.zeros(0, int))
+
+    assert hull_direction_ranks(system(nearly), teacher) == [1, 2]
+    np.testing.assert_allclose(log_ratio_disagreement(system(agreeing), teacher), 0.0, atol=1e-10)
+    along = np.vstack([agreeing * 0.01, 10.0 * rng.standard_normal((count, 2)) @ hull.T])
+    assert min(hull_direction_ranks(system(along), teacher)) >= 14
+    values = E @ thetas.T
+    np.testing.assert_allclose(log_ratio_disagreement(system(E), teacher), values.max(1) - values.min(1))
 
 
 def test_dual_certificate_never_exceeds_the_lp_value(rng):

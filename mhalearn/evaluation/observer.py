@@ -52,15 +52,20 @@ def w_sum_error(w_sum: np.ndarray, teacher: MultiHeadAttention) -> float:
     return float(np.linalg.norm(w_sum - truth) / np.linalg.norm(truth))
 
 
-def agreement_precision(rows, teacher: MultiHeadAttention, tolerance: float = PATTERN_TOLERANCE) -> float:
-    """Share of accepted rows on which every teacher head's pattern is within ``tolerance`` of â in ℓ1
-    (NaN when no row was accepted)."""
+def agreeing_rows(rows, teacher: MultiHeadAttention, tolerance: float = PATTERN_TOLERANCE) -> np.ndarray:
+    """Mask of the rows on which every teacher head's pattern is within ``tolerance`` of â in ℓ1."""
     if len(rows) == 0:
-        return float("nan")
+        return np.zeros(0, dtype=bool)
     attention = teacher.attention(rows.tokens)  # (c, m, k, k)
     heads_rows = attention[np.arange(len(rows)), :, rows.query, :]  # (c, m, k)
     distance = np.abs(heads_rows - rows.pattern[:, None, :]).sum(axis=-1)
-    return float(np.mean(np.all(distance <= tolerance, axis=1)))
+    return np.all(distance <= tolerance, axis=1)
+
+
+def agreement_precision(rows, teacher: MultiHeadAttention, tolerance: float = PATTERN_TOLERANCE) -> float:
+    """Share of accepted rows on which every teacher head's pattern is within ``tolerance`` of â in ℓ1
+    (NaN when no row was accepted)."""
+    return float(np.mean(agreeing_rows(rows, teacher, tolerance))) if len(rows) else float("nan")
 
 
 def teacher_feasible_fraction(slabs, teacher: MultiHeadAttention) -> float:
@@ -70,6 +75,36 @@ def teacher_feasible_fraction(slabs, teacher: MultiHeadAttention) -> float:
     half_ok = np.all(slabs.H @ thetas <= slabs.g[:, None], axis=1)
     total = len(slab_ok) + len(half_ok)
     return float((slab_ok.sum() + half_ok.sum()) / total) if total else float("nan")
+
+
+def hull_direction_ranks(slabs, teacher: MultiHeadAttention) -> list[int]:
+    """Where the teacher's hull directions fall in K*'s spectrum: for each of the m − 1 eigenvalues of the
+    scaled normal matrix M = (E/t)ᵀ(E/t) restricted to span{Θ_i − Θ_1}, how many of M's d² eigenvalues lie
+    below it.
+
+    Phase 4 reads the hull as M's m − 1 smallest directions
+    (:func:`~mhalearn.learners.chen_li.phase4_span.read_affine_hull`), so it
+    can read it only when the ranks are about 1, …, m − 1 (the least they can
+    be: by interlacing the j-th restricted eigenvalue is at least M's j-th,
+    and equal only when the hull is exactly an eigenspace).  A rank that
+    stays put as rows are added (compare halves of the rows) is a bias of the
+    rows — the heads' log-ratios differ on them by more than the slabs'
+    widths allow — which more rows of the same kind do not remove.
+    """
+    scaled_E, _ = slabs.weighted_equalities()
+    normal = scaled_E.T @ scaled_E
+    thetas = teacher.thetas.reshape(teacher.heads, -1)
+    directions = np.linalg.qr((thetas[1:] - thetas[0]).T)[0]  # (d², m − 1), orthonormal
+    restricted = np.linalg.eigvalsh(directions.T @ normal @ directions)
+    spectrum = np.linalg.eigvalsh(normal)
+    return [int(np.count_nonzero(spectrum < value)) for value in restricted]
+
+
+def log_ratio_disagreement(slabs, teacher: MultiHeadAttention) -> np.ndarray:
+    """For each slab, max_i − min_i of ⟨E, Θ_i⟩: how far apart the heads' log-ratios are (nats) on the
+    token pair the slab fixes (0 on an exact agreement row)."""
+    values = slabs.E @ teacher.thetas.reshape(teacher.heads, -1).T
+    return values.max(axis=1) - values.min(axis=1)
 
 
 def certification_precision(margin, certified: np.ndarray, eta: float, teacher: MultiHeadAttention) -> float:

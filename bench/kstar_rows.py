@@ -1,0 +1,180 @@
+"""Why K* does not read the span at m = 4: where the heads' hull falls in K*'s spectrum.  An oracle check.
+
+Phase 4 reads aff{Θ_i} as the m − 1 thinnest directions of K*'s scaled
+equalities (E/t)θ ≈ b/t.  That works when, on the rows accepted, the heads'
+log-ratios agree to within the slabs' widths.  For agreement rows of the
+``sculpt-vs-m`` teachers (d = 12, k = 4) this prints, per set of rows:
+their precision (every head within ℓ1 0.1 of â), the heads' log-ratio
+disagreement on the slabs (nats, median;
+:func:`~mhalearn.evaluation.observer.log_ratio_disagreement`), where the hull
+directions rank in K*'s spectrum from the bottom (ideal: 1, …, m − 1;
+:func:`~mhalearn.evaluation.observer.hull_direction_ranks`), and what phase 4
+(:func:`~mhalearn.learners.chen_li.phase4_span.read_span`, default
+settings) reads: the span distance and the body's estimate.  The sets are
+every accepted row, the clean ones (precision 1, chosen by the teacher), and
+each half of the rows in stream order: a rank the halves share is a bias of
+the rows, which more rows of the same kind do not remove.
+
+The rows come from either
+
+- ``--samples N``: N fresh sequences of the cell's stream decoded with the
+  **true** W_Σ (phase 4's tolerances), or
+- ``--progress FILE``: a cell's last candidate pass
+  (``3_stream_refit.pass2.progress.pickle``, complete), decoded with the true
+  W_Σ — every row the true W_Σ accepts is among the candidates only when it
+  lies in the radius the pass covered, which is printed — and, with
+  ``--refit`` (the cell's ``3_stream_refit.pickle``), with the learned Ŵ_Σ,
+  the rows the cell's own K* read.
+
+The teacher is used throughout, so this is a diagnostic, not a learner.
+
+    python bench/kstar_rows.py --heads 3 --seed 0 1 2 --samples 10000000
+    python bench/kstar_rows.py --heads 4 --seed 0 --progress PASS_FILE --refit REFIT_FILE
+    python bench/kstar_rows.py --report       # the table, from runs/kstar_rows.jsonl
+
+Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
+"""
+
+import argparse
+import json
+import os
+import pickle
+import time
+
+import numpy as np
+from _common import load_jsonl
+
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import (
+    agreeing_rows,
+    hull_direction_ranks,
+    log_ratio_disagreement,
+    span_distance,
+    w_sum_error,
+)
+from mhalearn.learners.chen_li import BodySettings
+from mhalearn.learners.chen_li.agreement_passes import _joined, find_agreement_rows
+from mhalearn.learners.chen_li.phase4_span import read_span
+from mhalearn.learners.chen_li.slabs import slab_constraints
+from mhalearn.learners.streams import TeacherSource
+from mhalearn.seeding import seeded_rng
+
+COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "precision", "equalities",
+           "disagreement (nats)", "hull ranks", "span distance", "estimate")
+
+
+def candidates_of(path):
+    """The candidate rows of a pass's progress file, the pass's centre Ŵ_Σ and the radius covered (‖·‖₂)."""
+    with open(path, "rb") as handle:
+        kept = pickle.load(handle)
+    state, inputs = kept["state"], kept["inputs"]
+    if state["next_block"] != inputs["blocks"]:  # complete only once the pass has read every block
+        raise SystemExit(f"{path}: the pass stopped at block {state['next_block']} of {inputs['blocks']}")
+    return _joined(state["parts"], 0, state["found"]), inputs["w_sum"], state["covered"]
+
+
+def learned_sum(path):
+    """The learned Ŵ_Σ of a cell's ``3_stream_refit.pickle`` (phase 3's result)."""
+    with open(path, "rb") as handle:
+        return pickle.load(handle)["result"].w_sum
+
+
+def row_sets(rows, teacher):
+    """Every row, the clean ones, and each half in stream order."""
+    half = len(rows) // 2
+    return {"all": rows, "clean": rows.subset(agreeing_rows(rows, teacher)),
+            "first half": rows.subset(np.arange(half)), "second half": rows.subset(np.arange(half, len(rows)))}
+
+
+def reading(rows, teacher, settings):
+    """The figures of one set of rows."""
+    slabs = slab_constraints(rows, **settings.slab_rule())
+    span = read_span(slabs, teacher.heads, settings, np.random.default_rng(0))
+    return {"rows": len(rows), "precision": float(agreeing_rows(rows, teacher).mean()) if len(rows) else None,
+            "equalities": int(slabs.equalities),
+            "disagreement": float(np.median(log_ratio_disagreement(slabs, teacher))) if slabs.equalities else None,
+            "hull_ranks": hull_direction_ranks(slabs, teacher) if slabs.equalities else None,
+            "span_distance": None if span.basis is None else span_distance(span.basis, teacher),
+            "estimate": span.estimated_error, "refused": span.refused}
+
+
+def measure(args, seed, settings, out, done):
+    teacher = sample_teacher(args.heads, 12, rng=seeded_rng(20_251, args.heads, seed))
+    truth = teacher.projection_sum
+    start = time.perf_counter()
+    if args.progress:
+        candidates, centre, covered = candidates_of(args.progress)
+        offset = np.linalg.norm(truth - centre, 2) / np.linalg.norm(centre, 2)
+        radius = covered / np.linalg.norm(centre, 2)
+        print(f"m = {args.heads}, teacher {seed}: {len(candidates)} candidate rows; the true W_Σ is {offset:.4f} "
+              f"of ‖centre‖₂ from the pass's centre, which covered {radius:.4f}: "
+              f"{'every' if offset <= radius else 'not every'} row it accepts is among them", flush=True)
+        sources = {"true W_Σ": truth}
+        if args.refit:
+            sources[f"learned Ŵ_Σ ({w_sum_error(learned_sum(args.refit), teacher):.2%} off)"] = learned_sum(args.refit)
+        decoded = {name: candidates.accepted_under(w_sum, residual_tol=settings.residual_tol,
+                                                   simplex_tol=settings.simplex_tol, max_rows=len(candidates))
+                   for name, w_sum in sources.items()}
+        sequences, extra = args.sequences, {"true_in_radius": bool(offset <= radius), "offset": offset,
+                                            "radius": radius}
+    else:
+        source = TeacherSource(teacher, args.samples, 4, seed=seed)
+        decoded = {"true W_Σ": find_agreement_rows(source, truth, residual_tol=settings.residual_tol,
+                                                   simplex_tol=settings.simplex_tol, max_rows=10**7)}
+        sequences, extra = args.samples, {}
+    for name, rows in decoded.items():
+        for label, chosen in row_sets(rows, teacher).items():
+            key = (args.heads, seed, sequences, name.split(" (")[0], label)
+            if key in done:
+                continue
+            record = {"m": args.heads, "teacher": seed, "sequences": sequences, "decoded_with": name,
+                      "set": label, **reading(chosen, teacher, settings), **extra}
+            print(line(record), flush=True)
+            with open(out, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+    print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def line(record):
+    def figure(value, form):
+        return "—" if value is None else format(value, form)
+    return (f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {record['decoded_with']} | "
+            f"{record['set']} | {record['rows']} | {figure(record['precision'], '.2f')} | {record['equalities']} | "
+            f"{figure(record['disagreement'], '.2f')} | {record['hull_ranks']} | "
+            f"{figure(record['span_distance'], '.3f')} | {figure(record['estimate'], '.3f')} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--seed", type=int, nargs="+", default=[0])
+    parser.add_argument("--samples", type=float, help="fresh sequences decoded with the true W_Σ")
+    parser.add_argument("--progress", help="a cell's complete candidate-pass progress file")
+    parser.add_argument("--sequences", type=float, help="the stream length of --progress's cell")
+    parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ")
+    parser.add_argument("--out", default="runs/kstar_rows.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
+    args = parser.parse_args()
+    rows = load_jsonl(args.out)
+    if args.report:
+        print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
+        for record in rows:
+            print(line(record))
+        return
+    if (args.samples is None) == (args.progress is None):
+        parser.error("give exactly one of --samples and --progress")
+    if args.progress and (args.sequences is None or len(args.seed) != 1):
+        parser.error("--progress needs --sequences and one --seed (the cell's)")
+    if args.samples is not None:
+        args.samples = int(args.samples)
+    if args.sequences is not None:
+        args.sequences = int(args.sequences)
+    done = {(r["m"], r["teacher"], r["sequences"], r["decoded_with"].split(" (")[0], r["set"]) for r in rows}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    settings = BodySettings()
+    for seed in args.seed:
+        measure(args, seed, settings, args.out, done)
+
+
+if __name__ == "__main__":
+    main()
