@@ -11,9 +11,11 @@ directions rank in K*'s spectrum from the bottom (ideal: 1, …, m − 1;
 :func:`~mhalearn.evaluation.observer.hull_direction_ranks`), and what phase 4
 (:func:`~mhalearn.learners.chen_li.phase4_span.read_span`, default
 settings) reads: the span distance and the body's estimate.  The sets are
-every accepted row, the clean ones (precision 1, chosen by the teacher), and
-each half of the rows in stream order: a rank the halves share is a bias of
-the rows, which more rows of the same kind do not remove.
+every accepted row, the clean ones (precision 1, chosen by the teacher), the
+feasible ones (every Θ_i satisfies all their slabs and half-spaces), the
+first eighth, quarter and half of the rows in stream order, and the second
+half: how the ranks fall as rows are added, and how much two disjoint
+halves agree.
 
 The rows come from either
 
@@ -50,6 +52,7 @@ from mhalearn.evaluation import (
     hull_direction_ranks,
     log_ratio_disagreement,
     span_distance,
+    teacher_feasible_rows,
     w_sum_error,
 )
 from mhalearn.learners.chen_li import BodySettings
@@ -79,11 +82,18 @@ def learned_sum(path):
         return pickle.load(handle)["result"].w_sum
 
 
-def row_sets(rows, teacher):
-    """Every row, the clean ones, and each half in stream order."""
+def row_sets(rows, teacher, settings):
+    """Every row, the clean ones, the feasible ones, the first eighth, quarter and half in stream order, and the
+    second half."""
     half = len(rows) // 2
+    feasible = np.ones(len(rows), dtype=bool)  # a row with no constraint (identical tokens) holds trivially
+    held = teacher_feasible_rows(slab_constraints(rows, **settings.slab_rule()), teacher)
+    feasible[:len(held)] = held
     return {"all": rows, "clean": rows.subset(agreeing_rows(rows, teacher)),
-            "first half": rows.subset(np.arange(half)), "second half": rows.subset(np.arange(half, len(rows)))}
+            "feasible": rows.subset(feasible),
+            **{f"first {name}": rows.subset(np.arange(len(rows) // parts))
+               for name, parts in (("eighth", 8), ("quarter", 4), ("half", 2))},
+            "second half": rows.subset(np.arange(half, len(rows)))}
 
 
 def reading(rows, teacher, settings):
@@ -123,7 +133,7 @@ def measure(args, seed, settings, out, done):
                                                    simplex_tol=settings.simplex_tol, max_rows=10**7)}
         sequences, extra = args.samples, {}
     for name, rows in decoded.items():
-        for label, chosen in row_sets(rows, teacher).items():
+        for label, chosen in row_sets(rows, teacher, settings).items():
             key = (args.heads, seed, sequences, name.split(" (")[0], label)
             if key in done:
                 continue

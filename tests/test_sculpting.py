@@ -12,6 +12,7 @@ from mhalearn.evaluation import (
     log_ratio_disagreement,
     span_distance,
     teacher_feasible_fraction,
+    teacher_feasible_rows,
 )
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum, phase4_span
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
@@ -200,6 +201,23 @@ def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):
     assert min(hull_direction_ranks(system(along), teacher)) >= 14
     values = E @ thetas.T
     np.testing.assert_allclose(log_ratio_disagreement(system(E), teacher), values.max(1) - values.min(1))
+
+
+def test_teacher_feasible_rows_flag_the_row_of_a_broken_slab(rng):
+    teacher = mhalearn.sample_teacher(2, 3, rng=14)
+    thetas = teacher.thetas.reshape(2, -1)
+    E = rng.standard_normal((6, 9))
+    values = E @ thetas.T
+    b, t = values.mean(axis=1), (values.max(axis=1) - values.min(axis=1)) / 2 + 0.01  # every head inside
+    H = rng.standard_normal((2, 9))
+    g = (H @ thetas.T).max(axis=1) + 0.01
+    rows = np.array([0, 0, 1, 1, 2, 2])
+    slabs = SlabSystem(E, b, t, H, g, rows, np.array([2, 3]))
+    assert teacher_feasible_rows(slabs, teacher).tolist() == [True, True, True, True]
+    b[3] += 2 * t[3]  # row 1 loses a slab, row 3 its half-space
+    g[1] -= 1.0
+    assert teacher_feasible_rows(slabs, teacher).tolist() == [True, False, True, False]
+    assert teacher_feasible_fraction(slabs, teacher) == pytest.approx(6 / 8)
 
 
 def test_dual_certificate_never_exceeds_the_lp_value(rng):

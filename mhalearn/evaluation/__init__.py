@@ -25,10 +25,12 @@ from .observer import (
     log_ratio_disagreement,
     span_distance,
     teacher_feasible_fraction,
+    teacher_feasible_rows,
     w_sum_error,
 )
 from .planted import TEST_SAMPLES, fit_timed, learn_planted, measure, plant_instance
 
 __all__ = ["TEST_SAMPLES", "TeacherObserver", "agreeing_rows", "agreement_precision", "certification_precision",
            "compare_moment_route", "hull_direction_ranks", "log_ratio_disagreement", "fit_timed", "learn_planted",
-           "measure", "plant_instance", "seeded_rng", "span_distance", "teacher_feasible_fraction", "w_sum_error"]
+           "measure", "plant_instance", "seeded_rng", "span_distance", "teacher_feasible_fraction",
+           "teacher_feasible_rows", "w_sum_error"]

@@ -70,11 +70,25 @@ def agreement_precision(rows, teacher: MultiHeadAttention, tolerance: float = PA
 
 def teacher_feasible_fraction(slabs, teacher: MultiHeadAttention) -> float:
     """Share of the body's constraints (slabs and half-spaces) that every true Θ_i satisfies."""
-    thetas = teacher.thetas.reshape(teacher.heads, -1).T
-    slab_ok = np.all(np.abs(slabs.E @ thetas - slabs.b[:, None]) <= slabs.t[:, None], axis=1)
-    half_ok = np.all(slabs.H @ thetas <= slabs.g[:, None], axis=1)
+    slab_ok, half_ok = _constraints_held(slabs, teacher)
     total = len(slab_ok) + len(half_ok)
     return float((slab_ok.sum() + half_ok.sum()) / total) if total else float("nan")
+
+
+def teacher_feasible_rows(slabs, teacher: MultiHeadAttention) -> np.ndarray:
+    """Mask of the accepted rows (``slabs.row_count()``) all of whose constraints every true Θ_i satisfies."""
+    slab_ok, half_ok = _constraints_held(slabs, teacher)
+    broken = np.zeros(slabs.row_count(), dtype=bool)
+    np.logical_or.at(broken, slabs.slab_row, ~slab_ok)
+    np.logical_or.at(broken, slabs.halfspace_row, ~half_ok)
+    return ~broken
+
+
+def _constraints_held(slabs, teacher: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray]:
+    """Which slabs, and which half-spaces, every true Θ_i satisfies."""
+    thetas = teacher.thetas.reshape(teacher.heads, -1).T
+    slab_ok = np.all(np.abs(slabs.E @ thetas - slabs.b[:, None]) <= slabs.t[:, None], axis=1)
+    return slab_ok, np.all(slabs.H @ thetas <= slabs.g[:, None], axis=1)
 
 
 def hull_direction_ranks(slabs, teacher: MultiHeadAttention) -> list[int]:
