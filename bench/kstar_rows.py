@@ -121,7 +121,8 @@ def measure(args, seed, settings, out, done):
               f"{'every' if offset <= radius else 'not every'} row it accepts is among them", flush=True)
         sources = {"true W_Σ": truth}
         if args.refit:
-            sources[f"learned Ŵ_Σ ({w_sum_error(learned_sum(args.refit), teacher):.2%} off)"] = learned_sum(args.refit)
+            learned = learned_sum(args.refit)
+            sources[f"learned Ŵ_Σ ({w_sum_error(learned, teacher):.2%} off)"] = learned
         decoded = {name: candidates.accepted_under(w_sum, residual_tol=settings.residual_tol,
                                                    simplex_tol=settings.simplex_tol, max_rows=len(candidates))
                    for name, w_sum in sources.items()}

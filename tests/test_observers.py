@@ -167,3 +167,15 @@ def test_what_a_fit_tells_is_recorded_under_its_phase(make, heads, dim, length, 
     ran = {name for name, result in learner.report_.phases() if result is not None and name != "compared_net"}
     assert ran <= set(phases)
     assert [record["phase"] for record in observer.as_dict()] == [str(phase) for phase in phases]
+
+
+def test_the_observer_places_the_heads_hull_in_k_stars_spectrum():
+    # At m ≥ 2 phase 4's figures include where the hull falls among K*'s d² directions (1 at best, at m = 2).
+    teacher, X, Y = _noisy_data(2, 6, 3, 6000, 3, 0.0)
+    observer = TeacherObserver(teacher)
+    SculptLearner(2, quantile=0.05, max_candidates=3000, refine_iter=50, random_state=2).fit(X, Y, callback=observer)
+    assert 1.0 <= observer.figure("span", "hull_rank") <= 36.0
+    one_head, X, Y = _noisy_data(1, 6, 3, 1500, 21)
+    observer = TeacherObserver(one_head)
+    SculptLearner(1, refine_iter=50, random_state=0).fit(X, Y, callback=observer)
+    assert observer.figure("span", "hull_rank") is None  # no hull direction at m = 1

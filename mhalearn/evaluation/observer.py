@@ -5,7 +5,8 @@ A learner's ``fit(X, Y, callback=observer)`` hands every phase result to
 :class:`TeacherObserver` computes what only a teacher can tell — the error
 of Ŵ_Σ, the precision of the agreement rows, the share of the body's
 constraints the true heads satisfy, the precision of the paper's LP
-certificates, the span distance, the parameter error — and keeps them with
+certificates, the span distance and where the heads' hull falls in K*'s
+spectrum, the parameter error — and keeps them with
 its own time.  It never hands anything back to the learner: the fit is
 bitwise the same with or without it (tests/test_observers.py), and its time
 is not the learner's.
@@ -248,6 +249,9 @@ class TeacherObserver:
                    "centre_distance": span_distance(span_basis(result.centre, result.long_directions,
                                                                len(result.basis)), self._truth),
                    "estimated_error": result.estimated_error}
+        if self._truth.heads > 1 and result.slabs is not None and result.slabs.equalities:
+            # m − 1 at best: phase 4 reads the hull only where it is K*'s thinnest (hull_direction_ranks).
+            figures["hull_rank"] = float(max(hull_direction_ranks(result.slabs, self._truth)))
         if self._last_rows is not None and result.kept is not None:
             figures["kept_precision"] = agreement_precision(self._last_rows.subset(result.kept), self._truth)
         if self.compare_min_norm:
@@ -321,5 +325,6 @@ class _Line:
         return []
 
 
-__all__ = ["TeacherObserver", "agreement_precision", "certification_precision", "span_distance",
-           "teacher_feasible_fraction", "w_sum_error"]
+__all__ = ["TeacherObserver", "agreeing_rows", "agreement_precision", "certification_precision",
+           "hull_direction_ranks", "log_ratio_disagreement", "span_distance", "teacher_feasible_fraction",
+           "teacher_feasible_rows", "w_sum_error"]
