@@ -101,10 +101,12 @@ def hull_direction_ranks(slabs, teacher: MultiHeadAttention) -> list[int]:
     (:func:`~mhalearn.learners.chen_li.phase4_span.read_affine_hull`), so it
     can read it only when the ranks are about 1, …, m − 1 (the least they can
     be: by interlacing the j-th restricted eigenvalue is at least M's j-th,
-    and equal only when the hull is exactly an eigenspace).  A rank that
-    stays put as rows are added (compare halves of the rows) is a bias of the
-    rows — the heads' log-ratios differ on them by more than the slabs'
-    widths allow — which more rows of the same kind do not remove.
+    and equal only when the hull is exactly an eigenspace).  All the slabs
+    count, before phase 4's trimming
+    (:func:`~mhalearn.learners.chen_li.phase4_span.trimmed_affine_hull`).  A
+    rank that falls as rows are added says how many rows the hull needs
+    (bench/kstar_rows.py); one that stays put, on disjoint sets of rows, is
+    a bias of the rows that more rows of the same kind do not remove.
     """
     scaled_E, _ = slabs.weighted_equalities()
     normal = scaled_E.T @ scaled_E
