@@ -46,6 +46,7 @@ import time
 import numpy as np
 from _common import load_jsonl
 
+from mhalearn.attention.data import make_dataset
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import (
     agreeing_rows,
@@ -57,13 +58,17 @@ from mhalearn.evaluation import (
 )
 from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.agreement_passes import _joined, find_agreement_rows
+from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import slab_constraints
+from mhalearn.learners.moment_route import moment_span, sine_distance
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "precision", "equalities",
            "disagreement (nats)", "hull ranks", "span distance", "estimate")
+ROUTE_COLUMNS = ("m", "teacher", "sequences", "rows", "body's span", "its estimate", "moment route's sequences",
+                 "its span", "its estimate", "spans apart", "SculptLearner's route")
 
 
 def candidates_of(path):
@@ -133,6 +138,8 @@ def measure(args, seed, settings, out, done):
         decoded = {"true W_Σ": find_agreement_rows(source, truth, residual_tol=settings.residual_tol,
                                                    simplex_tol=settings.simplex_tol, max_rows=10**7)}
         sequences, extra = args.samples, {}
+    if args.moment:
+        check_routes(args, seed, teacher, decoded["true W_Σ"], sequences, settings, out, done)
     for name, rows in decoded.items():
         for label, chosen in row_sets(rows, teacher, settings).items():
             key = (args.heads, seed, sequences, name.split(" (")[0], label)
@@ -144,6 +151,34 @@ def measure(args, seed, settings, out, done):
             with open(out, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
     print(f"  ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def check_routes(args, seed, teacher, rows, sequences, settings, out, done):
+    """What SculptLearner's check would make of the body's span from every row: the moment route's span on
+    ``args.moment`` fresh sequences of the teacher, and the route :func:`choose_route` takes."""
+    key = (args.heads, seed, sequences, "route", args.moment)
+    if key in done:
+        return
+    span = read_span(slab_constraints(rows, **settings.slab_rule()), teacher.heads, settings,
+                     np.random.default_rng(0))
+    X, Y = make_dataset(teacher, args.moment, 4, rng=seeded_rng(20_252, args.heads, seed))
+    moment = moment_span(np.asarray(X), np.asarray(Y), teacher.heads, rng=np.random.default_rng(seed))
+    route, _ = choose_route(span, moment, settings)
+    record = {"kind": "route", "m": args.heads, "teacher": seed, "sequences": sequences, "rows": len(rows),
+              "span_distance": span_distance(span.basis, teacher), "estimate": span.estimated_error,
+              "moment_sequences": args.moment, "moment_distance": span_distance(moment.basis, teacher),
+              "moment_estimate": moment.estimated_error, "apart": sine_distance(span.basis, moment.basis),
+              "route": str(route.value), "refused": span.refused}
+    print(route_line(record), flush=True)
+    with open(out, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def route_line(record):
+    return (f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {record['rows']} | "
+            f"{record['span_distance']:.3f} | {record['estimate']:.3f} | {record['moment_sequences']:.0e} | "
+            f"{record['moment_distance']:.3f} | {record['moment_estimate']:.3f} | {record['apart']:.3f} | "
+            f"{record['route']} |")
 
 
 def line(record):
@@ -163,6 +198,8 @@ def main():
     parser.add_argument("--progress", help="a cell's complete candidate-pass progress file")
     parser.add_argument("--sequences", type=float, help="the stream length of --progress's cell")
     parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ")
+    parser.add_argument("--moment", type=float, help="also fit the moment route on this many fresh sequences "
+                        "and say which route SculptLearner's check takes for the body's span from every row")
     parser.add_argument("--out", default="runs/kstar_rows.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
@@ -170,7 +207,13 @@ def main():
     if args.report:
         print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
         for record in rows:
-            print(line(record))
+            if "kind" not in record:
+                print(line(record))
+        checks = [record for record in rows if record.get("kind") == "route"]
+        if checks:
+            print("\n| " + " | ".join(ROUTE_COLUMNS) + " |\n|" + " --- |" * len(ROUTE_COLUMNS))
+            for record in checks:
+                print(route_line(record))
         return
     if (args.samples is None) == (args.progress is None):
         parser.error("give exactly one of --samples and --progress")
@@ -180,7 +223,10 @@ def main():
         args.samples = int(args.samples)
     if args.sequences is not None:
         args.sequences = int(args.sequences)
-    done = {(r["m"], r["teacher"], r["sequences"], r["decoded_with"].split(" (")[0], r["set"]) for r in rows}
+    if args.moment is not None:
+        args.moment = int(args.moment)
+    done = {(r["m"], r["teacher"], r["sequences"], "route", r["moment_sequences"]) if r.get("kind") == "route"
+            else (r["m"], r["teacher"], r["sequences"], r["decoded_with"].split(" (")[0], r["set"]) for r in rows}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     settings = BodySettings()
     for seed in args.seed:
