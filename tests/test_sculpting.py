@@ -17,7 +17,13 @@ from mhalearn.evaluation import (
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum, phase4_span
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
 from mhalearn.learners.chen_li.settings import BodySettings
-from mhalearn.learners.chen_li.slabs import SlabSystem, slab_constraints
+from mhalearn.learners.chen_li.slabs import (
+    SlabSystem,
+    distinct_token_weights,
+    kstar_slab_rule,
+    kstar_weight_threshold,
+    slab_constraints,
+)
 from mhalearn.learners.streams import ArraySource, TeacherSource
 
 
@@ -178,6 +184,34 @@ def test_affine_hull_of_two_heads_from_agreement_rows():
     assert cosine > 0.99
     assert span_distance(phase4_span.span_basis(centre, long_directions, 2), teacher) < 0.1
     assert info["spectral_gap"] > 5
+
+
+def _two_head_agreement_rows(samples=30000):
+    teacher = mhalearn.sample_teacher(2, 6, rng=9)
+    X = mhalearn.boolean_inputs(samples, 3, 6, rng=10)
+    weights = teacher.attention(X)
+    chosen, rows = np.nonzero(np.abs(weights[:, 0] - weights[:, 1]).sum(axis=-1) < 0.05)
+    patterns = weights[chosen, :, rows].mean(axis=1)
+    labels = teacher.predict(X[chosen])[np.arange(len(rows)), rows]
+    return agreement_rows.AgreementRows(X[chosen], rows, labels, patterns, np.zeros_like(patterns),
+                                        np.zeros(len(rows)), np.zeros(len(rows)), X.shape[0] * 3)
+
+
+def test_kstar_threshold_keeps_the_slabs_wanted_of_largest_weight():
+    rows = _two_head_agreement_rows()
+    weights = np.sort(distinct_token_weights(rows))[::-1]
+    eligible = int(np.count_nonzero(weights >= 0.02))
+    assert eligible > 600
+    for wanted in (100, 300, 600):
+        threshold = kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=wanted, w_max=0.99)
+        assert threshold == weights[wanted - 1]  # the wanted-th largest weight, counted independently
+        assert slab_constraints(rows, w_min=threshold).equalities >= wanted
+        assert np.count_nonzero(weights > threshold) < wanted
+    # Too few slabs to spare any: w_min; a low ceiling caps it.
+    assert kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=eligible, w_max=0.99) == 0.02
+    assert kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=100, w_max=0.03) == 0.03
+    rule = kstar_slab_rule(rows, BodySettings(kstar_slabs=300, kstar_w_max=0.99))
+    assert rule == {**BodySettings().slab_rule(), "w_min": weights[299]}
 
 
 def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):

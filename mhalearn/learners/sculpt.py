@@ -96,6 +96,18 @@ class SculptLearner(SpanSearchLearner):
         Accepted patterns are within this of the simplex.
     w_min : float
         Tokens with decoded weight ≥ w_min give slabs, the others half-spaces.
+    kstar_slabs : int or None
+        K* raises that weight threshold as long as its rows keep at least
+        this many slabs (default 4 × the equalities it needs: 8d²), up to
+        ``kstar_w_max``: on a token of small weight the heads' log-ratios
+        can differ by nats on a row that passes, a bias of the hull that more
+        rows do not remove, so K* turns the tokens of least weight into
+        half-spaces once it can spare their slabs.  Chosen with
+        ``kstar_w_max`` on development teachers seeded 500–502 (m = 2–4,
+        rows decoded with the true W_Σ); docs/chen_li.md says where it was
+        tested.
+    kstar_w_max : float
+        The highest weight threshold K* raises to.
     slab_width : float
         κ: slab half-widths are κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + ``slab_floor``,
         σ the decoding's standard deviations.  Chosen so that the true heads
@@ -269,6 +281,8 @@ class SculptLearner(SpanSearchLearner):
         "residual_tol": [Real(0.0, low_open=True)],
         "simplex_tol": [Real(0.0)],
         "w_min": [Real(0.0, 1.0, low_open=True, high_open=True)],
+        "kstar_slabs": [None, Integer(1)],
+        "kstar_w_max": [Real(0.0, 1.0, low_open=True, high_open=True)],
         "slab_width": [Real(0.0)],
         "slab_floor": [Real(0.0)],
         "max_rows": [Integer(1)],
@@ -298,7 +312,8 @@ class SculptLearner(SpanSearchLearner):
     # The defaults are the settings' (BODY, SEARCH): scikit-learn reads them off this signature.
     def __init__(self, heads: int, *, quantile: float | None = BODY.quantile,
                  residual_tol: float = BODY.residual_tol, simplex_tol: float = BODY.simplex_tol,
-                 w_min: float = BODY.w_min, slab_width: float = BODY.slab_width,
+                 w_min: float = BODY.w_min, kstar_slabs: int | None = BODY.kstar_slabs,
+                 kstar_w_max: float = BODY.kstar_w_max, slab_width: float = BODY.slab_width,
                  slab_floor: float = BODY.slab_floor, max_rows: int = BODY.max_rows,
                  max_constraints: int = BODY.max_constraints, eta: float = BODY.eta,
                  refit_iterations: int = BODY.refit_iterations, refit_rows: int = BODY.refit_rows,
@@ -330,6 +345,9 @@ class SculptLearner(SpanSearchLearner):
 
     def _check_params(self) -> None:
         super()._check_params()
+        if self.kstar_w_max < self.w_min:
+            raise ValueError(f"kstar_w_max = {self.kstar_w_max} is below w_min = {self.w_min}: K*'s weight "
+                             "threshold rises from w_min to kstar_w_max")
         if self.checkpoint is not None:
             check_output_directory(self.checkpoint, "checkpoint")
 

@@ -30,7 +30,7 @@ from ..report import PhaseResult, data_field
 from .agreement_passes import draw_pool, first_agreement_rows
 from .agreement_rows import AgreementRows
 from .settings import BodySettings
-from .slabs import SlabSystem, slab_constraints
+from .slabs import SlabSystem, kstar_slab_rule, slab_constraints
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,10 @@ class SculptedBody(PhaseResult):
     every block, while Ŵ_Σ is crude) or ``"absolute"`` (relative residual ≤
     ``residual_tol``, once Ŵ_Σ is refined; the rows of K*).  ``found_rows``
     passed the test before the cap of ``max_rows``; ``accepted_rows`` were
-    kept.  Data: the rows, the slabs and, for the quantile rule, the pool of
+    kept.  ``slab_threshold`` is the decoded weight at and above which a
+    token gave a slab: ``w_min`` for K, raised for K* when its rows hold more
+    slabs than it needs (:func:`~mhalearn.learners.chen_li.slabs.kstar_weight_threshold`).
+    Data: the rows, the slabs and, for the quantile rule, the pool of
     candidates our alternating refit starts from.
     """
 
@@ -49,13 +52,14 @@ class SculptedBody(PhaseResult):
     accepted_rows: int
     found_rows: int
     accepted_fraction: float
+    slab_threshold: float
     equalities: int
     halfspaces: int
     rows: AgreementRows = data_field()
     slabs: SlabSystem = data_field()
     pool: AgreementRows | None = data_field()
 
-    columns = ("rule", "accepted_rows", "found_rows", "equalities", "halfspaces")
+    columns = ("rule", "accepted_rows", "found_rows", "slab_threshold", "equalities", "halfspaces")
 
 
 def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, rng: np.random.Generator, *,
@@ -89,7 +93,9 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
                                         simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
-    slabs = slab_constraints(accepted, **settings.slab_rule())
+    slab_rule = settings.slab_rule() if rule == "quantile" else kstar_slab_rule(accepted, settings)
+    slabs = slab_constraints(accepted, **slab_rule)
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),
-                        equalities=slabs.equalities, halfspaces=len(slabs.g), rows=accepted, slabs=slabs, pool=pool)
+                        slab_threshold=slab_rule["w_min"], equalities=slabs.equalities, halfspaces=len(slabs.g),
+                        rows=accepted, slabs=slabs, pool=pool)

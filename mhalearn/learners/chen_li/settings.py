@@ -32,6 +32,8 @@ class BodySettings:
     residual_tol: float = 0.02
     simplex_tol: float = 0.02
     w_min: float = 0.02
+    kstar_slabs: int | None = None
+    kstar_w_max: float = 0.1
     slab_width: float = 20.0
     slab_floor: float = 0.02
     max_rows: int = 20_000
@@ -83,6 +85,11 @@ class BodySettings:
         """The slab rule's parameters under the paper's names, those of phase 2's ``slab_constraints``:
         the one place ``slab_width`` becomes κ (``kappa``) and ``slab_floor`` becomes ``t_min``."""
         return {"w_min": self.w_min, "kappa": self.slab_width, "t_min": self.slab_floor}
+
+    def kstar_slabs_for(self, dim: int) -> int:
+        """Slabs K*'s weight threshold leaves at least: ``kstar_slabs``, by default four times
+        :meth:`equalities_needed` (8d²)."""
+        return self.kstar_slabs if self.kstar_slabs is not None else 4 * self.equalities_needed(dim)
 
     def equalities_needed(self, dim: int) -> int:
         """Slabs K* must hold to be read: ``min_equalities`` (default 2d²), never fewer than d²,

@@ -76,6 +76,47 @@ class SlabSystem:
         return self.E / self.t[:, None], self.b / self.t
 
 
+def distinct_token_weights(accepted: AgreementRows) -> np.ndarray:
+    """The decoded weights â_j of every accepted row's tokens that differ from its top token: the tokens that
+    carry a constraint (a slab or a half-space), flattened."""
+    index = np.arange(len(accepted.pattern))
+    top = np.argmax(accepted.pattern, axis=1)
+    distinct = np.any(accepted.tokens != accepted.tokens[index, top][:, None, :], axis=-1)
+    return accepted.pattern[distinct]
+
+
+def kstar_weight_threshold(accepted: AgreementRows, *, w_min: float, slabs_wanted: int, w_max: float) -> float:
+    """The weight at and above which K*'s tokens give slabs: the largest in [``w_min``, ``w_max``] that leaves
+    at least ``slabs_wanted`` slabs (``w_min`` when there are no more than that).
+
+    Why: an agreement row passes when the heads' patterns are close in ℓ1, so
+    on a token of small weight â_j the heads' log-ratios can differ by about
+    (their weights' spread)/â_j — nats at â_j ≈ 0.03 on the m = 4
+    ``sculpt-vs-m`` teachers.  Those slabs make the hull as thick as
+    directions the rows hardly touch, a bias that more rows do not remove;
+    slabs of larger weight carry less of it.  With few rows every slab is
+    needed (K* must hold ``equalities_needed``); with more, the tokens of
+    smallest weight become half-spaces, so K* trades the slabs it can spare
+    for a thinner hull (docs/chen_li.md, "Why K* does not read the span at
+    m = 4").
+    """
+    weights = distinct_token_weights(accepted)
+    weights = weights[weights >= w_min]
+    if len(weights) <= slabs_wanted:
+        return float(w_min)
+    largest = np.partition(weights, len(weights) - slabs_wanted)[len(weights) - slabs_wanted]
+    return float(min(max(largest, w_min), w_max))
+
+
+def kstar_slab_rule(accepted: AgreementRows, settings: BodySettings) -> dict:
+    """K*'s slab rule on its ``accepted`` rows: ``settings.slab_rule()`` with w_min raised to
+    :func:`kstar_weight_threshold` (``kstar_slabs`` wanted, at most ``kstar_w_max``)."""
+    dim = accepted.tokens.shape[-1]
+    threshold = kstar_weight_threshold(accepted, w_min=settings.w_min, slabs_wanted=settings.kstar_slabs_for(dim),
+                                       w_max=settings.kstar_w_max)
+    return {**settings.slab_rule(), "w_min": threshold}
+
+
 def slab_constraints(accepted: AgreementRows, *, w_min: float = BodySettings.w_min,
                      kappa: float = BodySettings.slab_width, t_min: float = BodySettings.slab_floor) -> SlabSystem:
     """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
