@@ -60,15 +60,15 @@ from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.agreement_passes import _joined, find_agreement_rows
 from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.chen_li.phase4_span import read_span
-from mhalearn.learners.chen_li.slabs import slab_constraints
+from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
 from mhalearn.learners.moment_route import moment_span, sine_distance
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
-COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "precision", "equalities",
-           "disagreement (nats)", "hull ranks", "span distance", "estimate")
-ROUTE_COLUMNS = ("m", "teacher", "sequences", "rows", "body's span", "its estimate", "moment route's sequences",
-                 "its span", "its estimate", "spans apart", "SculptLearner's route")
+COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "slab threshold", "precision",
+           "equalities", "disagreement (nats)", "hull ranks", "span distance", "estimate")
+ROUTE_COLUMNS = ("m", "teacher", "sequences", "rows", "slab threshold", "body's span", "its estimate",
+                 "moment route's sequences", "its span", "its estimate", "spans apart", "SculptLearner's route")
 
 
 def candidates_of(path):
@@ -101,11 +101,19 @@ def row_sets(rows, teacher, settings):
             "second half": rows.subset(np.arange(half, len(rows)))}
 
 
-def reading(rows, teacher, settings):
+def slab_rule(rows, settings, rule):
+    """K*'s slab rule on ``rows``: phase 4's (``"kstar"``, the threshold raised while K* keeps the slabs it
+    wants) or every token of weight ≥ w_min (``"w_min"``)."""
+    return kstar_slab_rule(rows, settings) if rule == "kstar" else settings.slab_rule()
+
+
+def reading(rows, teacher, settings, rule):
     """The figures of one set of rows."""
-    slabs = slab_constraints(rows, **settings.slab_rule())
+    chosen_rule = slab_rule(rows, settings, rule)
+    slabs = slab_constraints(rows, **chosen_rule)
     span = read_span(slabs, teacher.heads, settings, np.random.default_rng(0))
-    return {"rows": len(rows), "precision": float(agreeing_rows(rows, teacher).mean()) if len(rows) else None,
+    return {"rows": len(rows), "slab_rule": rule, "threshold": chosen_rule["w_min"],
+            "precision": float(agreeing_rows(rows, teacher).mean()) if len(rows) else None,
             "equalities": int(slabs.equalities),
             "disagreement": float(np.median(log_ratio_disagreement(slabs, teacher))) if slabs.equalities else None,
             "hull_ranks": hull_direction_ranks(slabs, teacher) if slabs.equalities else None,
@@ -142,11 +150,11 @@ def measure(args, seed, settings, out, done):
         check_routes(args, seed, teacher, decoded["true W_Σ"], sequences, settings, out, done)
     for name, rows in decoded.items():
         for label, chosen in row_sets(rows, teacher, settings).items():
-            key = (args.heads, seed, sequences, name.split(" (")[0], label)
+            key = (args.heads, seed, sequences, name.split(" (")[0], label, args.slab_rule)
             if key in done:
                 continue
             record = {"m": args.heads, "teacher": seed, "sequences": sequences, "decoded_with": name,
-                      "set": label, **reading(chosen, teacher, settings), **extra}
+                      "set": label, **reading(chosen, teacher, settings, args.slab_rule), **extra}
             print(line(record), flush=True)
             with open(out, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
@@ -156,15 +164,16 @@ def measure(args, seed, settings, out, done):
 def check_routes(args, seed, teacher, rows, sequences, settings, out, done):
     """What SculptLearner's check would make of the body's span from every row: the moment route's span on
     ``args.moment`` fresh sequences of the teacher, and the route :func:`choose_route` takes."""
-    key = (args.heads, seed, sequences, "route", args.moment)
+    key = (args.heads, seed, sequences, "route", args.moment, args.slab_rule)
     if key in done:
         return
-    span = read_span(slab_constraints(rows, **settings.slab_rule()), teacher.heads, settings,
-                     np.random.default_rng(0))
+    rule = slab_rule(rows, settings, args.slab_rule)
+    span = read_span(slab_constraints(rows, **rule), teacher.heads, settings, np.random.default_rng(0))
     X, Y = make_dataset(teacher, args.moment, 4, rng=seeded_rng(20_252, args.heads, seed))
     moment = moment_span(np.asarray(X), np.asarray(Y), teacher.heads, rng=np.random.default_rng(seed))
     route, _ = choose_route(span, moment, settings)
     record = {"kind": "route", "m": args.heads, "teacher": seed, "sequences": sequences, "rows": len(rows),
+              "slab_rule": args.slab_rule, "threshold": rule["w_min"],
               "span_distance": span_distance(span.basis, teacher), "estimate": span.estimated_error,
               "moment_sequences": args.moment, "moment_distance": span_distance(moment.basis, teacher),
               "moment_estimate": moment.estimated_error, "apart": sine_distance(span.basis, moment.basis),
@@ -176,7 +185,8 @@ def check_routes(args, seed, teacher, rows, sequences, settings, out, done):
 
 def route_line(record):
     return (f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {record['rows']} | "
-            f"{record['span_distance']:.3f} | {record['estimate']:.3f} | {record['moment_sequences']:.0e} | "
+            f"{record['threshold']:.3f} | {record['span_distance']:.3f} | {record['estimate']:.3f} | "
+            f"{record['moment_sequences']:.0e} | "
             f"{record['moment_distance']:.3f} | {record['moment_estimate']:.3f} | {record['apart']:.3f} | "
             f"{record['route']} |")
 
@@ -185,7 +195,8 @@ def line(record):
     def figure(value, form):
         return "—" if value is None else format(value, form)
     return (f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {record['decoded_with']} | "
-            f"{record['set']} | {record['rows']} | {figure(record['precision'], '.2f')} | {record['equalities']} | "
+            f"{record['set']} | {record['rows']} | {record['threshold']:.3f} | "
+            f"{figure(record['precision'], '.2f')} | {record['equalities']} | "
             f"{figure(record['disagreement'], '.2f')} | {record['hull_ranks']} | "
             f"{figure(record['span_distance'], '.3f')} | {figure(record['estimate'], '.3f')} |")
 
@@ -200,6 +211,8 @@ def main():
     parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ")
     parser.add_argument("--moment", type=float, help="also fit the moment route on this many fresh sequences "
                         "and say which route SculptLearner's check takes for the body's span from every row")
+    parser.add_argument("--slab-rule", choices=("kstar", "w_min"), default="kstar",
+                        help="K*'s slabs: phase 4's rule (kstar, the default) or every token of weight ≥ w_min")
     parser.add_argument("--out", default="runs/kstar_rows.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
@@ -225,8 +238,10 @@ def main():
         args.sequences = int(args.sequences)
     if args.moment is not None:
         args.moment = int(args.moment)
-    done = {(r["m"], r["teacher"], r["sequences"], "route", r["moment_sequences"]) if r.get("kind") == "route"
-            else (r["m"], r["teacher"], r["sequences"], r["decoded_with"].split(" (")[0], r["set"]) for r in rows}
+    done = {(r["m"], r["teacher"], r["sequences"], "route", r["moment_sequences"], r["slab_rule"])
+            if r.get("kind") == "route"
+            else (r["m"], r["teacher"], r["sequences"], r["decoded_with"].split(" (")[0], r["set"], r["slab_rule"])
+            for r in rows}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     settings = BodySettings()
     for seed in args.seed:
