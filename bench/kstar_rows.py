@@ -25,8 +25,10 @@ The rows come from either
   (``3_stream_refit.pass2.progress.pickle``, complete), decoded with the true
   W_Σ — every row the true W_Σ accepts is among the candidates only when it
   lies in the radius the pass covered, which is printed — and, with
-  ``--refit`` (the cell's ``3_stream_refit.pickle``), with the learned Ŵ_Σ,
-  the rows the cell's own K* read.
+  ``--refit`` (the cell's ``3_stream_refit.pickle``, or ``centre``: the
+  pass's own centre, which is the learned Ŵ_Σ to within the radius covered
+  when the pass was the cell's last and exact), with the learned Ŵ_Σ: the
+  first ``max_rows`` rows it accepts, those the cell's own K* read.
 
 The teacher is used throughout, so this is a diagnostic, not a learner.
 
@@ -134,11 +136,12 @@ def measure(args, seed, settings, out, done):
               f"{'every' if offset <= radius else 'not every'} row it accepts is among them", flush=True)
         sources = {"true W_Σ": truth}
         if args.refit:
-            learned = learned_sum(args.refit)
+            learned = centre if args.refit == "centre" else learned_sum(args.refit)
             sources[f"learned Ŵ_Σ ({w_sum_error(learned, teacher):.2%} off)"] = learned
-        decoded = {name: candidates.accepted_under(w_sum, residual_tol=settings.residual_tol,
-                                                   simplex_tol=settings.simplex_tol, max_rows=len(candidates))
-                   for name, w_sum in sources.items()}
+        # Every row the true W_Σ accepts; of the learned Ŵ_Σ's, the first max_rows, as the cell's K* kept.
+        decoded = {name: candidates.accepted_under(
+            w_sum, residual_tol=settings.residual_tol, simplex_tol=settings.simplex_tol,
+            max_rows=len(candidates) if name == "true W_Σ" else settings.max_rows) for name, w_sum in sources.items()}
         sequences, extra = args.sequences, {"true_in_radius": bool(offset <= radius), "offset": offset,
                                             "radius": radius}
     else:
@@ -208,7 +211,8 @@ def main():
     parser.add_argument("--samples", type=float, help="fresh sequences decoded with the true W_Σ")
     parser.add_argument("--progress", help="a cell's complete candidate-pass progress file")
     parser.add_argument("--sequences", type=float, help="the stream length of --progress's cell")
-    parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ")
+    parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ, or 'centre': the "
+                        "pass's centre")
     parser.add_argument("--moment", type=float, help="also fit the moment route on this many fresh sequences "
                         "and say which route SculptLearner's check takes for the body's span from every row")
     parser.add_argument("--slab-rule", choices=("kstar", "w_min"), default="kstar",
