@@ -91,8 +91,8 @@ def kstar_weight_threshold(accepted: AgreementRows, *, w_min: float, slabs_wante
 
     Why: an agreement row passes when the heads' patterns are close in ℓ1, so
     on a token of small weight â_j the heads' log-ratios can differ by about
-    (their weights' spread)/â_j — nats at â_j ≈ 0.03 on the m = 4
-    ``sculpt-vs-m`` teachers.  Those slabs make the hull as thick as
+    (their weights' spread)/â_j — nats at â_j ≈ 0.03 in the m = 4 cells
+    of ``sculpt-vs-m``.  Those slabs make the hull as thick as
     directions the rows hardly touch, a bias that more rows do not remove;
     slabs of larger weight carry less of it.  With few rows every slab is
     needed (K* must hold ``equalities_needed``); with more, the tokens of
