@@ -76,13 +76,17 @@ class SlabSystem:
         return self.E / self.t[:, None], self.b / self.t
 
 
-def distinct_token_weights(accepted: AgreementRows) -> np.ndarray:
-    """The decoded weights â_j of every accepted row's tokens that differ from its top token: the tokens that
-    carry a constraint (a slab or a half-space), flattened."""
-    index = np.arange(len(accepted.pattern))
+def top_differences(accepted: AgreementRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each accepted row's top token j₀, the differences x_j − x_{j₀} (c, k, d), and which tokens differ from
+    x_{j₀}: those that carry a constraint (a slab or a half-space)."""
     top = np.argmax(accepted.pattern, axis=1)
-    distinct = np.any(accepted.tokens != accepted.tokens[index, top][:, None, :], axis=-1)
-    return accepted.pattern[distinct]
+    differences = accepted.tokens - accepted.tokens[np.arange(len(top)), top][:, None, :]
+    return top, differences, np.any(differences != 0, axis=-1)
+
+
+def distinct_token_weights(accepted: AgreementRows) -> np.ndarray:
+    """The decoded weights â_j of every accepted row's tokens that differ from its top token, flattened."""
+    return accepted.pattern[top_differences(accepted)[2]]
 
 
 def kstar_weight_threshold(accepted: AgreementRows, *, w_min: float, slabs_wanted: int, w_max: float) -> float:
@@ -97,8 +101,7 @@ def kstar_weight_threshold(accepted: AgreementRows, *, w_min: float, slabs_wante
     slabs of larger weight carry less of it.  With few rows every slab is
     needed (K* must hold ``equalities_needed``); with more, the tokens of
     smallest weight become half-spaces, so K* trades the slabs it can spare
-    for a thinner hull (docs/chen_li.md, "Why K* does not read the span at
-    m = 4").
+    for a thinner hull (docs/chen_li.md, "K*'s slab threshold").
     """
     weights = distinct_token_weights(accepted)
     weights = weights[weights >= w_min]
@@ -135,12 +138,10 @@ def slab_constraints(accepted: AgreementRows, *, w_min: float = BodySettings.w_m
     count, k, d = accepted.tokens.shape
     index = np.arange(count)
     pattern = accepted.pattern
-    top = np.argmax(pattern, axis=1)
+    top, differences, distinct = top_differences(accepted)
     top_weight = pattern[index, top]
     top_spread = accepted.spread[index, top]
     queries = accepted.queries()
-    differences = accepted.tokens - accepted.tokens[index, top][:, None, :]  # (c, k, d): x_j − x_{j₀}
-    distinct = np.any(differences != 0, axis=-1)
     slab_mask = distinct & (pattern >= w_min)
     half_mask = distinct & (pattern < w_min)
 
