@@ -103,8 +103,16 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
-            "candidate_passes": _stream_passes(report), "git_commit": git_state()[0],
+            "candidate_passes": _stream_passes(report), "kstar_w_max": learner.kstar_w_max,
+            "kstar_threshold": report.sculpt[-1].slab_threshold, "git_commit": git_state()[0],
             "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
+
+
+def kstar_rule(row) -> str:
+    """K*'s slab rule of a row: every token of weight ≥ w_min (rows without ``kstar_w_max``), or raised."""
+    if row.get("kstar_w_max") is None:
+        return "every token ≥ 0.02"
+    return f"raised to {row['kstar_threshold']:.3f}"
 
 
 def memory(row) -> str:
@@ -124,13 +132,15 @@ def report(rows) -> str:
         return f"{power_of_ten(row['max_candidates'])}, " + (
             "whole ball" if row["net_slab"] is None else f"hull slab {row['net_slab']:g}")
 
-    rows = sorted(rows, key=lambda row: (row["samples"], row["seed"], row["max_candidates"], row["net_slab"] or 0.0,
-                                         row["span_route"]))
+    rows = sorted(rows, key=lambda row: (row["samples"], row["seed"], row.get("kstar_w_max") is not None,
+                                         row["max_candidates"], row["net_slab"] or 0.0, row["span_route"]))
     return markdown_table(
-        ("n", "teacher", "net budget, slab", "agreement rows of K\\*", "kept rows' precision", "Ŵ_Σ error",
+        ("n", "teacher", "K\\*'s slabs", "net budget, slab", "agreement rows of K\\*", "kept rows' precision",
+         "Ŵ_Σ error",
          "body's span distance", "its estimate", "route", "moment route's distance", "its estimate",
          "heads off the hull", "paper's output, test error", "polished", "wall time", "peak memory"),
-        ([power_of_ten(row["samples"]), row["seed"], net(row), f"{row['agreement_rows']:,}".replace(",", " "),
+        ([power_of_ten(row["samples"]), row["seed"], kstar_rule(row), net(row),
+          f"{row['agreement_rows']:,}".replace(",", " "),
           fmt(row["kept_precision"], ".2f"), f"{100 * row['refined_w_sum_error']:.2f} %",
           fmt(row["body_distance"], ".3f"), fmt(row["estimated_error"], ".3f"),
           row["route"] + (f" ({row['span_route']})" if row["span_route"] != "auto" else ""),
@@ -166,10 +176,10 @@ def main():
     if os.path.exists(args.out):
         with open(args.out) as handle:
             done = {(row["samples"], row["seed"], row.get("max_candidates", 200_000), row.get("net_slab"),
-                     row.get("span_route", "auto")) for row in map(json.loads, handle) if row}
+                     row.get("span_route", "auto"), row.get("kstar_w_max")) for row in map(json.loads, handle) if row}
     budget = int(args.max_candidates)
     for seed in seeds:
-        if (samples, seed, budget, args.net_slab, args.span_route) in done:
+        if (samples, seed, budget, args.net_slab, args.span_route, mhalearn.SculptLearner(HEADS).kstar_w_max) in done:
             continue
         row = fit_row(samples, seed, args.workers, budget, args.checkpoint, args.net_slab, args.span_route)
         print(json.dumps(row), flush=True)
