@@ -8,16 +8,21 @@ error, sin of the largest principal angle), ``estimated_error`` (its
 bootstrap estimate, phase 4) and ``route`` (the route whose span phases 5–6
 used).  A fit *accepted* the body's span when ``route`` is ``"body"``:
 taken alone, or chosen by phase 6 over the moment route's candidates (the
-route rule, docs/design.md §4.1b).  Prints one line per fit with a body
+route rule, docs/design.md §4.1b).  A ``.csv`` file is read as the export
+of the ``sculpt-vs-m`` experiment (``mhalearn export sculpt-vs-m``), whose
+cells run the body alone: ``span_distance`` is its true span error and a
+cell accepted the span when ``refused`` is empty.  Prints one line per fit with a body
 span — the estimate, the truth, their ratio, whether the estimate is within
 ``--factor`` (3) of the truth either way, the route — then, over the
 accepted fits, the share within that factor and the largest true error.
 Only reads: it runs no fit.
 
     python bench/span_calibration.py [FILE ...] [--no-default] [--factor 3] [--quick]
+    python bench/span_calibration.py runs/sculpt_m3.jsonl runs/sculpt-vs-m/sculpt-vs-m.csv   # the issue's table
 """
 
 import argparse
+import csv
 import os
 
 from _common import load_jsonl
@@ -32,10 +37,21 @@ def within(estimate: float, truth: float, factor: float) -> bool:
     return truth / factor <= estimate <= truth * factor
 
 
+def body_cells(path):
+    """The ok cells of a ``sculpt-vs-m`` export as fit rows: the body's span, its estimate, accepted or refused."""
+    with open(path, newline="") as handle:
+        for cell in csv.DictReader(handle):
+            if cell["status"] != "ok" or not cell["estimated_error"]:
+                continue
+            yield {**{key: int(cell[key]) for key in CELL}, "body_distance": float(cell["span_distance"]),
+                   "estimated_error": float(cell["estimated_error"]),
+                   "route": "refused" if cell["refused"] else "body", "refused": cell["refused"] or None}
+
+
 def fits_with_body_span(paths):
     """(file, row) for every row whose body read a span and an estimate (refused or not)."""
     for path in paths:
-        for row in load_jsonl(path):
+        for row in body_cells(path) if path.endswith(".csv") else load_jsonl(path):
             if row.get("body_distance") is not None and row.get("estimated_error") is not None:
                 yield os.path.basename(path), row
 
@@ -73,6 +89,15 @@ def main():
           f"{args.factor:g}x of the truth in {figures['within']}/{figures['accepted']} accepted ({share}); "
           f"largest true error of an accepted body span: {largest}; over all {len(rows)}: within "
           f"{args.factor:g}x in {figures['within_all']}")
+    groups = {}
+    for name, row in rows:
+        groups.setdefault((name, row.get("heads")), []).append((name, row))
+    for (name, heads), group in groups.items():
+        part = summary(group, args.factor)
+        print(f"  {name}{'' if heads is None else f', m = {heads}'}: {len(group)} with a body span, "
+              f"{part['accepted']} accepted, within {args.factor:g}x in {part['within']}/{part['accepted']}, "
+              f"largest true error accepted "
+              f"{'-' if part['largest_true_error'] is None else format(part['largest_true_error'], '.3f')}")
     for label, chosen in (("accepted", [row for _, row in rows if row["route"] == "body"]),
                           ("all", [row for _, row in rows])):
         ratios = [row["estimated_error"] / row["body_distance"] for row in chosen]
