@@ -34,7 +34,16 @@ The teacher is used throughout, so this is a diagnostic, not a learner.
 
     python bench/kstar_rows.py --heads 3 --seed 0 1 2 --samples 10000000
     python bench/kstar_rows.py --heads 4 --seed 0 --progress PASS_FILE --refit REFIT_FILE
+    python bench/kstar_rows.py --heads 4 --seed 2 --progress PASS_FILE --sequences 2e9 --draws 3
     python bench/kstar_rows.py --report       # the table, from runs/kstar_rows.jsonl
+    python bench/kstar_rows.py --curve        # span against rows, and the rows a span of 0.1 would need
+
+``--draws D`` also reads D random eighths, quarters and halves of the rows;
+``--curve`` fits span ∝ rows^b to the medians of the three largest sizes
+(a quarter, a half, every row) and prints the rows and sequences (at the cell's rate
+of rows per sequence) at which that law reaches 0.1 — a projection beyond
+the rows measured — and, as a check of such a law, every row's span
+predicted from the three smaller sizes.
 
 Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
 """
@@ -89,9 +98,18 @@ def learned_sum(path):
         return pickle.load(handle)["result"].w_sum
 
 
-def row_sets(rows, teacher, settings):
-    """Every row, the clean ones, the feasible ones, the first eighth, quarter and half in stream order, and the
-    second half."""
+FRACTIONS = (("eighth", 8), ("quarter", 4), ("half", 2))
+
+
+def random_subsets(rows, draws: int):
+    """``draws`` random subsets (without replacement, seeded by the draw) of each size of ``FRACTIONS``."""
+    return {f"random {name} {draw}": rows.subset(np.sort(np.random.default_rng(draw).choice(
+        len(rows), len(rows) // parts, replace=False))) for name, parts in FRACTIONS for draw in range(draws)}
+
+
+def row_sets(rows, teacher, settings, draws: int = 0):
+    """Every row, the clean ones, the feasible ones, the first eighth, quarter and half in stream order, the
+    second half, and ``draws`` random subsets of each of those sizes."""
     half = len(rows) // 2
     feasible = np.ones(len(rows), dtype=bool)  # a row with no constraint (identical tokens) holds trivially
     held = teacher_feasible_rows(slab_constraints(rows, **settings.slab_rule()), teacher)
@@ -99,8 +117,8 @@ def row_sets(rows, teacher, settings):
     return {"all": rows, "clean": rows.subset(agreeing_rows(rows, teacher)),
             "feasible": rows.subset(feasible),
             **{f"first {name}": rows.subset(np.arange(len(rows) // parts))
-               for name, parts in (("eighth", 8), ("quarter", 4), ("half", 2))},
-            "second half": rows.subset(np.arange(half, len(rows)))}
+               for name, parts in FRACTIONS},
+            "second half": rows.subset(np.arange(half, len(rows))), **random_subsets(rows, draws)}
 
 
 def slab_rule(rows, settings, rule):
@@ -152,7 +170,7 @@ def measure(args, seed, settings, out, done):
     if args.moment:
         check_routes(args, seed, teacher, decoded["true W_Σ"], sequences, settings, out, done)
     for name, rows in decoded.items():
-        for label, chosen in row_sets(rows, teacher, settings).items():
+        for label, chosen in row_sets(rows, teacher, settings, args.draws).items():
             key = (args.heads, seed, sequences, name.split(" (")[0], label, args.slab_rule)
             if key in done:
                 continue
@@ -204,6 +222,55 @@ def line(record):
             f"{figure(record['span_distance'], '.3f')} | {figure(record['estimate'], '.3f')} |")
 
 
+def power_law(points):
+    """Least squares of log span on log rows over ``points`` [(rows, span)]: (log intercept, slope)."""
+    rows, spans = np.log([p[0] for p in points]), np.log([p[1] for p in points])
+    slope, intercept = np.polyfit(rows, spans, 1)
+    return intercept, slope
+
+
+def rows_for(target: float, law) -> float:
+    """The rows at which ``law`` reaches ``target`` (inf when it does not fall)."""
+    intercept, slope = law
+    return float(np.exp((np.log(target) - intercept) / slope)) if slope < 0 else float("inf")
+
+
+def curve(records, target: float = 0.1) -> str:
+    """Per cell and decoding: the median span distance of the random subsets of each size and of every row, a power
+    law fitted to the three largest sizes, the rows it needs for ``target`` and the n they take at the cell's rate
+    (rows found per sequence) — a projection — and, as a check of the law, every row's span predicted from the
+    three smaller sizes."""
+    groups = {}
+    for r in records:
+        if "kind" in r or r.get("span_distance") is None:
+            continue
+        label = r["set"]
+        if label == "all" or label.startswith("random "):
+            size = "all" if label == "all" else label.split()[1]
+            key = (r["m"], r["teacher"], r["sequences"], r["decoded_with"], r["slab_rule"])
+            groups.setdefault(key, {}).setdefault(size, []).append((r["rows"], r["span_distance"]))
+    lines = ["| m | teacher | sequences | rows decoded with | span by rows (median of the draws [range]) | "
+             "every row's span predicted from the smaller sizes | law: span ∝ rows^b | rows for "
+             f"{target:g} (projection) | sequences for {target:g} (projection) |", "|" + " --- |" * 9]
+    for key, sizes in groups.items():
+        if "all" not in sizes or len(sizes) < 4:
+            continue
+        order = [name for name, _ in FRACTIONS] + ["all"]
+        medians = [(sizes[name][0][0], float(np.median([span for _, span in sizes[name]]))) for name in order]
+        shown = ", ".join(f"{rows}: {span:.3f}" + (f" [{min(s for _, s in sizes[name]):.3f}–"
+                                                    f"{max(s for _, s in sizes[name]):.3f}]"
+                                                    if len(sizes[name]) > 1 else "")
+                          for (rows, span), name in zip(medians, order))
+        check = power_law(medians[:3])
+        predicted = float(np.exp(check[0] + check[1] * np.log(medians[3][0])))
+        law = power_law(medians[1:])
+        needed = rows_for(target, law)
+        rate = medians[3][0] / key[2]
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]:.0e} | {key[3]} | {shown} | {predicted:.3f} (measured "
+                     f"{medians[3][1]:.3f}) | b = {law[1]:.2f} | {needed:.3g} | {needed / rate:.3g} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=4)
@@ -217,10 +284,17 @@ def main():
                         "and say which route SculptLearner's check takes for the body's span from every row")
     parser.add_argument("--slab-rule", choices=("kstar", "w_min"), default="kstar",
                         help="K*'s slabs: phase 4's rule (kstar, the default) or every token of weight ≥ w_min")
+    parser.add_argument("--draws", type=int, default=0, help="also read this many random eighths, quarters and "
+                        "halves of the rows (the learning curve of --curve)")
+    parser.add_argument("--curve", action="store_true", help="print the span distance against K*'s rows from "
+                        "--out (random subsets and every row) and the projected rows for 0.1, and stop")
     parser.add_argument("--out", default="runs/kstar_rows.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
     rows = load_jsonl(args.out)
+    if args.curve:
+        print(curve(rows))
+        return
     if args.report:
         print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
         for record in rows:
