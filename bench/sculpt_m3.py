@@ -12,7 +12,9 @@ distance and its bootstrap estimate, the moment route's and its estimate
 (``python bench/span_calibration.py FILE`` tables the body's), the refined Ŵ_Σ error, the kept rows' precision, the
 relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
-the peak memory of the process (and of each worker).
+the peak memory of the process (and of each worker), and K*'s slab rule
+(``kstar_w_max``, null for a fit whose K* made every token of weight ≥
+w_min a slab, and the threshold it used).
 
 With ``--checkpoint DIR`` phases 1–4 are kept, so a rerun with another
 ``--max-candidates`` (the net's budget) or ``--net-slab`` resumes after

@@ -56,6 +56,13 @@ def fits_with_body_span(paths):
                 yield os.path.basename(path), row
 
 
+def slab_rule(row) -> str:
+    """K*'s slab rule where a row records it (``bench/sculpt_m3.py``: ``kstar_w_max``), else nothing."""
+    if "kstar_w_max" in row:
+        return ", K* raised" if row["kstar_w_max"] is not None else ", K* every token ≥ 0.02"
+    return ""
+
+
 def summary(rows, factor: float) -> dict:
     """Over the accepted fits: their count, how many estimates lie within ``factor``, the largest true error;
     and how many estimates lie within ``factor`` over every fit with a body span."""
@@ -79,7 +86,7 @@ def main():
     for name, row in rows:
         cell = " ".join(f"{key}={row[key]}" for key in CELL if key in row)
         truth, estimate = row["body_distance"], row["estimated_error"]
-        print(f"{name} | {cell} | {truth:.3f} | {estimate:.3f} | {estimate / truth:.2f} | "
+        print(f"{name}{slab_rule(row)} | {cell} | {truth:.3f} | {estimate:.3f} | {estimate / truth:.2f} | "
               f"{'yes' if within(estimate, truth, args.factor) else 'NO'} | {row['route']}"
               f"{' (refused)' if row.get('refused') else ''} | {'yes' if row['route'] == 'body' else 'no'}")
     figures = summary(rows, args.factor)
@@ -91,10 +98,10 @@ def main():
           f"{args.factor:g}x in {figures['within_all']}")
     groups = {}
     for name, row in rows:
-        groups.setdefault((name, row.get("heads")), []).append((name, row))
-    for (name, heads), group in groups.items():
+        groups.setdefault((name, row.get("heads"), slab_rule(row)), []).append((name, row))
+    for (name, heads, rule), group in groups.items():
         part = summary(group, args.factor)
-        print(f"  {name}{'' if heads is None else f', m = {heads}'}: {len(group)} with a body span, "
+        print(f"  {name}{'' if heads is None else f', m = {heads}'}{rule}: {len(group)} with a body span, "
               f"{part['accepted']} accepted, within {args.factor:g}x in {part['within']}/{part['accepted']}, "
               f"largest true error accepted "
               f"{'-' if part['largest_true_error'] is None else format(part['largest_true_error'], '.3f')}")
