@@ -14,18 +14,20 @@ cells run the body alone: ``span_distance`` is its true span error and a
 cell accepted the span when ``refused`` is empty.  Prints one line per fit with a body
 span — the estimate, the truth, their ratio, whether the estimate is within
 ``--factor`` (3) of the truth either way, the route — then, over the
-accepted fits, the share within that factor and the largest true error.
+accepted fits, the share within that factor and the largest true error;
+``--report`` prints only a table of those figures per set of fits (file,
+m, K*'s slab rule).
 Only reads: it runs no fit.
 
     python bench/span_calibration.py [FILE ...] [--no-default] [--factor 3] [--quick]
-    python bench/span_calibration.py runs/sculpt_m3.jsonl runs/sculpt-vs-m/sculpt-vs-m.csv   # the issue's table
+    python bench/span_calibration.py runs/sculpt_m3.jsonl runs/sculpt-vs-m/sculpt-vs-m.csv --report   # per set
 """
 
 import argparse
 import csv
 import os
 
-from _common import load_jsonl
+from _common import load_jsonl, markdown_table
 
 DEFAULT = "runs/span_refusal.jsonl"
 #: Fields that name a fit's cell, printed when a row has them.
@@ -59,7 +61,7 @@ def fits_with_body_span(paths):
 def slab_rule(row) -> str:
     """K*'s slab rule where a row records it (``bench/sculpt_m3.py``: ``kstar_w_max``), else nothing."""
     if "kstar_w_max" in row:
-        return ", K* raised" if row["kstar_w_max"] is not None else ", K* every token ≥ 0.02"
+        return ", K\\* raised" if row["kstar_w_max"] is not None else ", K\\* every token ≥ 0.02"
     return ""
 
 
@@ -73,15 +75,43 @@ def summary(rows, factor: float) -> dict:
             "within_all": sum(within(row["estimated_error"], row["body_distance"], factor) for _, row in rows)}
 
 
+def error_text(value: float) -> str:
+    """A span error in three decimals, or in scientific notation below 0.01."""
+    return f"{value:.3f}" if value >= 0.01 else f"{value:.1e}"
+
+
+def set_table(rows, factor: float) -> str:
+    """One Markdown line per set of fits (file, m where rows give it, K*'s slab rule where they record it)."""
+    groups = {}
+    for name, row in rows:
+        groups.setdefault((name, row.get("heads"), slab_rule(row)), []).append((name, row))
+    lines = []
+    for (name, heads, rule), group in groups.items():
+        part = summary(group, factor)
+        ratios = [row["estimated_error"] / row["body_distance"] for _, row in group if row["route"] == "body"]
+        lines.append([f"`{name}`{'' if heads is None else f', m = {heads}'}{rule}", len(group), part["accepted"],
+                      f"{part['within']}/{part['accepted']}",
+                      f"{min(ratios):.2f}–{max(ratios):.2f}" if ratios else "—",
+                      "—" if part["largest_true_error"] is None else error_text(part["largest_true_error"]),
+                      f"{part['within_all']}/{len(group)}"])
+    return markdown_table(("fits", "with a body span", "accepted", f"estimate within {factor:g}× (accepted)",
+                           "estimated / true (accepted)", "largest true error accepted",
+                           f"estimate within {factor:g}× (all)"), lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help=f"JSON lines files of fits, read after {DEFAULT}")
     parser.add_argument("--no-default", action="store_true", help=f"do not read {DEFAULT}")
     parser.add_argument("--factor", type=float, default=3.0, help="the estimate counts as right within this factor")
     parser.add_argument("--quick", action="store_true", help="accepted for `mhalearn bench --quick`: it only reads")
+    parser.add_argument("--report", action="store_true", help="print only the table of each set of fits")
     args = parser.parse_args()
     paths = ([] if args.no_default else [DEFAULT]) + args.files
     rows = list(fits_with_body_span(paths))
+    if args.report:
+        print(set_table(rows, args.factor))
+        return
     print("file | cell | true span error | estimated | estimated / true | within | route | accepted")
     for name, row in rows:
         cell = " ".join(f"{key}={row[key]}" for key in CELL if key in row)
@@ -96,15 +126,6 @@ def main():
           f"{args.factor:g}x of the truth in {figures['within']}/{figures['accepted']} accepted ({share}); "
           f"largest true error of an accepted body span: {largest}; over all {len(rows)}: within "
           f"{args.factor:g}x in {figures['within_all']}")
-    groups = {}
-    for name, row in rows:
-        groups.setdefault((name, row.get("heads"), slab_rule(row)), []).append((name, row))
-    for (name, heads, rule), group in groups.items():
-        part = summary(group, args.factor)
-        print(f"  {name}{'' if heads is None else f', m = {heads}'}{rule}: {len(group)} with a body span, "
-              f"{part['accepted']} accepted, within {args.factor:g}x in {part['within']}/{part['accepted']}, "
-              f"largest true error accepted "
-              f"{'-' if part['largest_true_error'] is None else format(part['largest_true_error'], '.3f')}")
     for label, chosen in (("accepted", [row for _, row in rows if row["route"] == "body"]),
                           ("all", [row for _, row in rows])):
         ratios = [row["estimated_error"] / row["body_distance"] for row in chosen]
