@@ -242,13 +242,15 @@ def curve(records, target: float = 0.1) -> str:
     three smaller sizes."""
     groups = {}
     for r in records:
-        if "kind" in r or r.get("span_distance") is None:
+        if "kind" in r:
             continue
         label = r["set"]
         if label == "all" or label.startswith("random "):
             size = "all" if label == "all" else label.split()[1]
             key = (r["m"], r["teacher"], r["sequences"], r["decoded_with"], r["slab_rule"])
-            groups.setdefault(key, {}).setdefault(size, []).append((r["rows"], r["span_distance"]))
+            # a set too small for K* to read a span counts as distance 1, as a refusal does
+            span = 1.0 if r["span_distance"] is None else r["span_distance"]
+            groups.setdefault(key, {}).setdefault(size, []).append((r["rows"], span))
     lines = ["| m | teacher | sequences | rows decoded with | span by rows (median of the draws [range]) | "
              "every row's span predicted from the smaller sizes | law: span ∝ rows^b | rows for "
              f"{target:g} (projection) | sequences for {target:g} (projection) |", "|" + " --- |" * 9]
