@@ -45,7 +45,7 @@ from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import TeacherObserver
 from mhalearn.learners.chen_li import StreamRefit
 from mhalearn.learners.chen_li.phase5_net import hull_frame
-from mhalearn.learners.chen_li.settings import SearchSettings
+from mhalearn.learners.chen_li.settings import BodySettings, SearchSettings
 from mhalearn.learners.report import Phase, Route
 from mhalearn.provenance import git_state
 from mhalearn.seeding import seeded_rng
@@ -181,7 +181,7 @@ def main():
                      row.get("span_route", "auto"), row.get("kstar_w_max")) for row in map(json.loads, handle) if row}
     budget = int(args.max_candidates)
     for seed in seeds:
-        if (samples, seed, budget, args.net_slab, args.span_route, mhalearn.SculptLearner(HEADS).kstar_w_max) in done:
+        if (samples, seed, budget, args.net_slab, args.span_route, BodySettings.kstar_w_max) in done:
             continue
         row = fit_row(samples, seed, args.workers, budget, args.checkpoint, args.net_slab, args.span_route)
         print(json.dumps(row), flush=True)
