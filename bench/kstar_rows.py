@@ -38,8 +38,9 @@ The teacher is used throughout, so this is a diagnostic, not a learner.
     python bench/kstar_rows.py --report       # the table, from runs/kstar_rows.jsonl
     python bench/kstar_rows.py --curve        # span against rows, and the rows a span of 0.1 would need
 
-``--draws D`` also reads D random eighths, quarters and halves of the rows;
-``--curve`` fits span ∝ rows^b to the medians of the three largest sizes
+``--draws D`` also reads D random eighths, quarters and halves of the rows,
+and of the clean rows (how K* would fare on rows of precision 1);
+``--curve`` fits span ∝ rows^b, for every row and for the clean ones, to the medians of the three largest sizes
 (a quarter, a half, every row) and prints the rows and sequences (at the cell's rate
 of rows per sequence) at which that law reaches 0.1 — a projection beyond
 the rows measured — and, as a check of such a law, every row's span
@@ -101,20 +102,22 @@ def learned_sum(path):
 FRACTIONS = (("eighth", 8), ("quarter", 4), ("half", 2))
 
 
-def random_subsets(rows, draws: int):
-    """``draws`` random subsets (without replacement, seeded by the draw) of each size of ``FRACTIONS``."""
-    return {f"random {name} {draw}": rows.subset(np.sort(np.random.default_rng(draw).choice(
+def random_subsets(rows, draws: int, prefix: str = ""):
+    """``draws`` random subsets (without replacement, seeded by the draw) of each size of ``FRACTIONS``, named
+    ``"<prefix>random <size> <draw>"``."""
+    return {f"{prefix}random {name} {draw}": rows.subset(np.sort(np.random.default_rng(draw).choice(
         len(rows), len(rows) // parts, replace=False))) for name, parts in FRACTIONS for draw in range(draws)}
 
 
 def row_sets(rows, teacher, settings, draws: int = 0):
     """Every row, the clean ones, the feasible ones, the first eighth, quarter and half in stream order, the
-    second half, and ``draws`` random subsets of each of those sizes."""
+    second half, and ``draws`` random subsets of each of those sizes, of every row and of the clean ones."""
     half = len(rows) // 2
     feasible = np.ones(len(rows), dtype=bool)  # a row with no constraint (identical tokens) holds trivially
     held = teacher_feasible_rows(slab_constraints(rows, **settings.slab_rule()), teacher)
     feasible[:len(held)] = held
-    return {"all": rows, "clean": rows.subset(agreeing_rows(rows, teacher)),
+    clean = rows.subset(agreeing_rows(rows, teacher))
+    return {"all": rows, "clean": clean, **random_subsets(clean, draws, prefix="clean "),
             "feasible": rows.subset(feasible),
             **{f"first {name}": rows.subset(np.arange(len(rows) // parts))
                for name, parts in FRACTIONS},
@@ -236,18 +239,21 @@ def rows_for(target: float, law) -> float:
 
 
 def curve(records, target: float = 0.1) -> str:
-    """Per cell and decoding: the median span distance of the random subsets of each size and of every row, a power
-    law fitted to the three largest sizes, the rows it needs for ``target`` and the n they take at the cell's rate
-    (rows found per sequence) — a projection — and, as a check of the law, every row's span predicted from the
-    three smaller sizes."""
+    """Per cell, decoding and set of rows (every row, or the clean ones): the median span distance of the random
+    subsets of each size and of every row, a power law fitted to the three largest sizes, the rows it needs for
+    ``target`` and the n they take at the cell's rate (rows found per sequence) — a projection — and, as a check
+    of the law, every row's span predicted from the three smaller sizes."""
     groups = {}
     for r in records:
         if "kind" in r:
             continue
-        label = r["set"]
+        # every row and its random subsets, or the clean rows ("clean") and theirs ("clean random ...")
+        clean = r["set"] == "clean" or r["set"].startswith("clean random ")
+        label = "all" if r["set"] == "clean" else r["set"].removeprefix("clean ")
         if label == "all" or label.startswith("random "):
             size = "all" if label == "all" else label.split()[1]
-            key = (r["m"], r["teacher"], r["sequences"], r["decoded_with"], r["slab_rule"])
+            decoded = r["decoded_with"] + (", clean rows only" if clean else "")
+            key = (r["m"], r["teacher"], r["sequences"], decoded, r["slab_rule"])
             # a set too small for K* to read a span counts as distance 1, as a refusal does
             span = 1.0 if r["span_distance"] is None else r["span_distance"]
             groups.setdefault(key, {}).setdefault(size, []).append((r["rows"], span))
@@ -300,7 +306,7 @@ def main():
     if args.report:
         print("| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS))
         for record in rows:
-            if "kind" not in record and not record["set"].startswith("random "):  # random subsets: --curve
+            if "kind" not in record and "random " not in record["set"]:  # random subsets: --curve
                 print(line(record))
         checks = [record for record in rows if record.get("kind") == "route"]
         if checks:

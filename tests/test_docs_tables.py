@@ -1,6 +1,6 @@
 """Every table a bench prints from committed rows is the one docs/chen_li.md shows (issue 34).
 
-Each ``python bench/NAME.py ... --report`` command in a code block of the
+Each ``python bench/NAME.py ... --report`` (or ``--curve``) command in a code block of the
 page is run (it reads the rows under ``runs/`` and fits nothing), and every
 table row it prints must appear verbatim on the page: a table edited by
 hand, or left behind when its rows were rerun, fails.  Sections still
@@ -21,14 +21,15 @@ PAGE = ROOT / "docs" / "chen_li.md"
 
 
 def report_commands(text: str) -> list[tuple[str, str, str]]:
-    """(section heading, command, section text) for every bench ``--report`` command in a code block."""
+    """(section heading, command, section text) for every bench ``--report`` or ``--curve`` command in a code
+    block: both print tables from the committed rows."""
     commands = []
     for section in re.split(r"^(?=##+ )", text, flags=re.MULTILINE):
         heading = section.splitlines()[0] if section else ""
         for block in re.findall(r"^```\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL):
             for line in block.replace("\\\n", " ").splitlines():  # a command may go on after a backslash
                 command = line.split("#")[0].strip()
-                if command.startswith("python bench/") and "--report" in shlex.split(command):
+                if command.startswith("python bench/") and {"--report", "--curve"} & set(shlex.split(command)):
                     commands.append((heading, command, section))
     return commands
 
