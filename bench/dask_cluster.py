@@ -37,12 +37,13 @@ from mhalearn._memory import peak_memory_mb
 from mhalearn._progress import progress_bar
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import span_distance
+from mhalearn.learners.report import Phase
 from mhalearn.learners.streams import BLOCK_SIZE
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
-#: What a fit tells its callback: the start, phases 1, 2, 3, 2 again, 4, the moment route when the body
-#: refuses, 5 and 6.
+#: The phase results a fit tells its callback: the start, phases 1, 2, 3, 2 again, 4, the moment route when the
+#: body refuses, 5 and 6 (where a pass stands, ``Phase.PASS``, is not one).
 FIT_PHASES = 9
 
 
@@ -51,6 +52,8 @@ def fit(X, Y, seed: int, label: str) -> tuple[dict, float]:
     bar = progress_bar(FIT_PHASES, desc=label, unit="phase")
 
     def show(phase, result):
+        if phase == Phase.PASS:
+            return
         bar.set_postfix(phase=phase)
         bar.update(1)
 

@@ -28,6 +28,7 @@ from ._version import __version__  # noqa: F401  (mhalearn.__version__)
 _EXPORTS = {
     "._memory": ["get_memory_budget", "memory_budget", "set_memory_budget"],
     ".learners": ["LEARNERS", "GradientLearner", "MomentLearner", "SculptLearner", "get_learner", "make_learner"],
+    ".learners.report": ["Observers", "StreamProgress"],
     ".evaluation": ["TeacherObserver"],
     ".attention": ["MultiHeadAttention", "NondegeneracyReport", "TEACHER_FAMILIES", "TeacherFamily",
                    "add_label_noise", "boolean_inputs", "draw_inputs", "gaussian_inputs", "get_family",

@@ -148,3 +148,53 @@ def test_a_kept_phase_removes_its_passes_progress(tmp_path, monkeypatch):
     assert names == ["1_crude_sum.pickle", "2_sculpt.pickle", "3_refined_sum.pickle", "3_stream_refit.pickle",
                      "4_sculpt.pickle", "4_span.pickle"]
     np.testing.assert_array_equal(phases.span.basis, reference.span.basis)
+
+
+def test_where_a_pass_stands_is_told_after_every_wave_and_changes_nothing(capsys):
+    from mhalearn.learners.report import Notifier, Observers, Phase, StreamProgress
+
+    teacher, source = _stream(samples=20_000)
+    settings = BodySettings(prefix_samples=5000)
+    told = []
+    teacher_view = mhalearn.TeacherObserver(teacher)
+    notify = Notifier(Observers(lambda phase, result: told.append((phase, result)), teacher_view,
+                                StreamProgress(interval=0.0, lines=True, desc="cell: ")))
+    watched = sculpt_span(source, 2, settings, np.random.default_rng(7), notify)
+    alone = sculpt_span(source, 2, settings, np.random.default_rng(7))
+    np.testing.assert_array_equal(watched.span.basis, alone.span.basis)  # observing steers nothing
+    positions = [result for phase, result in told if phase == Phase.PASS]
+    passes = watched.refined_sum.steps[-1].passes
+    # 20 blocks in waves of 8 (CANDIDATE_WAVE × one block a wave here), for each candidate pass of phase 3.
+    assert [(p.phase, p.number, p.blocks_done, p.blocks, p.resumed_at) for p in positions] == [
+        (Phase.REFINED_SUM, number, done, 20, 0) for number in range(1, passes + 1) for done in (8, 16, 20)]
+    assert all(later.seconds >= earlier.seconds for earlier, later in zip(positions, positions[1:])
+               if later.number == earlier.number)  # each pass's own time
+    # The pass came after phase 3's prefix refit and before phase 3's result.
+    order = [phase for phase, _ in told]
+    assert order.index(Phase.PASS) > order.index(Phase.SCULPT) and order.index(Phase.REFINED_SUM) > max(
+        index for index, phase in enumerate(order) if phase == Phase.PASS)
+    # The teacher's observer measured the results and let the positions by.
+    assert [phase for phase, _, _ in teacher_view.records] == [phase for phase in order if phase != Phase.PASS]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == [line for line in lines[:3] if line.startswith("cell: phase 3, pass 1: ")]
+    assert [line.split(": ")[2].split(" blocks")[0] for line in lines[:3]] == ["8/20", "16/20", "20/20"]
+    assert "ETA" in lines[0] and "ETA" not in lines[2]
+
+
+def test_a_pass_shorter_than_the_interval_writes_no_line(capsys):
+    from mhalearn.learners.report import PassPosition, Phase, StreamProgress
+
+    shown = StreamProgress(interval=3600.0, lines=True)
+    for done in (8, 16, 20):
+        shown(Phase.PASS, PassPosition(Phase.REFINED_SUM, 1, done, 20, 0, 1.0))
+    assert capsys.readouterr().err == ""
+
+
+def test_observers_tell_each_in_turn_and_refuse_what_cannot_observe():
+    from mhalearn.learners.report import Observers, Phase
+
+    seen = []
+    Observers(lambda *event: seen.append(("a", *event)), lambda *event: seen.append(("b", *event)))(Phase.SPAN, 1)
+    assert seen == [("a", Phase.SPAN, 1), ("b", Phase.SPAN, 1)]
+    with pytest.raises(TypeError, match="^observers: expected callables"):
+        Observers(print, "teacher")

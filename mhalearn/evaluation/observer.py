@@ -174,7 +174,8 @@ class TeacherObserver:
     UNOBSERVED : frozenset
         Class attribute: the phases it records with no figure — phase 5's
         net, whose candidates the teacher judges through phase 6's choice
-        (``selection``).
+        (``selection``) — and ``PASS``, where a pass over a stream stands,
+        which it does not record.
     records : list of (phase, figures dict, seconds)
         One per phase result seen, in order; cleared when a new fit starts.
     seconds : float
@@ -203,6 +204,8 @@ class TeacherObserver:
         start = time.perf_counter()
         if phase not in self.OBSERVED and phase not in self.UNOBSERVED:
             raise ValueError(f"phase: expected a mhalearn.learners.report.Phase, received {phase!r}")
+        if phase == Phase.PASS:
+            return
         observe = self.OBSERVED.get(phase)
         figures = {} if observe is None else observe(self, result)
         elapsed = time.perf_counter() - start
@@ -287,9 +290,9 @@ class TeacherObserver:
                 Phase.REFINED_SUM: _observe_refined_sum, Phase.SPAN: _observe_span, Phase.MOMENT: _observe_moment,
                 Phase.SELECTION: _observe_selection, Phase.RESTART: _observe_restart}
     # Phase 5's candidates have no single span or layer to hold against the teacher; phase 6's choice among
-    # them does (``selection``).
+    # them does (``selection``).  Where a pass stands is no result at all, and comes once a wave: not recorded.
     #: The phases deliberately not observed.
-    UNOBSERVED = frozenset({Phase.NET})
+    UNOBSERVED = frozenset({Phase.NET, Phase.PASS})
 
     # Reading the records.
 

@@ -50,7 +50,7 @@ from ..learners.chen_li import (
     sculpt_span,
     search_and_select,
 )
-from ..learners.report import Notifier, Phase, Route
+from ..learners.report import Notifier, Observers, Phase, Route, StreamProgress
 from ..learners.streams import TeacherSource
 from ..plotting import (
     group_rows,
@@ -121,7 +121,10 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
     source = TeacherSource(teacher, samples, length, seed=seed)
     rng = seeded_rng(seed, heads, samples)
     observer = TeacherObserver(teacher)
-    notify = Notifier(observer)
+    # A cell runs beside the sweep's own display, in a worker: its long passes show as a line every 10 minutes.
+    passes = StreamProgress(interval=600.0, desc=f"sculpt-vs-m m = {heads}, seed {seed}, n = {samples:.0e}: ",
+                            lines=True)
+    notify = Notifier(Observers(observer, passes))
     body_settings, search_settings = BodySettings(), SearchSettings(refine="none")
     checkpoint = open_checkpoint(checkpoint_dir, source, heads, body_settings, rng)
     phases = sculpt_span(source, heads, body_settings, rng, notify, checkpoint)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -49,6 +50,12 @@ class Phase(enum.StrEnum):
     :class:`~mhalearn.GradientLearner`.  An observer decides, for each, what
     it measures (:class:`~mhalearn.evaluation.TeacherObserver` lists the
     phases it leaves alone).
+
+    ``PASS`` is not a phase result but where a long pass over a stream
+    stands (:class:`PassPosition`), told after every wave of it: a pass
+    over 10⁸–10⁹ sequences takes from minutes to hours, and a progress
+    display (:class:`mhalearn.StreamProgress`) is one more observer.
+    Observers that measure results let it by.
     """
 
     START = "start"
@@ -60,6 +67,26 @@ class Phase(enum.StrEnum):
     NET = "net"
     SELECTION = "selection"
     RESTART = "restart"
+    PASS = "pass"
+
+
+@dataclass(frozen=True)
+class PassPosition:
+    """Where a pass over a stream stands (``callback(Phase.PASS, position)``, after each of its waves).
+
+    ``phase`` is the phase the pass belongs to and ``number`` its pass
+    within the phase (from 1); ``blocks_done`` of the stream's ``blocks``
+    are read, ``resumed_at`` of them by an earlier run whose saved place the
+    pass took up (:mod:`mhalearn.learners.checkpoint`); ``seconds`` is the
+    pass's time so far, that earlier run's included.
+    """
+
+    phase: Phase
+    number: int
+    blocks_done: int
+    blocks: int
+    resumed_at: int
+    seconds: float
 
 
 class Route(enum.StrEnum):
@@ -223,6 +250,102 @@ class Notifier:
 
 
 _PHASES = frozenset(Phase)
+
+
+class StreamProgress:
+    """An observer showing where a fit's passes over a long stream stand: pass it as ``callback``.
+
+    Each pass (:class:`PassPosition`, told as ``Phase.PASS`` after every
+    wave) is shown on stderr: as a tqdm bar of its blocks where one redraws
+    in place (a terminal), and elsewhere (a log, a batch job's output, a
+    worker process beside another display) as a line every ``interval``
+    seconds with the time to the end of the pass, and one at its end — a
+    pass shorter than ``interval`` writes none.  A pass taken up from a
+    checkpoint starts at the block it was saved at, and its time to the end
+    counts only the blocks read since.  Every other phase result is let by,
+    so it sits beside any other observer (:class:`Observers`).  A fit whose
+    stream is no longer than the prefix phases 1–3 read makes no such pass.
+
+    Parameters
+    ----------
+    interval : float
+        Seconds between two lines.
+    desc : str
+        Put before each pass's name (e.g. which fit of a sweep it is).
+    lines : bool
+        Lines even on a terminal.
+    enabled : bool
+        False shows nothing.
+
+    Examples
+    --------
+    >>> SculptLearner(3, checkpoint="ckpt").fit(X, Y, callback=StreamProgress())   # doctest: +SKIP
+    """
+
+    def __init__(self, *, interval: float = 60.0, desc: str = "", lines: bool = False, enabled: bool = True):
+        self.interval, self.desc, self.lines, self.enabled = float(interval), desc, bool(lines), bool(enabled)
+        self._pass = self._bar = None
+
+    def __call__(self, phase: Phase, result) -> None:
+        if phase != Phase.PASS or not self.enabled:
+            return
+        from .._progress import bar_redraws_in_place, progress_bar
+
+        name = f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}"
+        if (result.phase, result.number) != (self._pass or {}).get("key"):
+            self.close()
+            now = time.monotonic()
+            self._pass = {"key": (result.phase, result.number), "started": now, "from": result.resumed_at,
+                          "last_line": now, "written": False}
+            if not self.lines and bar_redraws_in_place():
+                self._bar = progress_bar(result.blocks, initial=result.resumed_at, desc=name, unit="block")
+        if self._bar is not None:
+            self._bar.update(result.blocks_done - self._bar.n)
+        else:
+            now, state = time.monotonic(), self._pass
+            last = result.blocks_done >= result.blocks
+            if now - state["last_line"] >= self.interval or (last and state["written"]):
+                print(f"{name}: {pass_line(result, now - state['started'], state['from'])}", file=sys.stderr,
+                      flush=True)
+                state["last_line"], state["written"] = now, True
+        if result.blocks_done >= result.blocks:
+            self.close()
+
+    def close(self) -> None:
+        """End the display of the pass in progress (a fit interrupted mid-pass leaves one open)."""
+        if self._bar is not None:
+            self._bar.close()
+        self._pass = self._bar = None
+
+
+def pass_line(position: PassPosition, elapsed: float, taken_up_at: int) -> str:
+    """``blocks_done/blocks blocks (share), elapsed, ETA``: the ETA from the blocks read in ``elapsed`` seconds
+    since the pass was taken up at block ``taken_up_at``."""
+    from tqdm import tqdm
+
+    done, total = position.blocks_done, position.blocks
+    text = f"{done}/{total} blocks ({done / total:.0%}), {tqdm.format_interval(elapsed)} elapsed"
+    if done < total and done > taken_up_at:
+        text += f", ETA {tqdm.format_interval(elapsed / (done - taken_up_at) * (total - done))}"
+    return text
+
+
+#: The number of Chen & Li's phase that a pass serves, as its display names it.
+_PHASE_NUMBERS = {Phase.CRUDE_SUM: 1, Phase.SCULPT: 2, Phase.REFINED_SUM: 3, Phase.SPAN: 4}
+
+
+class Observers:
+    """Several observers as one ``callback``: each is told every phase result, in the order given."""
+
+    def __init__(self, *observers: Callable):
+        for observer in observers:
+            if not callable(observer):
+                raise TypeError(f"observers: expected callables (phase, result), received {type(observer).__name__}")
+        self.observers = observers
+
+    def __call__(self, phase: Phase, result) -> None:
+        for observer in self.observers:
+            observer(phase, result)
 
 
 def certificate_line(certificate: dict) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...seeding import draw_seed
 from ..checkpoint import NoProgress
+from ..report import Notifier, PassPosition, Phase
 from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
 from .decoder import decoding_residuals
 from .settings import BodySettings
@@ -145,7 +146,8 @@ CANDIDATE_WAVE = 8
 
 
 def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float, simplex_tol: float,
-                   max_rows: int, progress=NoProgress(), number: int = 1) -> tuple[AgreementRows, float]:
+                   max_rows: int, progress=NoProgress(), number: int = 1,
+                   notify=Notifier(None)) -> tuple[AgreementRows, float]:
     """The candidate pass: every row whose relative residual can be ≤ ``threshold`` under some Ŵ'_Σ with
     ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``radius``, and the radius the rows kept cover.
 
@@ -172,11 +174,13 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     phase, when a save is due and at the end; a pass with the same inputs
     resumes after the last wave kept and returns what an uninterrupted
     pass returns, to the bit (what it holds after the wave, cut or not, in
-    block order).
+    block order).  ``notify`` is told where the pass stands after every
+    wave (``Phase.PASS``, :class:`~mhalearn.learners.report.PassPosition`
+    of phase 3, the phase whose refit the pass serves).
     """
     inputs = {"w_sum": w_sum, "threshold": threshold, "radius": radius, "simplex_tol": simplex_tol,
               "max_rows": max_rows, "blocks": source.block_count}
-    start = time.perf_counter()
+    start, observed = time.perf_counter(), notify.seconds  # the observers' time is not the pass's
     state = progress.load(number, inputs) or {"next_block": 0, "covered": radius, "found": 0,
                                               "parts": [], "needs": [], "seconds": 0.0}
     covered, found, parts, needs = state["covered"], state["found"], state["parts"], state["needs"]
@@ -199,10 +203,12 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
         if sum(len(need) for need in needs) > max_rows + (0 if last else max_rows // 4):
             part, need, covered = _cut(parts, needs, max_rows)
             parts, needs = [part], [need]
+        seconds = state["seconds"] + time.perf_counter() - start - (notify.seconds - observed)
         if last or progress.due():
             progress.save(number, inputs, {"next_block": wave.stop, "covered": covered, "found": found,
-                                           "parts": parts, "needs": needs,
-                                           "seconds": state["seconds"] + time.perf_counter() - start})
+                                           "parts": parts, "needs": needs, "seconds": seconds})
+        notify(Phase.PASS, PassPosition(Phase.REFINED_SUM, number, wave.stop, source.block_count,
+                                        state["next_block"], seconds))
     rows = _joined(parts, source.samples * source.length, found)
     return rows, covered
 

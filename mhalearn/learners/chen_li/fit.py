@@ -154,7 +154,7 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         prefix_refined = refined
         refined = checkpoint.run("3_stream_refit", rng,
                                  lambda: refit_on_stream(source, heads, prefix_refined, settings,
-                                                                 checkpoint.progress("3_stream_refit")))
+                                                         checkpoint.progress("3_stream_refit"), notify))
     notify(Phase.REFINED_SUM, refined)
     final = checkpoint.run("4_sculpt", rng,
                            lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE,

@@ -33,7 +33,7 @@ from numba import njit
 from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
 from ..checkpoint import NoProgress
 from ..least_squares import least_squares
-from ..report import PhaseResult, data_field, detail_line
+from ..report import Notifier, PhaseResult, data_field, detail_line
 from ..streams import stream_rows
 from .agreement_passes import draw_pool, reachable_rows
 from .agreement_rows import AgreementRows
@@ -526,7 +526,7 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
 
 
 def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySettings,
-                    progress=NoProgress()) -> RefinedSum:
+                    progress=NoProgress(), notify=Notifier(None)) -> RefinedSum:
     """Phase 3 on a stream longer than the prefix it read: our refit goes on over the whole stream.
 
     The candidate pass
@@ -541,9 +541,10 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
     threshold, one more pass reads the stream around the new Ŵ_Σ.  Returns
     ``refined`` with this step added and its Ŵ_Σ.  ``progress`` keeps where
     each pass stands, so that an interrupted one resumes
-    (:class:`~mhalearn.learners.checkpoint.PassProgress`).
+    (:class:`~mhalearn.learners.checkpoint.PassProgress`), and ``notify``
+    is told where each pass stands after every wave (``Phase.PASS``).
     """
-    start = time.perf_counter()
+    start, observed = time.perf_counter(), notify.seconds
     last = next((step for step in reversed(refined.steps) if isinstance(step, AlternatingRefit)), None)
     threshold = settings.residual_tol
     if last is not None and np.isfinite(last.kept_residual):
@@ -553,7 +554,7 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
         scale = np.linalg.norm(centre, 2)
         rows, covered = reachable_rows(source, centre, threshold=threshold, radius=settings.candidate_radius * scale,
                                        simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows,
-                                       progress=progress, number=passes + 1)
+                                       progress=progress, number=passes + 1, notify=notify)
         passes += 1
         outside = []
 
@@ -571,7 +572,8 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
             break
         centre = w_sum
     # A pass resumed from ``progress`` counts the seconds its kept part took, as a kept phase does.
-    step = StreamRefit(seconds=time.perf_counter() - start + progress.loaded_seconds, passes=passes,
+    step = StreamRefit(seconds=time.perf_counter() - start - (notify.seconds - observed) + progress.loaded_seconds,
+                       passes=passes,
                        candidates=len(rows), threshold=threshold, radius=covered / scale, moved=moved / scale,
                        exact=exact,
                        iterations=len(history), agreement_fit=history[-1]["agreement_fit"] if history else math.nan,
