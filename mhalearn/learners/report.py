@@ -392,5 +392,5 @@ class ZeroLabelsReport(LearnerReport):
         return self.zero_labels
 
 
-__all__ = ["FitStart", "LearnerReport", "Notifier", "Phase", "PhaseResult", "Route", "Rule", "ZeroLabelsReport",
-           "data_field", "phase_table"]
+__all__ = ["FitStart", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseResult", "Route",
+           "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "pass_line", "phase_table"]
