@@ -176,17 +176,21 @@ def test_where_a_pass_stands_is_told_after_every_wave_and_changes_nothing(capsys
     # The teacher's observer measured the results and let the positions by.
     assert [phase for phase, _, _ in teacher_view.records] == [phase for phase in order if phase != Phase.PASS]
     lines = capsys.readouterr().err.splitlines()
-    assert lines[:3] == [line for line in lines[:3] if line.startswith("cell: phase 3, pass 1: ")]
-    assert [line.split(": ")[2].split(" blocks")[0] for line in lines[:3]] == ["8/20", "16/20", "20/20"]
+    assert [line.split(" [")[0] for line in lines] == [f"cell: phase 3, pass {number}"
+                                                       for number in range(1, passes + 1) for _ in range(3)]
+    assert [line.split(" [")[1].split(" blocks")[0] for line in lines[:3]] == ["8/20", "16/20", "20/20"]
     assert "ETA" in lines[0] and "ETA" not in lines[2]
 
 
-def test_a_pass_shorter_than_the_interval_writes_no_line(capsys):
+def test_a_pass_shorter_than_the_interval_writes_its_end_only(capsys):
     from mhalearn.learners.report import PassPosition, Phase, StreamProgress
 
     shown = StreamProgress(interval=3600.0, lines=True)
-    for done in (8, 16, 20):
-        shown(Phase.PASS, PassPosition(Phase.REFINED_SUM, 1, done, 20, 0, 1.0))
+    for done in (16, 24, 30):  # taken up at block 8 from a checkpoint
+        shown(Phase.PASS, PassPosition(Phase.REFINED_SUM, 2, done, 30, 8, 1.0))
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("phase 3, pass 2 [30/30 blocks, ")
+    StreamProgress(enabled=False, lines=True)(Phase.PASS, PassPosition(Phase.REFINED_SUM, 1, 30, 30, 0, 1.0))
     assert capsys.readouterr().err == ""
 
 

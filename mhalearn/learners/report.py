@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -256,15 +255,16 @@ class StreamProgress:
     """An observer showing where a fit's passes over a long stream stand: pass it as ``callback``.
 
     Each pass (:class:`PassPosition`, told as ``Phase.PASS`` after every
-    wave) is shown on stderr: as a tqdm bar of its blocks where one redraws
+    wave) gets a display of its blocks on stderr (``progress_bar`` of
+    ``mhalearn._progress``): a tqdm bar where one redraws
     in place (a terminal), and elsewhere (a log, a batch job's output, a
-    worker process beside another display) as a line every ``interval``
-    seconds with the time to the end of the pass, and one at its end — a
-    pass shorter than ``interval`` writes none.  A pass taken up from a
-    checkpoint starts at the block it was saved at, and its time to the end
-    counts only the blocks read since.  Every other phase result is let by,
-    so it sits beside any other observer (:class:`Observers`).  A fit whose
-    stream is no longer than the prefix phases 1–3 read makes no such pass.
+    worker process beside another display) a line every ``interval``
+    seconds with the time to the end of the pass, and one at its end.  A
+    pass taken up from a checkpoint starts at the block it was saved at,
+    and its time to the end counts only the blocks read since.  Every
+    other phase result is let by, so it sits beside any other observer
+    (:class:`Observers`).  A fit whose stream is no longer than the prefix
+    phases 1–3 read makes no such pass.
 
     Parameters
     ----------
@@ -287,27 +287,18 @@ class StreamProgress:
         self._pass = self._bar = None
 
     def __call__(self, phase: Phase, result) -> None:
-        if phase != Phase.PASS or not self.enabled:
+        if phase != Phase.PASS:
             return
-        from .._progress import bar_redraws_in_place, progress_bar
+        if (result.phase, result.number) != self._pass:
+            from .._progress import ProgressLines, progress_bar
 
-        name = f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}"
-        if (result.phase, result.number) != (self._pass or {}).get("key"):
             self.close()
-            now = time.monotonic()
-            self._pass = {"key": (result.phase, result.number), "started": now, "from": result.resumed_at,
-                          "last_line": now, "written": False}
-            if not self.lines and bar_redraws_in_place():
-                self._bar = progress_bar(result.blocks, initial=result.resumed_at, desc=name, unit="block")
-        if self._bar is not None:
-            self._bar.update(result.blocks_done - self._bar.n)
-        else:
-            now, state = time.monotonic(), self._pass
-            last = result.blocks_done >= result.blocks
-            if now - state["last_line"] >= self.interval or (last and state["written"]):
-                print(f"{name}: {pass_line(result, now - state['started'], state['from'])}", file=sys.stderr,
-                      flush=True)
-                state["last_line"], state["written"] = now, True
+            self._pass = (result.phase, result.number)
+            display = dict(initial=result.resumed_at, unit="block", interval=self.interval,
+                           desc=f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}")
+            self._bar = (ProgressLines(result.blocks, **display) if self.lines and self.enabled
+                         else progress_bar(result.blocks, enabled=self.enabled, **display))
+        self._bar.update(result.blocks_done - self._bar.n)
         if result.blocks_done >= result.blocks:
             self.close()
 
@@ -316,18 +307,6 @@ class StreamProgress:
         if self._bar is not None:
             self._bar.close()
         self._pass = self._bar = None
-
-
-def pass_line(position: PassPosition, elapsed: float, taken_up_at: int) -> str:
-    """``blocks_done/blocks blocks (share), elapsed, ETA``: the ETA from the blocks read in ``elapsed`` seconds
-    since the pass was taken up at block ``taken_up_at``."""
-    from tqdm import tqdm
-
-    done, total = position.blocks_done, position.blocks
-    text = f"{done}/{total} blocks ({done / total:.0%}), {tqdm.format_interval(elapsed)} elapsed"
-    if done < total and done > taken_up_at:
-        text += f", ETA {tqdm.format_interval(elapsed / (done - taken_up_at) * (total - done))}"
-    return text
 
 
 #: The number of Chen & Li's phase that a pass serves, as its display names it.
@@ -393,4 +372,4 @@ class ZeroLabelsReport(LearnerReport):
 
 
 __all__ = ["FitStart", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseResult", "Route",
-           "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "pass_line", "phase_table"]
+           "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]
