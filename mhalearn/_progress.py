@@ -118,7 +118,7 @@ class ProgressLines:
 
 
 def progress_bar(total: int, *, desc: str, unit: str, enabled: bool = True, initial: int = 0,
-                 interval: float = 30.0, **bar_options):
+                 interval: float = 30.0, lines: bool = False, **bar_options):
     """A progress display on stderr: a tqdm bar where it redraws in place, :class:`ProgressLines` elsewhere.
 
     Parameters
@@ -130,10 +130,13 @@ def progress_bar(total: int, *, desc: str, unit: str, enabled: bool = True, init
     interval : float
         For :class:`ProgressLines`: least seconds between two lines of
         progress (``math.inf``: only new stages and the end).
+    lines : bool
+        :class:`ProgressLines` even where a bar would redraw in place (a
+        display in a worker process, beside the parent's bar).
     **bar_options
         Further options of the tqdm bar (e.g. ``bar_format``).
     """
-    if enabled and not bar_redraws_in_place():
+    if enabled and (lines or not bar_redraws_in_place()):
         return ProgressLines(total, initial=initial, desc=desc, unit=unit, interval=interval)
     return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=not enabled, dynamic_ncols=True,
                 **bar_options)

@@ -290,14 +290,13 @@ class StreamProgress:
         if phase != Phase.PASS:
             return
         if (result.phase, result.number) != self._pass:
-            from .._progress import ProgressLines, progress_bar
+            from .._progress import progress_bar
 
             self.close()
             self._pass = (result.phase, result.number)
-            display = dict(initial=result.resumed_at, unit="block", interval=self.interval,
-                           desc=f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}")
-            self._bar = (ProgressLines(result.blocks, **display) if self.lines and self.enabled
-                         else progress_bar(result.blocks, enabled=self.enabled, **display))
+            self._bar = progress_bar(result.blocks, initial=result.resumed_at, unit="block", interval=self.interval,
+                                     desc=f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}",
+                                     enabled=self.enabled, lines=self.lines)
         self._bar.update(result.blocks_done - self._bar.n)
         if result.blocks_done >= result.blocks:
             self.close()
