@@ -44,7 +44,7 @@ from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import span_distance
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span
 from mhalearn.learners.moment_route import sine_distance
-from mhalearn.learners.report import Notifier
+from mhalearn.learners.report import Notifier, Observers, Phase, StreamProgress
 from mhalearn.learners.streams import BLOCK_SIZE, DaskSource
 from mhalearn.provenance import git_state
 from mhalearn.seeding import seeded_rng
@@ -78,10 +78,12 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -
         start = time.perf_counter()
 
         def show(phase, result):  # progress on stderr: a phase of a long run ends
-            print(f"  {workers} worker(s), {time.perf_counter() - start:7.1f} s: {phase} {result.summary()}",
-                  file=sys.stderr, flush=True)
+            if phase != Phase.PASS:  # where a pass stands: StreamProgress's lines
+                print(f"  {workers} worker(s), {time.perf_counter() - start:7.1f} s: {phase} {result.summary()}",
+                      file=sys.stderr, flush=True)
 
-        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(show))
+        observers = Observers(show, StreamProgress(interval=60.0, lines=True, desc=f"  {workers} worker(s): "))
+        phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(observers))
         body = time.perf_counter() - start
         worker_memory = sorted(client.run(peak_memory_mb).values())
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)

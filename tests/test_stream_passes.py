@@ -180,6 +180,17 @@ def test_where_a_pass_stands_is_told_after_every_wave_and_changes_nothing(capsys
                                                        for number in range(1, passes + 1) for _ in range(3)]
     assert [line.split(" [")[1].split(" blocks")[0] for line in lines[:3]] == ["8/20", "16/20", "20/20"]
     assert "ETA" in lines[0] and "ETA" not in lines[2]
+    # Every result a callback is told has its one-line summary, positions included (observers print them).
+    summaries = [result.summary() for _, result in told]
+    assert summaries[order.index(Phase.PASS)].startswith("phase 3, pass 1: 8/20 blocks, ")
+
+
+def test_a_position_says_where_its_pass_was_taken_up():
+    from mhalearn.learners.report import PassPosition, Phase
+
+    assert PassPosition(Phase.REFINED_SUM, 2, 16, 30, 8, 1.25).summary() == (
+        "phase 3, pass 2: 16/30 blocks, taken up at block 8, 1.2 s")
+    assert PassPosition(Phase.REFINED_SUM, 1, 30, 30, 0, 61.0).summary() == "phase 3, pass 1: 30/30 blocks, 61.0 s"
 
 
 def test_a_pass_shorter_than_the_interval_writes_its_end_only(capsys):

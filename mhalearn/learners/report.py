@@ -87,6 +87,16 @@ class PassPosition:
     resumed_at: int
     seconds: float
 
+    @property
+    def name(self) -> str:
+        """The pass as a display names it: ``phase 3, pass 1``."""
+        return f"phase {_PHASE_NUMBERS[self.phase]}, pass {self.number}"
+
+    def summary(self) -> str:
+        """One line, as every result a callback is told has: the pass, its blocks read and its seconds."""
+        resumed = f", taken up at block {self.resumed_at}" if self.resumed_at else ""
+        return f"{self.name}: {self.blocks_done}/{self.blocks} blocks{resumed}, {self.seconds:.1f} s"
+
 
 class Route(enum.StrEnum):
     """Where the span that phases 5–6 search comes from (``report_.route``, ``span_route``).
@@ -295,7 +305,7 @@ class StreamProgress:
             self.close()
             self._pass = (result.phase, result.number)
             self._bar = progress_bar(result.blocks, initial=result.resumed_at, unit="block", interval=self.interval,
-                                     desc=f"{self.desc}phase {_PHASE_NUMBERS[result.phase]}, pass {result.number}",
+                                     desc=f"{self.desc}{result.name}",
                                      enabled=self.enabled, lines=self.lines)
         self._bar.update(result.blocks_done - self._bar.n)
         if result.blocks_done >= result.blocks:
