@@ -176,6 +176,40 @@ def test_a_sweep_removes_a_stored_cells_checkpoint(tmp_path, backend):
     assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
 
 
+def test_a_sculpt_vs_m_cell_on_a_cluster_spreads_its_passes_and_stores_the_local_row(tmp_path):
+    # Three blocks of 2¹⁶ sequences: a cell run as a task of a cluster of two single-threaded
+    # workers reads them as tasks of that cluster, on both workers, and stores the row a local
+    # worker stores (the passes reduce in block order), saying it ran on 2 workers.
+    import distributed
+
+    from mhalearn.experiments.runner import run_sweep
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[full]\nheads = 2\ndim = 8\nlength = 3\nsamples = 140000\nseed = 1\n")
+    run_sweep("sculpt-vs-m", tmp_path / "local.db", grid=grid, progress=False, workers=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://",
+                                  host="127.0.0.1", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        with distributed.get_task_stream(client) as tasks:
+            summary = run_sweep("sculpt-vs-m", tmp_path / "dask.db", grid=grid, progress=False, backend="dask",
+                                scheduler=cluster.scheduler_address)
+        blocks = [task for task in tasks.data if str(task["key"]).startswith("_run_block_task")]
+    assert (summary.computed, summary.failed) == (1, 0)
+    assert len({task["worker"] for task in blocks}) == 2
+    [local], [spread] = (_stored_rows(tmp_path / name) for name in ("local.db", "dask.db"))
+    assert (local["workers"], spread["workers"]) == (1, 2)
+    assert local["span_distance"] < 0.1
+    assert {key: value for key, value in spread.items() if key not in TIMED | {"workers"}} == \
+        {key: value for key, value in local.items() if key not in TIMED | {"workers"}}
+
+
+def _stored_rows(path) -> list[dict]:
+    from mhalearn.experiments.store import ResultStore
+
+    with ResultStore(path) as store:
+        return store.rows("sculpt-vs-m")
+
+
 def test_a_sweep_whose_cells_keep_no_checkpoints_refuses_them_before_any_work(tmp_path):
     from mhalearn.experiments.runner import run_sweep
 

@@ -425,3 +425,18 @@ def test_a_lazy_dataset_is_built_without_a_task_per_block(teacher):
     seed = draw_seed(np.random.default_rng(0))
     np.testing.assert_array_equal(Y.blocks[3].compute(), labelled_block(teacher, LENGTH, "boolean", 0.0, seed, 3,
                                                                         1000)[1])
+
+
+def test_a_teacher_source_as_dask_reads_the_same_blocks_under_keys_of_its_own(teacher):
+    # The last block is short; a cluster must never confuse two teachers' datasets of one seed.
+    source = TeacherSource(teacher, 2 * CHUNK + 7, LENGTH, seed=4, block_size=CHUNK)
+    spread = source.as_dask()
+    assert spread.block_count == source.block_count == 3
+    with dask.config.set(scheduler="threads"):
+        for (X, Y), (X_dask, Y_dask) in zip(source.blocks(), spread.blocks(), strict=True):
+            np.testing.assert_array_equal(X_dask, X)
+            np.testing.assert_array_equal(Y_dask, Y)
+    other = mhalearn.sample_teacher(HEADS + 1, DIM, rng=11)
+    assert TeacherSource(other, 2 * CHUNK + 7, LENGTH, seed=4, block_size=CHUNK).as_dask().fingerprint() != \
+        spread.fingerprint()
+    assert source.as_dask().fingerprint() == spread.fingerprint()

@@ -130,7 +130,7 @@ def _member(pairs: np.ndarray, which: int) -> np.ndarray:
     return pairs[:, which]
 
 
-def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
+def lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
     """Dask arrays X, Y whose block b is :func:`labelled_block` b, drawn where and when it is computed.
 
     Every layer is blockwise: the graph is a rule per layer, not a task per block, so building the
@@ -138,12 +138,16 @@ def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, se
     block: 2.3 GB and most of a minute at 10⁶ blocks).
     """
     import dask.array as da
+    from dask.base import tokenize
 
     sizes = (chunk,) * (samples // chunk) + ((samples % chunk,) if samples % chunk else ())
+    # The name says what the blocks are drawn from: two datasets of one seed but another teacher or
+    # shape must not share task keys (a cluster would hand one's blocks to the other).
+    token = tokenize(teacher.thetas, teacher.ws, samples, length, law, noise, seed, chunk)
     # X and Y of block b are two views of one task's array, so computing both draws the block once.
     pairs = da.map_blocks(_stacked_block, chunks=(sizes, (2,), (length,), (teacher.dim,)), dtype=np.float64,
                           meta=np.empty((0, 0, 0, 0)), teacher=teacher, length=length, law=law, noise=noise,
-                          seed=seed, samples=samples, chunk=chunk, name=f"labelled-blocks-{seed}")
+                          seed=seed, samples=samples, chunk=chunk, name=f"labelled-blocks-{token}")
     return tuple(pairs.map_blocks(_member, which, drop_axis=1, dtype=np.float64, meta=np.empty((0, 0, 0)))
                  for which in (0, 1))
 
@@ -188,7 +192,7 @@ def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
         # Per block: the inputs, the outputs, the labels and the stacked pair (two arrays).
         check_memory(5 * 8 * min(chunks, samples) * length * teacher.dim, "chunks",
                      f"blocks of {min(chunks, samples)} labelled sequences of {length} × {teacher.dim} entries")
-        return _lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
+        return lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
     _check_sequences_memory(3 * 8, samples, length, teacher.dim, "labelled sequences")
     X = draw_inputs(law, samples, length, teacher.dim, rng)
     return X, add_label_noise(teacher.predict(X), noise, rng)

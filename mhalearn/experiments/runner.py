@@ -37,6 +37,7 @@ Faults, each stopping with a clear ``ValueError`` (before any work) or
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -143,6 +144,30 @@ def execute_cell(run_cell: Callable[[dict], dict], cell: dict, threads: int | No
     except Exception as error:  # a failing cell is recorded, not fatal to the sweep
         message = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
         return CellOutcome(cell, STATUS_FAILED, {}, message, time.perf_counter() - start, host, provenance)
+
+
+@contextlib.contextmanager
+def cluster_of_task():
+    """Inside a task of a Dask cluster: a client of that cluster, so that the task's passes spread over its
+    workers; elsewhere None.
+
+    The task leaves its worker's thread pool while the context is open
+    (``distributed.worker_client``), so a cluster of single-threaded workers
+    runs the task's blocks on every worker, its own included; ``dask.compute``
+    inside the context uses that client.
+    """
+    try:
+        from distributed import get_worker, worker_client
+    except ImportError:  # pragma: no cover - dask[distributed] is a dependency
+        yield None
+        return
+    try:
+        get_worker()
+    except ValueError:  # not in a Dask worker
+        yield None
+        return
+    with worker_client() as client:
+        yield client
 
 
 def limit_threads(threads: int) -> None:

@@ -65,6 +65,7 @@ from ..plotting import (
 )
 from ..seeding import seeded_rng
 from .registry import Experiment, expand_grid, register_experiment
+from .runner import cluster_of_task
 
 #: Span distance (sin of the largest principal angle) the body must reach.
 SPAN_TARGET = 0.1
@@ -104,21 +105,28 @@ def run_sculpt_vs_m_cell(cell: dict, checkpoint_dir=None) -> dict:
     them: without this limit an m = 1 cell at n = 3000 took 80–160 s beside
     another sweep.
     """
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _run_cell(cell, checkpoint_dir)
+    with threadpool_limits(limits=1, user_api="blas"), cluster_of_task() as cluster:
+        workers = 1 if cluster is None else sum(cluster.nthreads().values())
+        return _run_cell(cell, checkpoint_dir, workers)
 
 
-def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
+def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     """Phases 1–4 on a stream of ``samples`` sequences, then phases 5–6 with the least-squares choice.
 
     The teacher depends on (m, seed) only and the stream on the seed, so the
     cells of one (m, seed) see nested datasets as n grows.  The data are
     Boolean and the labels the teacher's, so the learner's units are the
-    teacher's own (no standardisation).
+    teacher's own (no standardisation).  A cell run as a task of a Dask
+    cluster (``mhalearn sweep --backend dask``) reads the same stream as a
+    :class:`~mhalearn.learners.streams.DaskSource` of the same blocks, each
+    pass's blocks spread over the cluster's ``workers`` threads; elsewhere it
+    reads the blocks one after the other (``workers`` = 1).
     """
     heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
     teacher = sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
     source = TeacherSource(teacher, samples, length, seed=seed)
+    if workers > 1:
+        source = source.as_dask()
     rng = seeded_rng(seed, heads, samples)
     observer = TeacherObserver(teacher)
     # A cell runs beside the sweep's own display, in a worker: its long passes show as a line every 10 minutes.
@@ -151,6 +159,8 @@ def _run_cell(cell: dict, checkpoint_dir=None) -> dict:
         "resumed": ", ".join(checkpoint.resumed),
         "kept_seconds": checkpoint.kept_seconds,
         "candidates": None, "net_seconds": None, "test_error": None,
+        # The threads a pass's blocks ran on: 1, or a Dask cluster's (its body_seconds is that wall time).
+        "workers": workers,
     }
     if span.refused is None:
         X, Y = source.head(min(samples, SELECTION_SAMPLES))

@@ -51,7 +51,7 @@ import numpy as np
 from .._memory import get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
-from ..attention.data import labelled_block
+from ..attention.data import labelled_block, lazy_dataset
 
 #: Sequences per block: about 25 MB of float64 inputs and labels at d = 12, k = 4.
 BLOCK_SIZE = 1 << 16
@@ -449,6 +449,16 @@ class TeacherSource(BlockSource):
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
         size = self.block_samples(index)
         return (*labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size), None)
+
+    def as_dask(self) -> "DaskSource":
+        """The same stream as a :class:`DaskSource`: block b drawn and labelled as here, as a task of the
+        active Dask scheduler, so that a pass's blocks spread over a cluster's workers.
+
+        A fit reads the same examples in the same order on either (passes reduce in block order).
+        """
+        X, Y = lazy_dataset(self.teacher, self.samples, self.length, "boolean", self.noise, self.seed,
+                            min(self.block_size, self.samples))
+        return DaskSource(X, Y)
 
 
 class DaskSource(BlockSource):
