@@ -19,7 +19,9 @@ no polish — and the worker's peak memory.  A cell resumed from its
 checkpoint (``--checkpoints``) names the phases it loaded in ``resumed``
 ("" when it ran whole; rows stored before the field lack it) and their
 seconds, counted in ``body_seconds`` as they were when computed, in
-``kept_seconds``.
+``kept_seconds``.  ``workers`` is how many threads the cell's passes ran
+on: 1 on a local worker, the cluster's threads for a cell sent to a Dask
+cluster, which spreads its passes over every worker (docs/cluster.rst).
 
 The figure shows span distance, agreement rows and the paper's test error
 against n per m, and the samples the body needs to reach span distance
