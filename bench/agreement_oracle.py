@@ -2,7 +2,9 @@
 
 Decodes n = 10⁶ sequences of the ``sculpt-vs-m`` teachers (m = 3 and 4,
 seeds 0–2) with the *true* W_Σ and SculptLearner's absolute tolerance,
-builds the slabs as phase 4 does and reads the affine hull: agreement rows,
+builds K*'s slabs as phase 2 does (:func:`kstar_slab_rule`: the weight
+threshold raised from w_min while K* keeps ``kstar_slabs_for(d)`` slabs)
+and reads the affine hull: agreement rows,
 their precision, equalities, the share of constraints the heads satisfy,
 and — with at least d² equalities — the span distance and the gap between
 long and thin directions.  The teacher is used to compute the estimate here,
@@ -25,7 +27,7 @@ from mhalearn.evaluation import agreement_precision, span_distance, teacher_feas
 from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_affine_hull, span_basis
-from mhalearn.learners.chen_li.slabs import slab_constraints
+from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
@@ -51,9 +53,11 @@ def main():
             source = TeacherSource(teacher, args.samples, 4, seed=seed)
             rows = find_agreement_rows(source, teacher.projection_sum, residual_tol=settings.residual_tol,
                                        simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
-            slabs = slab_constraints(rows, **settings.slab_rule())
+            rule = kstar_slab_rule(rows, settings)
+            slabs = slab_constraints(rows, **rule)
             line = (f"m = {heads}, seed {seed}, n = {args.samples}, true W_Σ: {rows.found} agreement rows "
-                    f"(precision {agreement_precision(rows, teacher):.2f}), {slabs.equalities} equalities, "
+                    f"(precision {agreement_precision(rows, teacher):.2f}), {slabs.equalities} equalities "
+                    f"(K*'s weight threshold {rule['w_min']:.3f}), "
                     f"heads satisfy {teacher_feasible_fraction(slabs, teacher):.3f} of the constraints")
             if slabs.equalities >= teacher.dim ** 2:
                 centre, long_directions, info = read_affine_hull(slabs, heads)
@@ -61,7 +65,8 @@ def main():
                 line += f"; span distance {distance:.3f}, gap {info['spectral_gap']:.2f}"
             print(line, flush=True)
             row = {"heads": heads, "seed": seed, "samples": args.samples, "found": int(rows.found),
-                   "rate": rows.found / args.samples, "equalities": int(slabs.equalities), "line": line}
+                   "rate": rows.found / args.samples, "equalities": int(slabs.equalities),
+                   "threshold": rule["w_min"], "line": line}
             os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
             with open(args.out, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
