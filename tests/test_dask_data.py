@@ -6,6 +6,7 @@ give the same bits whatever the scheduler and the number of workers.
 """
 
 import multiprocessing
+import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -427,16 +428,31 @@ def test_a_lazy_dataset_is_built_without_a_task_per_block(teacher):
                                                                         1000)[1])
 
 
-def test_a_teacher_source_as_dask_reads_the_same_blocks_under_keys_of_its_own(teacher):
-    # The last block is short; a cluster must never confuse two teachers' datasets of one seed.
+def test_a_teacher_source_as_dask_maps_the_same_blocks_as_tasks_keyed_by_its_teacher(teacher):
+    # The last block is short; every block is a task of the active scheduler, and a cluster must
+    # never confuse two teachers' streams of one seed.
     source = TeacherSource(teacher, 2 * CHUNK + 7, LENGTH, seed=4, block_size=CHUNK)
     spread = source.as_dask()
     assert spread.block_count == source.block_count == 3
+    ran = []
+
+    def block_of(X, Y, rows, index):
+        ran.append(threading.current_thread().name)
+        return np.concatenate([X.ravel(), Y.ravel(), [index]])
+
+    expected = source.map_blocks(block_of, indexed=True)
+    ran.clear()
     with dask.config.set(scheduler="threads"):
-        for (X, Y), (X_dask, Y_dask) in zip(source.blocks(), spread.blocks(), strict=True):
-            np.testing.assert_array_equal(X_dask, X)
-            np.testing.assert_array_equal(Y_dask, Y)
+        for got, want in zip(spread.map_blocks(block_of, indexed=True), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert len(ran) == 3 and threading.main_thread().name not in ran
     other = mhalearn.sample_teacher(HEADS + 1, DIM, rng=11)
-    assert TeacherSource(other, 2 * CHUNK + 7, LENGTH, seed=4, block_size=CHUNK).as_dask().fingerprint() != \
-        spread.fingerprint()
-    assert source.as_dask().fingerprint() == spread.fingerprint()
+    assert dask.base.tokenize(TeacherSource(other, 2 * CHUNK + 7, LENGTH, seed=4, block_size=CHUNK)) != \
+        dask.base.tokenize(source)
+    assert dask.base.tokenize(spread) == dask.base.tokenize(source.as_dask())
+
+
+def test_lazy_datasets_of_two_teachers_and_one_seed_have_keys_of_their_own(teacher):
+    other = mhalearn.sample_teacher(HEADS + 1, DIM, rng=11)
+    names = [mhalearn.make_dataset(planted, 100, LENGTH, rng=0, chunks=50)[0].name for planted in (teacher, other)]
+    assert names[0] != names[1]

@@ -130,7 +130,7 @@ def _member(pairs: np.ndarray, which: int) -> np.ndarray:
     return pairs[:, which]
 
 
-def lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
+def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
     """Dask arrays X, Y whose block b is :func:`labelled_block` b, drawn where and when it is computed.
 
     Every layer is blockwise: the graph is a rule per layer, not a task per block, so building the
@@ -192,7 +192,7 @@ def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
         # Per block: the inputs, the outputs, the labels and the stacked pair (two arrays).
         check_memory(5 * 8 * min(chunks, samples) * length * teacher.dim, "chunks",
                      f"blocks of {min(chunks, samples)} labelled sequences of {length} × {teacher.dim} entries")
-        return lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
+        return _lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
     _check_sequences_memory(3 * 8, samples, length, teacher.dim, "labelled sequences")
     X = draw_inputs(law, samples, length, teacher.dim, rng)
     return X, add_label_noise(teacher.predict(X), noise, rng)

@@ -120,9 +120,9 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     Boolean and the labels the teacher's, so the learner's units are the
     teacher's own (no standardisation).  A cell run as a task of a Dask
     cluster (``mhalearn sweep --backend dask``) reads the same stream as a
-    :class:`~mhalearn.learners.streams.DaskSource` of the same blocks, each
-    pass's blocks spread over the cluster's ``workers`` threads; elsewhere it
-    reads the blocks one after the other (``workers`` = 1).
+    :class:`~mhalearn.learners.streams.DaskTeacherSource`, each pass's blocks
+    drawn and read in tasks spread over the cluster's ``workers`` threads;
+    elsewhere it reads the blocks one after the other (``workers`` = 1).
     """
     heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
     teacher = sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
