@@ -3,7 +3,12 @@
 An m = 3, d = 12, k = 4 teacher (``sample_teacher(3, 12,
 rng=seeded_rng(20_251, 3, seed))``, the ``sculpt-vs-m`` teachers) labels
 ``--samples`` Boolean sequences drawn block by block where Dask computes them
-(``make_dataset(..., chunks=65 536)``: nothing of size n is held).  For each
+(nothing of size n is held): with ``--source block-tasks`` (the default) as
+``TeacherSource(...).as_dask()``, each block of a pass one task that draws,
+labels and reads it; with ``--source array-tasks`` as ``make_dataset(...,
+chunks=65 536)`` read through a ``DaskSource``, the blocks the outputs of
+array tasks.  Both draw the same blocks (one seed drawn from
+``seeded_rng(seed, "passes")``).  For each
 ``--workers`` count, one after the other in this process, on a
 ``LocalCluster`` of that many single-threaded workers:
 
@@ -25,7 +30,7 @@ rerun skips the lines it holds and still prints the comparison;
 ``--report`` prints them and measures nothing.
 
     python bench/passes.py [--samples 1e8] [--seed 0] [--workers 1 2] [--prefix-samples N]
-                           [--out runs/passes.jsonl] [--report]
+                           [--source block-tasks|array-tasks] [--out runs/passes.jsonl] [--report]
 """
 
 import argparse
@@ -45,9 +50,9 @@ from mhalearn.evaluation import span_distance
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span
 from mhalearn.learners.moment_route import sine_distance
 from mhalearn.learners.report import Notifier, Observers, Phase, StreamProgress
-from mhalearn.learners.streams import BLOCK_SIZE, DaskSource
+from mhalearn.learners.streams import BLOCK_SIZE, DaskSource, TeacherSource
 from mhalearn.provenance import git_state
-from mhalearn.seeding import seeded_rng
+from mhalearn.seeding import draw_seed, seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
 
@@ -57,20 +62,30 @@ def _label_sum(X, Y, rows):
     return float(np.asarray(Y).sum())
 
 
-def warm_up(teacher, settings: BodySettings):
+#: What a pass maps: one task a block that draws and reads it, or array tasks whose outputs are the blocks.
+SOURCES = ("block-tasks", "array-tasks")
+
+
+def generated(teacher, samples: int, rng, kind: str):
+    """``samples`` sequences labelled by ``teacher`` in blocks of 65 536, drawn where Dask computes them."""
+    if kind == "block-tasks":
+        return TeacherSource(teacher, samples, LENGTH, seed=draw_seed(rng)).as_dask()
+    return DaskSource(*mhalearn.make_dataset(teacher, samples, LENGTH, rng=rng, chunks=BLOCK_SIZE))
+
+
+def warm_up(teacher, kind: str):
     """Phases 1–4 on a small dataset first, so that no timed pass loads or compiles a kernel on a worker."""
-    X, Y = mhalearn.make_dataset(teacher, 3 * BLOCK_SIZE, LENGTH, rng=seeded_rng("warm-up"), chunks=BLOCK_SIZE)
-    sculpt_span(DaskSource(X, Y), HEADS, BodySettings(prefix_samples=BLOCK_SIZE), np.random.default_rng(0))
+    sculpt_span(generated(teacher, 3 * BLOCK_SIZE, seeded_rng("warm-up"), kind), HEADS,
+                BodySettings(prefix_samples=BLOCK_SIZE), np.random.default_rng(0))
 
 
-def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -> dict:
+def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, kind: str) -> dict:
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
-    X, Y = mhalearn.make_dataset(teacher, samples, LENGTH, rng=seeded_rng(seed, "passes"), chunks=BLOCK_SIZE)
     settings = BodySettings(prefix_samples=prefix_samples)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        warm_up(teacher, settings)
-        source = DaskSource(X, Y)
+        warm_up(teacher, kind)
+        source = generated(teacher, samples, seeded_rng(seed, "passes"), kind)
         start = time.perf_counter()
         source.map_blocks(_label_sum)
         labelling = time.perf_counter() - start
@@ -88,7 +103,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None) -
         worker_memory = sorted(client.run(peak_memory_mb).values())
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
     span = phases.span
-    return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples,
+    return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples, "source": kind,
             "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
             "stream_refit": None if stream is None else stream.as_dict(),
             "k_star_rows": phases.sculpt[-1].found_rows, "refused": span.refused,
@@ -108,16 +123,20 @@ def main():
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--prefix-samples", type=float, default=None,
                         help="BodySettings.prefix_samples (default: the setting's own)")
+    parser.add_argument("--source", choices=SOURCES, default=SOURCES[0],
+                        help="one task a block (TeacherSource.as_dask) or make_dataset's array tasks")
     parser.add_argument("--out", default="runs/passes.jsonl")
     parser.add_argument("--report", action="store_true", help="print the rows already in --out and measure nothing")
     args = parser.parse_args()
     samples = int(args.samples)
     prefix = None if args.prefix_samples is None else int(args.prefix_samples)
-    rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"]): row for row in load_jsonl(args.out)}
-    keys = [(samples, args.seed, workers, prefix) for workers in args.workers]
+    # Rows stored before the option read array tasks.
+    rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"], row.get("source", "array-tasks")): row
+            for row in load_jsonl(args.out)}
+    keys = [(samples, args.seed, workers, prefix, args.source) for workers in args.workers]
     missing = [key for key in keys if key not in rows]
     if args.report and missing:
-        parser.error(f"{args.out} holds no row for (samples, seed, workers, prefix_samples) = {missing}")
+        parser.error(f"{args.out} holds no row for (samples, seed, workers, prefix_samples, source) = {missing}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for key in missing:
         rows[key] = measure(*key)
@@ -133,9 +152,9 @@ def main():
           f"{100 * row['w_sum_error']:.2f} %", " / ".join(f"{mb:.0f} MB" for mb in row["worker_peak_memory_mb"]),
           f"{row['client_peak_memory_mb']:.0f} MB"]
          for workers, row in ((key[2], rows[key]) for key in keys))))
-    first = rows[(samples, args.seed, args.workers[0], prefix)]
-    for workers in args.workers[1:]:
-        row = rows[(samples, args.seed, workers, prefix)]
+    first = rows[keys[0]]
+    for key in keys[1:]:
+        workers, row = key[2], rows[key]
         apart = (None if row["basis"] is None or first["basis"] is None else
                  float(np.abs(np.array(row["basis"]) - np.array(first["basis"])).max()))
         angle = (None if apart is None else
