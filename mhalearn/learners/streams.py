@@ -482,9 +482,7 @@ class DaskTeacherSource(TeacherSource):
         import dask
 
         selected = range(self.block_count) if blocks is None else blocks
-        plain = TeacherSource(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
-                              block_size=self.block_size)
-        tasks = [dask.delayed(_draw_and_run_block, pure=True)(plain, func, args, index, indexed)
+        tasks = [dask.delayed(_draw_and_run_block, pure=True)(self, func, args, index, indexed)
                  for index in selected]
         return list(dask.compute(*tasks))
 
