@@ -14,9 +14,10 @@ generated data costs at least) is timed, per block:
   (``TeacherSource.as_dask()``, a ``DaskTeacherSource``).
 
 Each after one warm-up pass; the printed ratios are of times measured in
-this one run.  One JSON line in ``--out``.
+this one run.  One JSON line in ``--out``; ``--report`` prints the lines
+there and measures nothing.
 
-    python bench/block_tasks.py [--blocks 40] [--workers 1 2] [--out runs/block_tasks.jsonl]
+    python bench/block_tasks.py [--blocks 40] [--workers 1 2] [--out runs/block_tasks.jsonl] [--report]
 """
 
 import argparse
@@ -24,6 +25,7 @@ import json
 import time
 
 import numpy as np
+from _common import load_jsonl
 from distributed import Client, LocalCluster
 
 import mhalearn
@@ -48,12 +50,30 @@ def per_block(source, blocks: int) -> float:
     return (time.perf_counter() - start) / blocks
 
 
+def describe(row: dict, only: int | None = None) -> str:
+    """The figures of one stored run (of the ``only`` worker count when given), as lines."""
+    lines = [] if only is not None else [f"{row['blocks']} blocks; in this process, one thread: "
+                                         f"{row['in_process']:.3f} s a block"]
+    for workers in sorted(int(key.rsplit("_", 1)[1]) for key in row if key.startswith("block_tasks_")):
+        if only is None or workers == only:
+            arrays, fused = row[f"array_tasks_{workers}"], row[f"block_tasks_{workers}"]
+            lines.append(f"{workers} worker(s): array tasks (DaskSource) {arrays:.3f} s a block, one task a block "
+                         f"(DaskTeacherSource) {fused:.3f}: {arrays / fused:.2f}x; against this process "
+                         f"{fused / row['in_process']:.2f}x")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=40)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--out", default="runs/block_tasks.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the rows in --out and measure nothing")
     args = parser.parse_args()
+    if args.report:
+        for row in load_jsonl(args.out):
+            print(describe(row))
+        return
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, 0))
     stream = TeacherSource(teacher, args.blocks * BLOCK_SIZE, LENGTH, seed=0)
     with one_thread():
@@ -65,9 +85,7 @@ def main():
                 Client(cluster):
             arrays, fused = per_block(DaskSource(X, Y), args.blocks), per_block(stream.as_dask(), args.blocks)
         row[f"array_tasks_{workers}"], row[f"block_tasks_{workers}"] = arrays, fused
-        print(f"{workers} worker(s): array tasks (DaskSource) {arrays:.3f} s a block, one task a block "
-              f"(DaskTeacherSource) {fused:.3f}: {arrays / fused:.2f}x; against this process "
-              f"{fused / row['in_process']:.2f}x", flush=True)
+        print(describe(row, workers), flush=True)
     with open(args.out, "a") as handle:
         handle.write(json.dumps(row) + "\n")
 
