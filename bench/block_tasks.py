@@ -24,8 +24,7 @@ import argparse
 import json
 import time
 
-import numpy as np
-from _common import load_jsonl
+from _common import label_sum, load_jsonl
 from distributed import Client, LocalCluster
 
 import mhalearn
@@ -37,16 +36,11 @@ from mhalearn.seeding import seeded_rng
 HEADS, DIM, LENGTH = 3, 12, 4
 
 
-def _label_sum(X, Y, rows):
-    """A labelling pass's reduction: the block's label sum."""
-    return float(np.asarray(Y).sum())
-
-
 def per_block(source, blocks: int) -> float:
-    """Seconds a block of one pass of ``_label_sum`` over ``source``, after one warm-up pass of two blocks."""
-    source.map_blocks(_label_sum, blocks=range(2))
+    """Seconds a block of one pass of ``label_sum`` over ``source``, after one warm-up pass of two blocks."""
+    source.map_blocks(label_sum, blocks=range(2))
     start = time.perf_counter()
-    source.map_blocks(_label_sum)
+    source.map_blocks(label_sum)
     return (time.perf_counter() - start) / blocks
 
 

@@ -40,7 +40,7 @@ import sys
 import time
 
 import numpy as np
-from _common import load_jsonl, markdown_table
+from _common import label_sum, load_jsonl, markdown_table
 from distributed import Client, LocalCluster
 
 import mhalearn
@@ -55,11 +55,6 @@ from mhalearn.provenance import git_state
 from mhalearn.seeding import draw_seed, seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
-
-
-def _label_sum(X, Y, rows):
-    """A labelling pass's reduction: the block's label sum (the block is drawn and labelled to give it)."""
-    return float(np.asarray(Y).sum())
 
 
 #: What a pass maps: one task a block that draws and reads it, or array tasks whose outputs are the blocks.
@@ -87,7 +82,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
         warm_up(teacher, kind)
         source = generated(teacher, samples, seeded_rng(seed, "passes"), kind)
         start = time.perf_counter()
-        source.map_blocks(_label_sum)
+        source.map_blocks(label_sum)
         labelling = time.perf_counter() - start
         print(f"  {workers} worker(s): labelling pass {labelling:.1f} s", file=sys.stderr, flush=True)
         start = time.perf_counter()
