@@ -13,8 +13,7 @@ from sklearn.linear_model import Ridge
 import mhalearn
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments import random_features as experiment
-from mhalearn.random_features import kernels
-from mhalearn.random_features import models as rf
+from mhalearn.random_features import kernels, ridge
 from mhalearn.random_features.targets import INVARIANT_TARGETS, RANDOM_FEATURE_TARGETS
 
 # ----------------------------------------------------------------- references
@@ -131,13 +130,13 @@ def test_ridge_in_blocks_matches_one_block(monkeypatch, rng):
     # Features with a large common offset test the shifted accumulation.
     Phi = 50.0 + rng.standard_normal((300, 12))
     y = 3.0 + Phi @ rng.standard_normal(12) + 0.1 * rng.standard_normal(300)
-    monkeypatch.setattr(rf, "_BLOCK_ENTRIES", 12 * 7)  # 7 rows per block, 43 blocks
-    coef, intercept, _, report = rf.fit_ridge(lambda a, b: Phi[a:b].copy(), 300, 12, y, 0.01)
+    monkeypatch.setattr(ridge, "BLOCK_ENTRIES", 12 * 7)  # 7 rows per block, 43 blocks
+    coef, intercept, _, report = ridge.fit_ridge(lambda a, b: Phi[a:b].copy(), 300, 12, y, 0.01)
     expected_coef, expected_intercept, _ = reference_ridge(Phi, y, 0.01)
     assert report["route"] == "primal"
     np.testing.assert_allclose(coef, expected_coef, rtol=1e-8)
     assert intercept == pytest.approx(expected_intercept, rel=1e-8)
-    no_intercept, zero, _, _ = rf.fit_ridge(lambda a, b: Phi[a:b].copy(), 300, 12, y, 0.01, fit_intercept=False)
+    no_intercept, zero, _, _ = ridge.fit_ridge(lambda a, b: Phi[a:b].copy(), 300, 12, y, 0.01, fit_intercept=False)
     penalty = 0.01 * np.sum(Phi ** 2) / 300
     np.testing.assert_allclose(no_intercept, np.linalg.solve(Phi.T @ Phi + penalty * np.eye(12), Phi.T @ y),
                                rtol=1e-8)
@@ -162,7 +161,7 @@ def test_gcv_picks_the_minimiser_of_explicit_gcv(samples, rng):
 def test_memory_stays_bounded_for_many_samples(monkeypatch):
     # n·p features would take 20 000 × 144 × 8 B = 23 MB; fit and predict must hold only
     # blocks of 2^16 entries (0.5 MB) of them.
-    monkeypatch.setattr(rf, "_BLOCK_ENTRIES", 1 << 16)
+    monkeypatch.setattr(ridge, "BLOCK_ENTRIES", 1 << 16)
     X = mhalearn.sequence_inputs(20_000, 8, 8, rng=0)
     y = mhalearn.make_random_feature_target("mean-linear", 8, rng=0)(X)
     model = mhalearn.RandomFeatureAttention(16, random_state=0)

@@ -8,6 +8,8 @@ layer learn? A study through the random features lens", NeurIPS 2023
   and random-feature MLP features (Numba);
 * :mod:`~mhalearn.random_features.models` — :class:`RandomFeatureAttention`
   and :class:`RandomFeatureMLP`, ridge regression on those features;
+* :mod:`~mhalearn.random_features.ridge` — :func:`fit_ridge`, the ridge
+  solver they wrap, block by block, with GCV over α;
 * :mod:`~mhalearn.random_features.targets` — sequence inputs and the target
   functions of the paper's setting;
 * :mod:`~mhalearn.random_features.bounds` — what the paper's bound predicts
@@ -16,7 +18,8 @@ layer learn? A study through the random features lens", NeurIPS 2023
   experiment (registered when :mod:`mhalearn.experiments` is imported).
 """
 
-from .models import ACTIVATIONS, QK_MEANS, RandomFeatureAttention, RandomFeatureMLP, fit_ridge
+from .models import ACTIVATIONS, QK_MEANS, RandomFeatureAttention, RandomFeatureMLP
+from .ridge import fit_ridge
 from .targets import (
     INVARIANT_TARGETS,
     RANDOM_FEATURE_TARGETS,

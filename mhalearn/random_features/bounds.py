@@ -78,7 +78,8 @@ import scipy.special
 from threadpoolctl import threadpool_limits
 
 from .._validation import as_generator, check_choice, check_hyperparameters, check_positive_int
-from .models import _centred_moments, _RandomFeatureRidge
+from .models import _RandomFeatureRidge
+from .ridge import centred_moments
 from .targets import RandomFeatureTarget, make_sequence_dataset
 
 #: Models with an exact spectrum (identity-mean attention has none, see the module docstring).
@@ -401,7 +402,7 @@ def width_floor(model: _RandomFeatureRidge, targets: list[RandomFeatureTarget], 
 
     def moments(X):
         Y = np.column_stack([target(X) for target in targets])
-        system = _centred_moments(lambda start, stop: model._features(X[start:stop]), len(X), width, Y)
+        system = centred_moments(lambda start, stop: model._features(X[start:stop]), len(X), width, Y)
         return (system["matrix"] / len(X), system["rhs"] / len(X), system["feature_mean"],
                 np.atleast_1d(system["target_mean"]), np.atleast_1d(system["target_ss"]) / len(X))
 
