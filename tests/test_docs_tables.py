@@ -3,8 +3,7 @@
 Each ``python bench/NAME.py ... --report`` (or ``--curve``) command in a code block of the
 page is run (it reads the rows under ``runs/`` and fits nothing), and every
 table row it prints must appear verbatim on the page: a table edited by
-hand, or left behind when its rows were rerun, fails.  Sections still
-marked ``TODO(coordinator)`` (rows being rerun) are skipped.
+hand, or left behind when its rows were rerun, fails.  No section is exempt.
 """
 
 import os
@@ -50,8 +49,6 @@ def test_the_page_has_report_commands():
 @pytest.mark.slow
 @pytest.mark.parametrize("heading, command, section", COMMANDS, ids=[command for _, command, _ in COMMANDS])
 def test_report_tables_are_on_the_page(heading, command, section):
-    if "TODO(coordinator)" in section:
-        pytest.skip(f"{heading}: rows being rerun")
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
                             env=environment, timeout=600)

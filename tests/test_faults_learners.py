@@ -51,6 +51,10 @@ def test_inputs_whose_logits_would_overflow_are_learned_in_their_units():
     X = mhalearn.boolean_inputs(400, 4, 4, rng=9)
     learner = GradientLearner(1, random_state=0).fit(X * 1e154, teacher.predict(X))
     assert np.all(np.isfinite(learner.model_.thetas)) and np.all(np.isfinite(learner.model_.ws))
+    # Learned, not only finite: on unseen sequences in the same units it predicts the teacher's labels.
+    X_test = mhalearn.boolean_inputs(400, 4, 4, rng=10)
+    truth = teacher.predict(X_test)
+    assert np.linalg.norm(learner.predict(X_test * 1e154) - truth) < 1e-6 * np.linalg.norm(truth)
 
 
 @pytest.mark.parametrize("make", LEARNERS)
