@@ -2,6 +2,7 @@
 
 import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 from mhalearn.learners import chen_li
@@ -58,3 +59,27 @@ def test_no_module_is_over_600_lines():
     lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
                for path in (ROOT / "mhalearn").rglob("*.py")}
     assert {name: lines for name, lines in lengths.items() if lines > 600} == {}
+
+
+def _runs_provenance_tool():
+    spec = importlib.util.spec_from_file_location("runs_provenance", ROOT / "tools" / "runs_provenance.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_runs_folder_has_a_readme():
+    folders = [ROOT / "runs", *(path for path in (ROOT / "runs").rglob("*") if path.is_dir())]
+    assert [folder.relative_to(ROOT).as_posix() for folder in folders if not (folder / "README.md").is_file()] == []
+
+
+def test_the_runs_readme_shows_the_provenance_the_rows_hold():
+    # In a shallow clone git knows too few commits to list those of the bench rows: only the sweep rows,
+    # whose provenance is in the rows themselves, are checked there.
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip() != "false"
+    printed = _runs_provenance_tool().provenance_table().splitlines()
+    if shallow:
+        printed = [line for line in printed if ".jsonl`" not in line]
+    readme = {line.strip() for line in (ROOT / "runs" / "README.md").read_text().splitlines()}
+    assert [line for line in printed if line not in readme] == []
