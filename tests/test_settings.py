@@ -9,7 +9,16 @@ import pytest
 
 from mhalearn import MomentLearner, SculptLearner
 from mhalearn.learners import chen_li
-from mhalearn.learners.chen_li.settings import BodySettings, SearchSettings, settings_from
+from mhalearn._validation import check_allowed
+from mhalearn.learners.chen_li.settings import (
+    BODY_CONSTRAINTS,
+    SEARCH_SETTING_CONSTRAINTS,
+    BodySettings,
+    SearchSettings,
+    settings_from,
+)
+
+CONSTRAINTS = {**BODY_CONSTRAINTS, **SEARCH_SETTING_CONSTRAINTS}
 
 # Each learner, the settings it builds from its parameters and the settings it has no parameter for.
 LEARNER_SETTINGS = [(SculptLearner, (BodySettings, SearchSettings), ()),
@@ -26,6 +35,17 @@ STILL_DEFAULTED = {"find_agreement_rows", "first_agreement_rows", "slab_constrai
 def _setting_defaults(settings_classes) -> dict:
     return {field.name: field.default for settings_class in settings_classes
             for field in dataclasses.fields(settings_class)}
+
+
+def _allowed_change(name: str, default):
+    """A value other than the default that the setting allows: 3 (or 0.5) for None, else 2× (or ½×) the
+    default; which one, the setting's constraints say."""
+    for value in ((3, 0.5) if default is None else (2 * default, default / 2)):
+        try:
+            return check_allowed(type(default)(value) if default is not None else value, name, CONSTRAINTS[name])
+        except ValueError:
+            continue
+    raise AssertionError(f"{name}: no changed value to try")
 
 
 def _typed(value):
@@ -53,7 +73,7 @@ def test_a_learners_settings_carry_the_parameters_it_was_given(learner, settings
     given = {}
     for name, default in _setting_defaults(settings_classes).items():
         if name not in unused:
-            given[name] = swapped.get(name, 3 if default is None else 2 * default)
+            given[name] = swapped.get(name) or _allowed_change(name, default)
     fitted = learner(1, **given)
     for settings_class in settings_classes:
         settings = settings_from(settings_class, fitted, unused=unused)
@@ -104,3 +124,20 @@ def test_the_slab_rule_names_the_settings_as_phase_2_takes_them():
     assert rule == {"w_min": 0.1, "kappa": 3.0, "t_min": 0.5}
     slab_constraints = dict(_chen_li_functions())["slab_constraints"]
     assert set(rule) <= set(inspect.signature(slab_constraints).parameters)
+
+
+@pytest.mark.parametrize("settings_class, name, value, message", [
+    (BodySettings, "quantile", 3.0, r"quantile: expected None or a real number in \(0, 1\], received 3.0"),
+    (BodySettings, "bootstrap_resamples", 1, "bootstrap_resamples: expected an integer >= 2"),
+    (BodySettings, "span_point", "centroid", "span_point: expected one of"),
+    (BodySettings, "kstar_w_max", 0.01, "kstar_w_max = 0.01 is below w_min = 0.02"),
+    (SearchSettings, "keep", 0, "keep: expected an integer"),
+    (SearchSettings, "net_slab", -1.0, "net_slab: expected None or a real number"),
+])
+def test_settings_refuse_a_value_their_learner_would_refuse(settings_class, name, value, message):
+    # The phases run on settings made by hand too (examples/chen_li_phases.py): they are checked when made.
+    with pytest.raises(ValueError, match=message):
+        settings_class(**{name: value})
+    learner = SculptLearner(1, **{name: value})
+    with pytest.raises(ValueError, match=message):
+        learner._check_params()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._estimator import store_parameters
-from .chen_li.fit import search_and_select
+from .chen_li.fit import SpanSearchFit, search_and_select
 from .fit_data import FitData
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
@@ -60,7 +60,7 @@ class MomentLearner(SpanSearchLearner):
         check_moment_memory(length, dim)
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
-                         token_norm: float) -> dict:
+                         token_norm: float) -> SpanSearchFit:
         moment = moment_span(data.X_train, data.Y_train, self.heads, rng=rng)
         notify(Phase.MOMENT, moment)
         search = self._search_settings()
@@ -68,4 +68,4 @@ class MomentLearner(SpanSearchLearner):
         net, selection = search_and_select(data.X_train, data.Y_train, data.X_val, data.Y_val, moment.basis,
                                            search.radius(moment.head_norm, 1), self.heads, search, rng,
                                            label_bound=label_bound, token_norm=token_norm, notify=notify)
-        return {"route": Route.MOMENT, "moment": moment, "net": net, "selection": selection}
+        return SpanSearchFit(route=Route.MOMENT, moment=moment, net=net, selection=selection)

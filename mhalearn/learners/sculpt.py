@@ -41,9 +41,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._estimator import store_parameters
-from .._validation import Integer, Options, PathLike, Real, check_output_directory
-from .chen_li.fit import sculpt_fit
-from .chen_li.settings import BodySettings, settings_from
+from .._validation import Options, PathLike, check_output_directory
+from .chen_li.fit import SpanSearchFit, sculpt_fit
+from .chen_li.settings import BODY_CONSTRAINTS, SEARCH_SETTING_CONSTRAINTS, BodySettings, settings_from
 from .fit_data import FitData
 from .moment_route import check_moment_memory
 from .registry import register_learner
@@ -277,35 +277,9 @@ class SculptLearner(SpanSearchLearner):
 
     _parameter_constraints = {
         **SEARCH_CONSTRAINTS,
-        "quantile": [None, Real(0.0, 1.0, low_open=True)],
-        "residual_tol": [Real(0.0, low_open=True)],
-        "simplex_tol": [Real(0.0)],
-        "w_min": [Real(0.0, 1.0, low_open=True, high_open=True)],
-        "kstar_slabs": [None, Integer(1)],
-        "kstar_w_max": [Real(0.0, 1.0, low_open=True, high_open=True)],
-        "slab_width": [Real(0.0)],
-        "slab_floor": [Real(0.0)],
-        "max_rows": [Integer(1)],
-        "max_constraints": [Integer(1)],
-        "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
-        "refit_iterations": [Integer(0)],
-        "refit_rows": [Integer(1)],
-        "refit_rounds": [Integer(1)],
-        "pool_fraction": [Real(0.0, 1.0, low_open=True)],
-        "first_pool_share": [Real(0.0, 1.0)],
-        "prefix_samples": [None, Integer(1)],
-        "candidate_radius": [Real(0.0)],
-        "max_candidate_rows": [Integer(1)],
-        "min_equalities": [None, Integer(1)],
-        "min_gap": [Real(1.0)],
-        "hull_trim": [Real(1.0, low_open=True)],
-        "max_span_error": [Real(0.0, 1.0, low_open=True)],
-        "bootstrap_resamples": [Integer(2)],
-        "bootstrap_level": [Real(0.0, 1.0)],
-        "compare_routes_above": [Real(0.0, 1.0)],
-        "span_point": [Options("centre", "min_norm")],
+        **BODY_CONSTRAINTS,
         "span_route": [Options("auto", "body", "moment")],
-        "net_slab": [None, Real(0.0, low_open=True)],
+        "net_slab": SEARCH_SETTING_CONSTRAINTS["net_slab"],
         "checkpoint": [None, PathLike()],
     }
 
@@ -345,14 +319,12 @@ class SculptLearner(SpanSearchLearner):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if self.kstar_w_max < self.w_min:
-            raise ValueError(f"kstar_w_max = {self.kstar_w_max} is below w_min = {self.w_min}: K*'s weight "
-                             "threshold rises from w_min to kstar_w_max")
+        settings_from(BodySettings, self)  # the settings' own checks: kstar_w_max against w_min
         if self.checkpoint is not None:
             check_output_directory(self.checkpoint, "checkpoint")
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
-                         token_norm: float) -> dict:
+                         token_norm: float) -> SpanSearchFit:
         return sculpt_fit(data.X_train, data.Y_train, data.X_val, data.Y_val, self.heads,
                           body=settings_from(BodySettings, self), search=self._search_settings(),
                           span_route=self.span_route, rng=rng, label_bound=label_bound, token_norm=token_norm,

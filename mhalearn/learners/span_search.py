@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import Boolean, Integer, Options, Real, Seed
+from .._validation import Boolean, Integer, Real, Seed
 from .base import AttentionLearner, FitResult
-from .chen_li.fit import SpanSearchReport
+from .chen_li.fit import SpanSearchFit, SpanSearchReport
 from .chen_li.phase6_select import certificate_bounds
-from .chen_li.settings import SearchSettings, settings_from
+from .chen_li.settings import SEARCH_SETTING_CONSTRAINTS, SearchSettings, settings_from
 from .fit_data import Examples, FitData
 from .report import Notifier
 
@@ -30,17 +30,7 @@ VALIDATION_FRACTION = 0.2
 #: The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
 SEARCH_CONSTRAINTS = {
     "heads": [Integer(1)],
-    "search": [Options("net", "multistart")],
-    "net_radius": [None, Real(0.0, low_open=True)],
-    "net_resolution": [None, Real(0.0, low_open=True)],
-    "max_candidates": [Integer(1)],
-    "score_samples": [Integer(1)],
-    # Phase 6 solves least squares on every training sequence for each kept candidate, then polishes it.
-    "keep": [Integer(1, 1000)],
-    "refine": [Options("lbfgs", "none")],
-    "refine_iter": [Integer(1)],
-    "delta": [Real(0.0, 1.0, low_open=True, high_open=True)],
-    "norm_bound": [Real(0.0, low_open=True)],
+    **{name: rule for name, rule in SEARCH_SETTING_CONSTRAINTS.items() if name != "net_slab"},
     "validation_fraction": [Real(0.0, 0.9, low_open=True)],
     "allow_non_boolean": [Boolean()],
     "random_state": [Seed()],
@@ -74,16 +64,15 @@ class SpanSearchLearner(AttentionLearner):
         return settings_from(SearchSettings, self, unused=self._unused_search_settings)
 
     def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
-        fields = self._span_and_select(data, rng, notify, **certificate_assumptions(data.examples))
-        selection = fields["selection"]
-        return FitResult({"model": selection.model, "least_squares_model": selection.least_squares_model},
-                         fields)
+        fit = self._span_and_select(data, rng, notify, **certificate_assumptions(data.examples))
+        return FitResult({"model": fit.selection.model, "least_squares_model": fit.selection.least_squares_model},
+                         fit.report_fields())
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
-                         token_norm: float) -> dict:
+                         token_norm: float) -> SpanSearchFit:
         """A span, then phases 5–6 with the certificate's assumptions ``label_bound`` and
-        ``token_norm``: the fields of the :class:`~mhalearn.learners.chen_li.fit.SpanSearchReport`
-        (``selection`` among them); every subclass implements it."""
+        ``token_norm``, as a :class:`~mhalearn.learners.chen_li.fit.SpanSearchFit`; every subclass
+        implements it."""
         raise NotImplementedError
 
 

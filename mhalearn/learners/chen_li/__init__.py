@@ -28,7 +28,7 @@ and 4 solve over; the settings of the phases are in
 :mod:`~mhalearn.learners.chen_li.settings`.
 """
 
-from .fit import BodyPhases, SpanSearchReport, route_net, sculpt_fit, sculpt_span, search_and_select
+from .fit import BodyPhases, SpanSearchFit, SpanSearchReport, route_net, sculpt_fit, sculpt_span, search_and_select
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import SculptedBody, sculpt_body
 from .phase3_refine_sum import (
@@ -49,5 +49,5 @@ __all__ = [
     "refit_on_stream", "sculpt_fit", "sculpt_span", "search_and_select", "route_net", "certificate_bounds",
     "CrudeSum", "SculptedBody", "RefinedSum", "CertifiedRefit", "AlternatingRefit", "StreamRefit", "SpanReading",
     "NetSearch",
-    "Selection", "SpanSearchReport", "BodyPhases", "BodySettings", "SearchSettings",
+    "Selection", "SpanSearchFit", "SpanSearchReport", "BodyPhases", "BodySettings", "SearchSettings",
 ]

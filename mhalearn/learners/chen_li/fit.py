@@ -20,6 +20,7 @@ Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 
@@ -39,7 +40,34 @@ from .settings import BodySettings, SearchSettings
 
 
 @dataclass(frozen=True, kw_only=True)
-class SpanSearchReport(LearnerReport):
+class SpanSearchFit:
+    """What a span search returns (:func:`sculpt_fit`, ``MomentLearner``): its phase results and route.
+
+    The fields of :class:`SpanSearchReport` but for the time and the units,
+    which :meth:`~mhalearn.learners.base.AttentionLearner.fit` adds.
+    """
+
+    route: Route
+    fallback: str | None = None
+    route_reason: str | None = None
+    resumed: tuple = ()
+    kept_seconds: float = 0.0
+    crude_sum: CrudeSum | None = None
+    sculpt: tuple = ()
+    refined_sum: RefinedSum | None = None
+    span: SpanReading | None = None
+    moment: MomentSpan | None = None
+    net: NetSearch | None = None
+    compared_net: NetSearch | None = None
+    selection: Selection | None = None
+
+    def report_fields(self) -> dict:
+        """The fields by name, unconverted (the phase results stay frozen dataclasses)."""
+        return {item.name: getattr(self, item.name) for item in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpanSearchReport(LearnerReport, SpanSearchFit):
     """``report_`` of :class:`~mhalearn.SculptLearner` and :class:`~mhalearn.MomentLearner`.
 
     The phase results in the order they ran — ``crude_sum`` (1), ``sculpt``
@@ -59,20 +87,6 @@ class SpanSearchReport(LearnerReport):
     when the moment route ran only to check the body's span.  A phase that did not run is None (the moment
     learner runs only ``moment``, ``net`` and ``selection``).
     """
-
-    route: Route
-    fallback: str | None = None
-    route_reason: str | None = None
-    resumed: tuple = ()
-    kept_seconds: float = 0.0
-    crude_sum: CrudeSum | None = None
-    sculpt: tuple = ()
-    refined_sum: RefinedSum | None = None
-    span: SpanReading | None = None
-    moment: MomentSpan | None = None
-    net: NetSearch | None = None
-    compared_net: NetSearch | None = None
-    selection: Selection | None = None
 
     def phases(self):
         return [(Phase.CRUDE_SUM, self.crude_sum), *((Phase.SCULPT, body) for body in self.sculpt or [None]),
@@ -262,7 +276,7 @@ def select_between_routes(X, Y, X_val, Y_val, span: SpanReading, moment: MomentS
 def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySettings(),
                search: SearchSettings = SearchSettings(), span_route: Route = Route.AUTO, rng: np.random.Generator,
                label_bound: float, token_norm: float, notify=Notifier(None), source=None,
-               checkpoint_dir=None) -> dict:
+               checkpoint_dir=None) -> SpanSearchFit:
     """Chen & Li's learner on standardised arrays: phases 1–6, our moment route when it is the better bet.
 
     ``span_route="auto"`` reads the span from the body and always runs the
@@ -279,11 +293,11 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     memory, of which X, Y are then an in-memory sample for phases 5–6 and
     the moment route.  With ``checkpoint_dir`` phases 1–4 and the moment
     route keep their results there as they end, and a rerun resumes after
-    the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns the
-    report's fields (the phase results, ``compared_net`` when both routes'
+    the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns a
+    :class:`SpanSearchFit`: the phase results, ``compared_net`` when both routes'
     candidates were compared, ``route``, ``fallback``, ``route_reason``,
     ``resumed``, the phases loaded from the checkpoint, and ``kept_seconds``,
-    the seconds they took when computed) as a dict.
+    the seconds they took when computed.
     """
     fields = {}
     span = moment = None
@@ -327,4 +341,4 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     fields.update(route=route, route_reason=reason)
     if route == Route.MOMENT and span is not None:
         fields["fallback"] = reason  # why the body's span was not used
-    return fields
+    return SpanSearchFit(**fields)

@@ -19,9 +19,68 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._validation import Integer, Options, Real, check_allowed
+
 #: An upper bound on every ‖Θ_i‖_F: the radius of the body's norm ball (phases 3–4) and of the net (phase 5),
 #: one parameter of the learner shared by both settings.
 NORM_BOUND = 12.0
+
+
+#: What each of :class:`BodySettings`' values may be, checked when the settings are made and by
+#: :class:`~mhalearn.SculptLearner` at the start of ``fit`` (its parameters of the same names).
+BODY_CONSTRAINTS = {
+    "quantile": [None, Real(0.0, 1.0, low_open=True)],
+    "residual_tol": [Real(0.0, low_open=True)],
+    "simplex_tol": [Real(0.0)],
+    "w_min": [Real(0.0, 1.0, low_open=True, high_open=True)],
+    "kstar_slabs": [None, Integer(1)],
+    "kstar_w_max": [Real(0.0, 1.0, low_open=True, high_open=True)],
+    "slab_width": [Real(0.0)],
+    "slab_floor": [Real(0.0)],
+    "max_rows": [Integer(1)],
+    "max_constraints": [Integer(1)],
+    "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
+    "refit_iterations": [Integer(0)],
+    "refit_rows": [Integer(1)],
+    "refit_rounds": [Integer(1)],
+    "pool_fraction": [Real(0.0, 1.0, low_open=True)],
+    "first_pool_share": [Real(0.0, 1.0)],
+    "prefix_samples": [None, Integer(1)],
+    "candidate_radius": [Real(0.0)],
+    "max_candidate_rows": [Integer(1)],
+    "min_equalities": [None, Integer(1)],
+    "min_gap": [Real(1.0)],
+    "hull_trim": [Real(1.0, low_open=True)],
+    "max_span_error": [Real(0.0, 1.0, low_open=True)],
+    "bootstrap_resamples": [Integer(2)],
+    "bootstrap_level": [Real(0.0, 1.0)],
+    "compare_routes_above": [Real(0.0, 1.0)],
+    "span_point": [Options("centre", "min_norm")],
+    "norm_bound": [Real(0.0, low_open=True)],
+}
+
+#: What each of :class:`SearchSettings`' values may be (checked likewise; the learners' parameters of the
+#: same names share them).
+SEARCH_SETTING_CONSTRAINTS = {
+    "search": [Options("net", "multistart")],
+    "net_radius": [None, Real(0.0, low_open=True)],
+    "net_resolution": [None, Real(0.0, low_open=True)],
+    "max_candidates": [Integer(1)],
+    "net_slab": [None, Real(0.0, low_open=True)],
+    "score_samples": [Integer(1)],
+    # Phase 6 solves least squares on every training sequence for each kept candidate, then polishes it.
+    "keep": [Integer(1, 1000)],
+    "refine": [Options("lbfgs", "none")],
+    "refine_iter": [Integer(1)],
+    "delta": [Real(0.0, 1.0, low_open=True, high_open=True)],
+    "norm_bound": [Real(0.0, low_open=True)],
+}
+
+
+def check_settings(settings, constraints: dict) -> None:
+    """Raise ``ValueError`` naming the first setting of ``settings`` that ``constraints`` do not allow."""
+    for name in settings.__dataclass_fields__:
+        check_allowed(getattr(settings, name), name, constraints[name])
 
 
 @dataclass(frozen=True)
@@ -56,6 +115,12 @@ class BodySettings:
     compare_routes_above: float = 0.07
     span_point: str = "centre"
     norm_bound: float = NORM_BOUND
+
+    def __post_init__(self):
+        check_settings(self, BODY_CONSTRAINTS)
+        if self.kstar_w_max < self.w_min:
+            raise ValueError(f"kstar_w_max = {self.kstar_w_max} is below w_min = {self.w_min}: K*'s weight "
+                             "threshold rises from w_min to kstar_w_max")
 
     def quantile_for(self, heads: int) -> float:
         """The quantile, by default 1 at m = 1 (every row agrees) and 0.01 otherwise."""
@@ -112,6 +177,9 @@ class SearchSettings:
     refine_iter: int = 2000
     delta: float = 0.05
     norm_bound: float = NORM_BOUND
+
+    def __post_init__(self):
+        check_settings(self, SEARCH_SETTING_CONSTRAINTS)
 
     def radius(self, head_norm: float, heads_in_norm: int) -> float:
         """The net's radius: ``net_radius``, or 1.5·√(heads_in_norm)·head_norm within [1, norm_bound].
