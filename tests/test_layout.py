@@ -83,3 +83,17 @@ def test_the_runs_readme_shows_the_provenance_the_rows_hold():
         printed = [line for line in printed if ".jsonl`" not in line]
     readme = {line.strip() for line in (ROOT / "runs" / "README.md").read_text().splitlines()}
     assert [line for line in printed if line not in readme] == []
+
+
+def test_every_design_section_the_code_cites_exists():
+    # The code cites docs/design.md by section number ("docs/design.md §4.1b"): a section renumbered or moved
+    # away must take its citations with it.
+    headings = re.findall(r"^#{2,4} (\d+(?:\.\d+)?[a-z]?)[. ]", (ROOT / "docs" / "design.md").read_text(),
+                          flags=re.MULTILINE)
+    cited = {}
+    for folder in ("mhalearn", "tests", "bench", "examples", "tools"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for section in re.findall(r"design\.md §(\d+(?:\.\d+)?[a-z]?)", path.read_text()):
+                cited.setdefault(section, path.relative_to(ROOT).as_posix())
+    assert len(headings) >= 10 and len(cited) >= 10
+    assert {section: path for section, path in cited.items() if section not in headings} == {}
