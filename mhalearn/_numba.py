@@ -201,6 +201,28 @@ def mm_body(A, a0, a_t, B, b0, C, c0, rows, inner, cols):
                 C[r, c0 + j] += p * B[c, b0 + j]
 
 
+def slp_vectorised(signature, **options):
+    """``njit(signature, **options)``, compiled (or loaded from the cache) at once with LLVM's SLP vectoriser on.
+
+    Numba runs LLVM's loop vectoriser only; its SLP vectoriser, which packs
+    independent scalar operations (the lanes of a tuple of running sums) into
+    vector instructions, is off unless ``NUMBA_SLP_VECTORIZE`` is set.  A
+    kernel that keeps its sums in registers needs it: compiled here with
+    an explicit signature, eagerly, so that the setting holds while it is
+    compiled and no later call compiles another specialisation without it.
+    SLP packs the lanes' operations unchanged, so the bits are those of the
+    scalar code.
+    """
+    def decorate(function):
+        previous = numba.config.SLP_VECTORIZE
+        numba.config.SLP_VECTORIZE = 1
+        try:
+            return njit(signature, **options)(function)
+        finally:
+            numba.config.SLP_VECTORIZE = previous
+    return decorate
+
+
 # Called entry points for the less hot call sites: Numba inlines
 # ``inline="always"`` functions at every call site, which costs compile time;
 # the forward path (also used by the other kernels) inlines ``mm_body``.
