@@ -501,10 +501,26 @@ def one_thread():
     oversubscribe them.  The kernels' results do not depend on the thread
     count (:data:`mhalearn._numba.DISPATCH`), so this changes the time only.
     """
-    from threadpoolctl import threadpool_limits
-
-    with kernel_threads(1), threadpool_limits(limits=1, user_api="blas"):
+    with kernel_threads(1), _blas_controller().limit(limits=1, user_api="blas"):
         yield
+
+
+_BLAS = {}
+
+
+def _blas_controller():
+    """threadpoolctl's controller of the process's thread pools, made once per process.
+
+    Making one scans the loaded libraries (~10 ms, what ``threadpool_limits``
+    pays on every call: twice a block in a pass over generated data); BLAS
+    is loaded with NumPy, before any kernel runs, so one scan sees it.
+    """
+    controller = _BLAS.get(os.getpid())
+    if controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        controller = _BLAS[os.getpid()] = ThreadpoolController()
+    return controller
 
 
 # ------------------------------------------------------------ input checks

@@ -486,17 +486,29 @@ def forward(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray,
     (:func:`~mhalearn._validation.check_logit_range`).
     """
     check_logit_range(X, thetas)
-    n, k, d = X.shape
-    m = thetas.shape[0]
+    n, k, _ = X.shape
     out = np.empty(X.shape)
-    weights = np.empty((n, m, k, k) if return_attention else (0, 0, 0, 0))
-    chunks = chunk_count(n)
-    DISPATCH.run("forward", 2 * n * m * k * d * (k + d), _forward_worker, _forward_parallel,
-                 np.ascontiguousarray(X, dtype=np.float64),
-                 _stacked_projections(thetas, ws), chunks, new_counter(), out, weights, return_attention)
+    weights = np.empty((n, thetas.shape[0], k, k)) if return_attention else None
+    forward_into(np.ascontiguousarray(X, dtype=np.float64), thetas, ws, out, weights)
     if return_attention:
         return out, weights
     return out
+
+
+def forward_into(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray, out: np.ndarray,
+                 weights: np.ndarray | None = None) -> None:
+    """:func:`forward` into ``out`` (and the attention weights into ``weights``, shape (n, m, k, k), when given).
+
+    For callers that hold the arrays already: ``X`` and ``out`` C-contiguous
+    float64 of one shape (n, k, d), and logits known to stay finite (the
+    check :func:`forward` makes is the caller's).
+    """
+    n, k, d = X.shape
+    m = thetas.shape[0]
+    store_weights = weights is not None
+    weights = np.empty((0, 0, 0, 0)) if weights is None else weights
+    DISPATCH.run("forward", 2 * n * m * k * d * (k + d), _forward_worker, _forward_parallel, X,
+                 _stacked_projections(thetas, ws), chunk_count(n), new_counter(), out, weights, store_weights)
 
 
 def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
