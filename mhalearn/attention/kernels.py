@@ -507,8 +507,10 @@ def forward_into(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray, out: np.ndar
     m = thetas.shape[0]
     store_weights = weights is not None
     weights = np.empty((0, 0, 0, 0)) if weights is None else weights
+    # Chunks of at least LANES sequences: a shorter chunk would fill most of a step's lanes with padding.
     DISPATCH.run("forward", 2 * n * m * k * d * (k + d), _forward_worker, _forward_parallel, X,
-                 _stacked_projections(thetas, ws), chunk_count(n), new_counter(), out, weights, store_weights)
+                 _stacked_projections(thetas, ws), chunk_count(-(-n // LANES)), new_counter(), out, weights,
+                 store_weights)
 
 
 def attention(X: np.ndarray, thetas: np.ndarray) -> np.ndarray:
