@@ -10,7 +10,7 @@ Numba and BLAS then run on one thread).  The shapes are (n, k, d, m) =
 body's passes label.  On a shared machine pin the process to one core
 (``taskset -c 1``) and read the fractions, not the absolute rates.
 
-    python bench/kernels.py [--quick] [--threads 1]
+    python bench/kernels.py [--quick] [--threads 1] [--cpu-time]
 """
 
 import argparse
@@ -56,7 +56,8 @@ def torch_functions(X, Y, thetas, ws):
     return forward, loss_grad
 
 
-def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15):
+def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15,
+                           clock=time.perf_counter):
     """Best wall time of one call of each function, rounds of the functions interleaved.
 
     Alternating the rounds makes every function see the same machine load
@@ -70,7 +71,7 @@ def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pa
     for _ in range(repeats):
         for index, (function, count) in enumerate(zip(functions, calls)):
             time.sleep(pause)
-            best[index] = min(best[index], round_time(function, count))
+            best[index] = min(best[index], round_time(function, count, clock))
     return best
 
 
@@ -78,7 +79,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--threads", type=int, default=1, help="Numba and BLAS threads (default 1: per core)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time on the calling thread's CPU clock (with --threads 1): what other jobs on a "
+                             "shared machine change least")
     args = parser.parse_args()
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time: expected --threads 1 (the clock is the calling thread's)")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
@@ -107,7 +114,7 @@ def main():
         }
         torch_ops = dict(zip(ops, torch_functions(X, Y, thetas, ws))) if torch else {}
         for (name, (ours, theirs)), work in zip(ops.items(), flops(*shape)):
-            t_ours, t_ref, t_matmul = interleaved_best_times([ours, theirs, lambda: a @ b], repeats)
+            t_ours, t_ref, t_matmul = interleaved_best_times([ours, theirs, lambda: a @ b], repeats, clock=clock)
             matmul_gflops = 2 * 1024 ** 3 / t_matmul / 1e9
             gflops = work / t_ours / 1e9
             line = f"{str(shape):>18} {name:>9} {t_ours * 1e3:9.3f} {t_ref * 1e3:9.3f} {t_ref / t_ours:6.1f} " \
