@@ -182,39 +182,27 @@ def _axpy_lanes(acc, t, v):
 def _project_lanes(projection_t, x_lanes, projections):
     """projections[e, a] = Σ_c projection_t[e, c] x_lanes[c, a], lane by lane, the sum in order of c.
 
-    Two rows e and two tokens a at a time: four independent sums, and each
-    load of x_lanes serves two of them.
+    Two rows e and two tokens a at a time, as :func:`_head_lanes` blocks its sums: four independent
+    sums, and each load of x_lanes serves two of them.
     """
     rows, d = projection_t.shape
     k = x_lanes.shape[1]
-    for e in range(0, rows - 1, 2):
-        for a in range(0, k - 1, 2):
+    for e in range(0, rows, 2):
+        e1 = min(e + 1, rows - 1)
+        for a in range(0, k, 2):
+            a1 = min(a + 1, k - 1)
             p00, p01, p10, p11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
             for c in range(d):
-                t0, t1 = projection_t[e, c], projection_t[e + 1, c]
-                x0, x1 = x_lanes[c, a], x_lanes[c, a + 1]
+                t0, t1 = projection_t[e, c], projection_t[e1, c]
+                x0, x1 = x_lanes[c, a], x_lanes[c, a1]
                 p00 = _axpy_lanes(p00, t0, x0)
                 p01 = _axpy_lanes(p01, t0, x1)
                 p10 = _axpy_lanes(p10, t1, x0)
                 p11 = _axpy_lanes(p11, t1, x1)
             _store_lanes(projections[e, a], p00)
-            _store_lanes(projections[e, a + 1], p01)
-            _store_lanes(projections[e + 1, a], p10)
-            _store_lanes(projections[e + 1, a + 1], p11)
-        if k % 2:
-            p0, p1 = _ZERO_LANES, _ZERO_LANES
-            for c in range(d):
-                x = x_lanes[c, k - 1]
-                p0 = _axpy_lanes(p0, projection_t[e, c], x)
-                p1 = _axpy_lanes(p1, projection_t[e + 1, c], x)
-            _store_lanes(projections[e, k - 1], p0)
-            _store_lanes(projections[e + 1, k - 1], p1)
-    if rows % 2:
-        for a in range(k):
-            p = _ZERO_LANES
-            for c in range(d):
-                p = _axpy_lanes(p, projection_t[rows - 1, c], x_lanes[c, a])
-            _store_lanes(projections[rows - 1, a], p)
+            _store_lanes(projections[e, a1], p01)
+            _store_lanes(projections[e1, a], p10)
+            _store_lanes(projections[e1, a1], p11)
 
 
 @njit(inline="always", fastmath=FASTMATH, cache=True)
@@ -266,27 +254,31 @@ def _head_lanes(x_lanes, projections, weights, out_lanes):
     """One head on LANES sequences: weights[a, b] = A[a, b] and out_lanes[e, a] += Σ_b A[a, b] (x W)[b, e],
     lane by lane.
 
-    ``projections`` (2d, k, LANES) holds (x Θ)ᵀ in rows 0…d−1 and (x W)ᵀ in rows d…2d−1.
+    ``projections`` (2d, k, LANES) holds (x Θ)ᵀ in rows 0…d−1 and (x W)ᵀ in rows d…2d−1.  The logits
+    and the outputs are computed in 2 × 2 blocks, four independent sums that the core overlaps (one
+    sum alone waits on each multiply-add's latency); an odd last row or column repeats its neighbour's
+    index, which computes the same sum twice and stores it twice.
     """
     d, k, _ = x_lanes.shape
+    for a in range(0, k, 2):
+        a1 = min(a + 1, k - 1)
+        for b in range(0, k, 2):
+            b1 = min(b + 1, k - 1)
+            l00, l01, l10, l11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
+            for e in range(d):
+                query, query1 = projections[e, a], projections[e, a1]
+                token, token1 = x_lanes[e, b], x_lanes[e, b1]
+                l00 = _fma_lanes(l00, token, query)
+                l01 = _fma_lanes(l01, token1, query)
+                l10 = _fma_lanes(l10, token, query1)
+                l11 = _fma_lanes(l11, token1, query1)
+            _store_lanes(weights[a, b], l00)
+            _store_lanes(weights[a, b1], l01)
+            _store_lanes(weights[a1, b], l10)
+            _store_lanes(weights[a1, b1], l11)
     for a in range(k):
-        # Row a of the logits and its stable softmax, as _attention_t: max, exponentials of the shifted
-        # logits, their sum in order of b, one reciprocal.
-        # Two logits at once (and below, two outputs): independent sums, which the core overlaps, where one
-        # sum alone waits on each multiply-add's latency.
-        for b in range(0, k - 1, 2):
-            logit, next_logit = _ZERO_LANES, _ZERO_LANES
-            for e in range(d):
-                query = projections[e, a]
-                logit = _fma_lanes(logit, x_lanes[e, b], query)
-                next_logit = _fma_lanes(next_logit, x_lanes[e, b + 1], query)
-            _store_lanes(weights[a, b], logit)
-            _store_lanes(weights[a, b + 1], next_logit)
-        if k % 2:
-            logit = _ZERO_LANES
-            for e in range(d):
-                logit = _fma_lanes(logit, x_lanes[e, k - 1], projections[e, a])
-            _store_lanes(weights[a, k - 1], logit)
+        # The stable softmax of row a, as _attention_t: max, exponentials of the shifted logits, their sum
+        # in order of b, one reciprocal.
         peak = _lanes(weights[a, 0])
         for b in range(1, k):
             peak = _max_lanes(peak, _lanes(weights[a, b]))
@@ -298,19 +290,23 @@ def _head_lanes(x_lanes, projections, weights, out_lanes):
         inverse = _reciprocal_lanes(total)
         for b in range(k):
             _store_lanes(weights[a, b], _scale_lanes(_lanes(weights[a, b]), inverse))
-        for e in range(0, d - 1, 2):
-            out, next_out = _lanes(out_lanes[e, a]), _lanes(out_lanes[e + 1, a])
+    for e in range(0, d, 2):
+        e1 = min(e + 1, d - 1)
+        for a in range(0, k, 2):
+            a1 = min(a + 1, k - 1)
+            o00, o01 = _lanes(out_lanes[e, a]), _lanes(out_lanes[e, a1])
+            o10, o11 = _lanes(out_lanes[e1, a]), _lanes(out_lanes[e1, a1])
             for b in range(k):
-                weight = weights[a, b]
-                out = _fma_lanes(out, weight, projections[d + e, b])
-                next_out = _fma_lanes(next_out, weight, projections[d + e + 1, b])
-            _store_lanes(out_lanes[e, a], out)
-            _store_lanes(out_lanes[e + 1, a], next_out)
-        if d % 2:
-            out = _lanes(out_lanes[d - 1, a])
-            for b in range(k):
-                out = _fma_lanes(out, weights[a, b], projections[2 * d - 1, b])
-            _store_lanes(out_lanes[d - 1, a], out)
+                weight, weight1 = weights[a, b], weights[a1, b]
+                value, value1 = projections[d + e, b], projections[d + e1, b]
+                o00 = _fma_lanes(o00, weight, value)
+                o01 = _fma_lanes(o01, weight1, value)
+                o10 = _fma_lanes(o10, weight, value1)
+                o11 = _fma_lanes(o11, weight1, value1)
+            _store_lanes(out_lanes[e, a], o00)
+            _store_lanes(out_lanes[e, a1], o01)
+            _store_lanes(out_lanes[e1, a], o10)
+            _store_lanes(out_lanes[e1, a1], o11)
 
 
 _FORWARD_SIGNATURE = types.void(types.float64[:, :, ::1], types.float64[:, :, ::1], types.int64,
