@@ -20,12 +20,12 @@ def calls_per_round(function, repeats: int = 5, min_seconds: float = 0.2) -> int
         calls *= 2
 
 
-def round_time(function, calls: int) -> float:
-    """Wall time of one call, from one round of ``calls`` calls."""
-    start = time.perf_counter()
+def round_time(function, calls: int, clock=time.perf_counter) -> float:
+    """Time of one call on ``clock`` (wall time by default), from one round of ``calls`` calls."""
+    start = clock()
     for _ in range(calls):
         function()
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
 def best_time(function, repeats: int = 5, min_seconds: float = 0.2) -> float:

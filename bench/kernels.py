@@ -3,17 +3,24 @@
 Prints, for each shape, the time of forward and loss-and-gradient for the
 Numba kernels, the NumPy reference (mhalearn/attention/reference.py) and PyTorch CPU when
 installed, the speed-up ratios, GFLOP/s, and GFLOP/s as a fraction of a
-NumPy 1024×1024 matmul timed in the same run.
+NumPy 1024×1024 matmul (dgemm) timed in the same run, its rounds interleaved
+with the kernels' (the fraction is per core with ``--threads 1``, the default:
+Numba and BLAS then run on one thread).  The shapes are (n, k, d, m) =
+(4096, 16, 16, 4), (64, 16, 16, 4) and (65 536, 4, 12, 4), the shape the
+body's passes label.  On a shared machine pin the process to one core
+(``taskset -c 1``) and read the fractions, not the absolute rates.
 
-    python bench/kernels.py
+    python bench/kernels.py [--quick] [--threads 1] [--cpu-time]
 """
 
 import argparse
 import os
 import time
 
+import numba
 import numpy as np
 from _common import best_time, calls_per_round, round_time
+from threadpoolctl import threadpool_limits
 
 from mhalearn.attention import kernels, reference
 
@@ -49,7 +56,8 @@ def torch_functions(X, Y, thetas, ws):
     return forward, loss_grad
 
 
-def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15):
+def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15,
+                           clock=time.perf_counter):
     """Best wall time of one call of each function, rounds of the functions interleaved.
 
     Alternating the rounds makes every function see the same machine load
@@ -63,19 +71,29 @@ def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pa
     for _ in range(repeats):
         for index, (function, count) in enumerate(zip(functions, calls)):
             time.sleep(pause)
-            best[index] = min(best[index], round_time(function, count))
+            best[index] = min(best[index], round_time(function, count, clock))
     return best
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--threads", type=int, default=1, help="Numba and BLAS threads (default 1: per core)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time on the calling thread's CPU clock (with --threads 1): what other jobs on a "
+                             "shared machine change least")
     args = parser.parse_args()
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time: expected --threads 1 (the clock is the calling thread's)")
+    clock = time.thread_time if args.cpu_time else time.perf_counter
     repeats = 3 if args.quick else 7
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((1024, 1024)), rng.standard_normal((1024, 1024))
+    numba.set_num_threads(args.threads)
+    limits = threadpool_limits(limits=args.threads, user_api="blas")
     matmul_gflops = 2 * 1024 ** 3 / best_time(lambda: a @ b, repeats) / 1e9
-    print(f"NumPy 1024x1024 matmul: {matmul_gflops:.1f} GFLOP/s (the yardstick)")
+    print(f"NumPy 1024x1024 matmul on {args.threads} thread(s): {matmul_gflops:.1f} GFLOP/s (the yardstick; "
+          f"each shape below measures it again, interleaved with the kernels)")
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs"
           + ("  (busy machine: absolute times and the yardstick are unreliable)"
@@ -83,7 +101,7 @@ def main():
     header = f"{'(n, k, d, m)':>18} {'op':>9} {'numba ms':>9} {'numpy ms':>9} {'ratio':>6} " \
              f"{'GFLOP/s':>8} {'of matmul':>9}" + (f" {'torch ms':>9} {'vs torch':>8}" if torch else "")
     print(header)
-    for shape in [(4096, 16, 16, 4), (64, 16, 16, 4)]:
+    for shape in [(4096, 16, 16, 4), (64, 16, 16, 4), (65536, 4, 12, 4)]:
         n, k, d, m = shape
         X = rng.choice([-1.0, 1.0], size=(n, k, d))
         Y = rng.standard_normal((n, k, d))
@@ -96,7 +114,8 @@ def main():
         }
         torch_ops = dict(zip(ops, torch_functions(X, Y, thetas, ws))) if torch else {}
         for (name, (ours, theirs)), work in zip(ops.items(), flops(*shape)):
-            t_ours, t_ref = interleaved_best_times([ours, theirs], repeats)
+            t_ours, t_ref, t_matmul = interleaved_best_times([ours, theirs, lambda: a @ b], repeats, clock=clock)
+            matmul_gflops = 2 * 1024 ** 3 / t_matmul / 1e9
             gflops = work / t_ours / 1e9
             line = f"{str(shape):>18} {name:>9} {t_ours * 1e3:9.3f} {t_ref * 1e3:9.3f} {t_ref / t_ours:6.1f} " \
                    f"{gflops:8.2f} {gflops / matmul_gflops:9.1%}"
@@ -104,6 +123,7 @@ def main():
                 t_torch = best_time(torch_ops[name], repeats)
                 line += f" {t_torch * 1e3:9.3f} {t_torch / t_ours:8.1f}"
             print(line)
+    limits.unregister()
 
 
 if __name__ == "__main__":

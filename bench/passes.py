@@ -22,7 +22,11 @@ loading its kernels.
 
 Printed per worker count: both wall times and their ratio (phases 1–4 in
 labelling passes), the candidate pass's figures, the span distance to the
-teacher, each worker's peak memory; then the wall time of every worker
+teacher, each worker's peak memory; the labelling pass's and the candidate
+passes' sequences per second per core (per worker) and their fraction of the
+flop limit: the time labelling the stream would take at one core's dgemm
+rate per worker (2m(2kd² + 2k²d) flops a sequence), the dgemm rate measured
+on one thread of this process in the same run, before the passes; then the wall time of every worker
 count against the first's, and the largest difference between their spans
 (the passes reduce in block order, so any scheduler gives the same bits).
 One JSON line per (samples, seed, workers) in ``--out``, span included; a
@@ -74,7 +78,40 @@ def warm_up(teacher, kind: str):
                 BodySettings(prefix_samples=BLOCK_SIZE), np.random.default_rng(0))
 
 
+def labelling_flops(samples: int) -> float:
+    """Flops of labelling ``samples`` sequences: per head, x Θ_i and x W_i (2kd² multiply-adds), the
+    logits and A_i V_i (2k²d)."""
+    return 2.0 * samples * HEADS * (2 * LENGTH * DIM * DIM + 2 * LENGTH * LENGTH * DIM)
+
+
+def dgemm_gflops(size: int = 1024, repeats: int = 5) -> float:
+    """One core's dgemm rate: the best of ``repeats`` size × size products on one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((size, size)), rng.standard_normal((size, size))
+    best = np.inf
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+    return 2.0 * size ** 3 / best / 1e9
+
+
+def rate_cells(row: dict, seconds: float | None) -> tuple[str, str]:
+    """A pass's sequences per second per core (worker) and its fraction of the flop limit."""
+    if seconds is None or not seconds > 0:
+        return "—", "—"
+    per_core = row["samples"] / seconds / row["workers"]
+    if row.get("dgemm_gflops") is None:
+        return f"{per_core:,.0f}", "—"
+    limit = labelling_flops(row["samples"]) / (row["dgemm_gflops"] * 1e9 * row["workers"])
+    return f"{per_core:,.0f}", f"{limit / seconds:.1%}"
+
+
 def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, kind: str) -> dict:
+    dgemm = dgemm_gflops()
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     settings = BodySettings(prefix_samples=prefix_samples)
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
@@ -108,7 +145,16 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
             "w_sum_error": float(np.linalg.norm(phases.refined_sum.w_sum - teacher.projection_sum)
                                  / np.linalg.norm(teacher.projection_sum)),
             "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb(),
-            "git_commit": git_state()[0]}
+            "dgemm_gflops": dgemm, "git_commit": git_state()[0]}
+
+
+def candidate_pass_seconds(row: dict) -> float | None:
+    """Seconds a candidate pass took: the whole-stream refit's passes, per pass (the refit in memory after
+    each is a small part), None without one."""
+    stream = row.get("stream_refit") or {}
+    if not stream.get("passes") or stream.get("seconds") is None:
+        return None
+    return stream["seconds"] / stream["passes"]
 
 
 def main():
@@ -146,6 +192,13 @@ def main():
           "—" if row["estimated_error"] is None else f"{row['estimated_error']:.3f}",
           f"{100 * row['w_sum_error']:.2f} %", " / ".join(f"{mb:.0f} MB" for mb in row["worker_peak_memory_mb"]),
           f"{row['client_peak_memory_mb']:.0f} MB"]
+         for workers, row in ((key[2], rows[key]) for key in keys))))
+    print()
+    print(markdown_table(
+        ("workers", "one core's dgemm", "labelling pass: seq/s/core", "of the flop limit",
+         "candidate pass: seq/s/core", "of the flop limit"),
+        ([workers, "—" if row.get("dgemm_gflops") is None else f"{row['dgemm_gflops']:.1f} GFLOP/s",
+          *rate_cells(row, row["labelling_seconds"]), *rate_cells(row, candidate_pass_seconds(row))]
          for workers, row in ((key[2], rows[key]) for key in keys))))
     first = rows[keys[0]]
     for key in keys[1:]:

@@ -201,6 +201,28 @@ def mm_body(A, a0, a_t, B, b0, C, c0, rows, inner, cols):
                 C[r, c0 + j] += p * B[c, b0 + j]
 
 
+def slp_vectorised(signature, **options):
+    """``njit(signature, **options)``, compiled (or loaded from the cache) at once with LLVM's SLP vectoriser on.
+
+    Numba runs LLVM's loop vectoriser only; its SLP vectoriser, which packs
+    independent scalar operations (the lanes of a tuple of running sums) into
+    vector instructions, is off unless ``NUMBA_SLP_VECTORIZE`` is set.  A
+    kernel that keeps its sums in registers needs it: compiled here with
+    an explicit signature, eagerly, so that the setting holds while it is
+    compiled and no later call compiles another specialisation without it.
+    SLP packs the lanes' operations unchanged, so the bits are those of the
+    scalar code.
+    """
+    def decorate(function):
+        previous = numba.config.SLP_VECTORIZE
+        numba.config.SLP_VECTORIZE = 1
+        try:
+            return njit(signature, **options)(function)
+        finally:
+            numba.config.SLP_VECTORIZE = previous
+    return decorate
+
+
 # Called entry points for the less hot call sites: Numba inlines
 # ``inline="always"`` functions at every call site, which costs compile time;
 # the forward path (also used by the other kernels) inlines ``mm_body``.
@@ -479,10 +501,26 @@ def one_thread():
     oversubscribe them.  The kernels' results do not depend on the thread
     count (:data:`mhalearn._numba.DISPATCH`), so this changes the time only.
     """
-    from threadpoolctl import threadpool_limits
-
-    with kernel_threads(1), threadpool_limits(limits=1, user_api="blas"):
+    with kernel_threads(1), _blas_controller().limit(limits=1, user_api="blas"):
         yield
+
+
+_BLAS = {}
+
+
+def _blas_controller():
+    """threadpoolctl's controller of the process's thread pools, made once per process.
+
+    Making one scans the loaded libraries (~10 ms, what ``threadpool_limits``
+    pays on every call: twice a block in a pass over generated data); BLAS
+    is loaded with NumPy, before any kernel runs, so one scan sees it.
+    """
+    controller = _BLAS.get(os.getpid())
+    if controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        controller = _BLAS[os.getpid()] = ThreadpoolController()
+    return controller
 
 
 # ------------------------------------------------------------ input checks

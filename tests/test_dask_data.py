@@ -458,7 +458,7 @@ def test_a_teacher_source_as_dask_maps_the_same_blocks_as_tasks_keyed_by_its_tea
 
     def block_of(X, Y, rows, index):
         ran.append(threading.current_thread().name)
-        return np.concatenate([X.ravel(), Y.ravel(), [index]])
+        return np.concatenate([np.asarray(X).ravel(), np.asarray(Y).ravel(), [index]])
 
     expected = source.map_blocks(block_of, indexed=True)
     ran.clear()

@@ -72,7 +72,9 @@ def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkey
     settings = BodySettings(prefix_samples=5000)
     phases = sculpt_span(source, 2, settings, np.random.default_rng(7))
     stream_refit = phases.refined_sum.steps[-1]
-    assert stream_refit.name == "whole-stream refit (ours)" and stream_refit.exact
+    # Whether the refit ends inside the radius its last pass covered (``exact``) depends on the draw:
+    # it does at 4 of the stream seeds 0–7 with 8f40801's sign draws, at 5 of them with the words'.
+    assert stream_refit.name == "whole-stream refit (ours)"
     # Phases 1–3 read the prefix's 5 blocks (a few times), the candidate pass all 20 blocks once, phase 4 none.
     assert sum(index >= 5 for index in reads) == 15 * stream_refit.passes
     # K* is what a pass over the whole stream accepts under the refined Ŵ_Σ, to the bit.

@@ -5,11 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from .._memory import check_memory
 from .._numba import one_thread
-from .._validation import as_float_array, as_generator, check_choice, check_instance, check_positive_int, check_real
+from .._validation import (
+    as_float_array,
+    as_generator,
+    check_choice,
+    check_instance,
+    check_logit_range,
+    check_positive_int,
+    check_real,
+)
 from ..seeding import draw_seed
+from .kernels import forward_into
 from .model import MultiHeadAttention
 
 INPUT_LAWS = ("boolean", "gaussian")
@@ -92,42 +102,107 @@ def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
     return Y + noise * as_generator(rng).standard_normal(np.shape(Y))
 
 
+# A generated Boolean block draws its signs from 64-bit words, 64 signs a word, rather than one
+# random draw per entry: word j of block b is SplitMix64's j-th output from a key that
+# numpy's SeedSequence derives from (seed, b), mix(key + (j + 1)·γ), so any word is computed from
+# its index alone (a counter-based generator), in a Numba loop, the same on every machine
+# (integer arithmetic) and whoever draws the block.
+_GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(inline="always", cache=True)
+def _splitmix64(key, counter):
+    """SplitMix64's output number ``counter`` (from 1) of the stream whose state starts at ``key``."""
+    z = key + counter * _GOLDEN_GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _MIX_1
+    z = (z ^ (z >> np.uint64(27))) * _MIX_2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True)
+def _draw_signs(key, out):
+    """out[s] = ±1 entries from the bits of words s·w + 1 … s·w + w of the stream ``key``, w = ⌈k·d / 64⌉:
+    entry (a, c) is bit (a·d + c) mod 64 of the sequence's word (a·d + c) // 64, 1 → +1, 0 → −1."""
+    n = out.shape[0]
+    entries = out.shape[1] * out.shape[2]
+    words = (entries + 63) // 64
+    flat = out.reshape(n, entries)
+    counter = np.uint64(0)
+    for s in range(n):
+        row = flat[s]
+        for j in range(words):
+            counter += np.uint64(1)
+            word = _splitmix64(key, counter)
+            start = 64 * j
+            for bit in range(min(64, entries - start)):
+                row[start + bit] = 2.0 * np.float64((word >> np.uint64(bit)) & np.uint64(1)) - 1.0
+
+
+def sign_key(seed: int, index: int) -> np.uint64:
+    """The key of block ``index``'s sign words (:func:`labelled_block`): SeedSequence((seed, index)), spawn 0."""
+    return np.random.SeedSequence([seed, index], spawn_key=(0,)).generate_state(1, np.uint64)[0]
+
+
+def boolean_block(seed: int, index: int, size: int, length: int, dim: int, out: np.ndarray | None = None
+                  ) -> np.ndarray:
+    """Block ``index`` of the Boolean inputs of a generated dataset: ``size`` sequences of length × dim signs,
+    into ``out`` (C-contiguous float64) when given (:func:`labelled_block`)."""
+    out = np.empty((size, length, dim)) if out is None else out
+    _draw_signs(sign_key(seed, index), out)
+    return out
+
+
 def labelled_block(teacher, length: int, law: str, noise: float, seed: int, index: int,
                    size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Block ``index`` of a generated dataset: ``size`` sequences and their labels, from one stream.
+    """Block ``index`` of a generated dataset: ``size`` sequences and their labels, drawn from ``seed`` and ``index``.
 
-    The stream is ``numpy.random.default_rng([seed, index])``: the inputs
-    from ``law`` (uniform signs or standard normal entries), then, for
-    ``noise`` > 0, the labels' Gaussian noise.  The block is the same
+    Boolean inputs are the bits of counter-based 64-bit words keyed by
+    (seed, index) (:func:`boolean_block`); Gaussian inputs, then, for
+    ``noise`` > 0, the labels' Gaussian noise, come from
+    ``numpy.random.default_rng([seed, index])``.  The block is the same
     wherever and whenever it is drawn, which is what lets a pass re-draw it
     instead of storing it (:class:`~mhalearn.learners.streams.TeacherSource`,
-    ``make_dataset(..., chunks=...)``).
+    ``make_dataset(..., chunks=...)``).  X and Y are the two halves of one
+    (2, size, length, dim) array (:func:`_labelled_pairs`).
     """
-    rng = np.random.default_rng([seed, index])
-    shape = (size, length, teacher.dim)
-    X = rng.choice(np.array([-1.0, 1.0]), size=shape) if law == "boolean" else rng.standard_normal(shape)
-    Y = teacher.predict(X)
-    if noise > 0:
-        Y = Y + noise * rng.standard_normal(Y.shape)
+    X, Y = _labelled_pairs(teacher, length, law, noise, seed, index, size)
     return X, Y
+
+
+def _labelled_pairs(teacher, length: int, law: str, noise: float, seed: int, index: int, size: int) -> np.ndarray:
+    """:func:`labelled_block` as one array (2, size, length, dim): the inputs, then their labels."""
+    pairs = np.empty((2, size, length, teacher.dim))
+    X, Y = pairs
+    rng = np.random.default_rng([seed, index])
+    if law == "boolean":
+        boolean_block(seed, index, size, length, teacher.dim, out=X)
+        check_logit_range(np.ones((1, 1, 1)), teacher.thetas)  # the inputs' entries are ±1
+    else:
+        X[...] = rng.standard_normal(X.shape)
+        check_logit_range(X, teacher.thetas)
+    forward_into(X, teacher.thetas, teacher.ws, Y)
+    if noise > 0:
+        Y += noise * rng.standard_normal(Y.shape)
+    return pairs
 
 
 def _stacked_block(teacher, length: int, law: str, noise: float, seed: int, samples: int, chunk: int,
                    block_id=None) -> np.ndarray:
-    """:func:`labelled_block` number ``block_id[0]`` as one array (size, 2, k, d): X and Y of one draw.
+    """:func:`labelled_block` number ``block_id[1]`` as one array (2, size, k, d): X and Y of one draw.
 
     A Dask task: the teacher's kernels run on one thread (:func:`~mhalearn._numba.one_thread`), as
     the learner's do, so a worker uses the cores it was given and no more.
     """
-    index = block_id[0]
+    index = block_id[1]
     with one_thread():
-        X, Y = labelled_block(teacher, length, law, noise, seed, index, min(chunk, samples - index * chunk))
-    return np.stack([X, Y], axis=1)
+        return _labelled_pairs(teacher, length, law, noise, seed, index, min(chunk, samples - index * chunk))
 
 
-def _member(pairs: np.ndarray, which: int) -> np.ndarray:
-    """X (``which`` 0) or Y (1) of a block of :func:`_stacked_block`."""
-    return pairs[:, which]
+def _member(pairs: list[np.ndarray], which: int) -> np.ndarray:
+    """X (``which`` 0) or Y (1) of a block of :func:`_stacked_block` (the one block of a list), a view."""
+    return pairs[0][which]
 
 
 def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, seed: int, chunk: int):
@@ -145,11 +220,12 @@ def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, se
     # shape must not share task keys (a cluster would hand one's blocks to the other).
     token = tokenize(teacher.thetas, teacher.ws, samples, length, law, noise, seed, chunk)
     # X and Y of block b are two views of one task's array, so computing both draws the block once.
-    pairs = da.map_blocks(_stacked_block, chunks=(sizes, (2,), (length,), (teacher.dim,)), dtype=np.float64,
+    pairs = da.map_blocks(_stacked_block, chunks=((2,), sizes, (length,), (teacher.dim,)), dtype=np.float64,
                           meta=np.empty((0, 0, 0, 0)), teacher=teacher, length=length, law=law, noise=noise,
                           seed=seed, samples=samples, chunk=chunk, name=f"labelled-blocks-{token}")
-    return tuple(pairs.map_blocks(_member, which, drop_axis=1, dtype=np.float64, meta=np.empty((0, 0, 0)))
-                 for which in (0, 1))
+    # Blockwise over the pair axis without concatenating its one block (drop_axis would copy it).
+    return tuple(da.blockwise(_member, "nkd", pairs, "pnkd", which, None, concatenate=False, dtype=np.float64,
+                              meta=np.empty((0, 0, 0))) for which in (0, 1))
 
 
 def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
