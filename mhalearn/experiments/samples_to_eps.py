@@ -16,7 +16,9 @@ test error is ≤ ε (:func:`search_samples_needed`):
 - a search that fails at ``budget`` is censored: n* > budget, never a number;
 - a probe the learner refuses (too few labels for its unknowns, a moment
   route beyond the memory budget) counts as a failure, with the reason;
-- a larger n that fails after a smaller one succeeded sets ``non_monotone``.
+- a search ends with a probe at ``confirm`` × n* (2×, unless a probe at or
+  above it was made): a larger n that fails after a smaller one succeeded
+  sets ``non_monotone``, and n* stays the bracket's answer.
 
 ``output`` says which error is compared with ε: ``"polished"`` — the fitted
 ``model_`` (gradient descent's only output) — or ``"unpolished"`` — the span
@@ -70,6 +72,8 @@ from .registry import Experiment, axes_count, expand_grid, register_experiment
 RESOLUTION = 1.25
 #: Where one probe took longer than ``coarse_seconds``, the search may stop at this factor.
 COARSE_RESOLUTION = 2.0
+#: The closing probe of a search is at this factor × n* (a failure there flags a non-monotone curve).
+CONFIRM = 2.0
 #: Level of the bootstrap intervals over teachers.
 LEVEL = 0.9
 #: Which error is compared with ε.
@@ -81,10 +85,10 @@ BODY_ROWS = Path(__file__).resolve().parents[2] / "runs" / "sculpt-vs-m" / "scul
 SHARED_FIELDS = ("family", "noise", "seed")
 #: Keys of a learner's entry beyond the shared ones.
 LEARNER_FIELDS = ("learner", "heads", "output", "eps", "budget", "start")
-LEARNER_OPTIONAL = ("resolution", "coarse_seconds")
+LEARNER_OPTIONAL = ("resolution", "coarse_seconds", "confirm")
 #: The fields of a cell, in the order the axes nest (the last varies fastest).
 CELL_FIELDS = ("learner", "family", "dim", "length", "noise", "heads", "output", "eps", "budget", "start",
-               "resolution", "coarse_seconds", "seed")
+               "resolution", "coarse_seconds", "confirm", "seed")
 #: The columns of an export that a user reads first (every row has them).
 EXPORT_COLUMNS = ("learner", "family", "dim", "length", "heads", "noise", "seed", "eps", "samples_needed",
                   "samples_lower", "censored", "probes", "route", "fit_seconds")
@@ -128,8 +132,15 @@ class SampleSearch:
 
 def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilon: float, *, start: int,
                           budget: int, minimum: int = 1, resolution: float = RESOLUTION,
-                          coarse_seconds: float | None = None, known: dict | None = None) -> SampleSearch:
+                          coarse_seconds: float | None = None, confirm: float = 0.0,
+                          known: dict | None = None) -> SampleSearch:
     """The smallest n with ``error_at(n)`` ≤ ε, by bracketing (halving/doubling) and bisection on log n.
+
+    The bracket keeps every failure below every success, so a failure above
+    a success (a non-monotone error curve) can only show on a probe outside
+    it: with ``confirm`` > 1 the search ends with a probe at ``confirm`` × n*
+    (unless one at or above it was made, or it exceeds the budget), and
+    ``non_monotone`` is set when any probe failed above one that succeeded.
 
     Parameters
     ----------
@@ -148,6 +159,8 @@ def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilo
         Bisect until n* / (largest failing n below it) ≤ ``resolution``.
     coarse_seconds : float, optional
         Once a probe took longer than this, stop at :data:`COARSE_RESOLUTION`.
+    confirm : float
+        The factor of the closing probe above n* (0: none).
     known : dict, optional
         n ↦ (error, seconds) of probes already made (a resumed search): used
         instead of calling ``error_at``.
@@ -167,8 +180,7 @@ def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilo
             known[n] = tuple(error_at(n))
         if not any(n == probe[0] for probe in probes):
             probes.append((n, *known[n]))
-        error = known[n][0]
-        return error is not None and not math.isnan(error) and error <= epsilon
+        return _success(known[n][0], epsilon)
 
     n = min(max(int(start), minimum), budget)
     lower, needed = 0, None
@@ -200,10 +212,18 @@ def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilo
                 needed = middle
             else:
                 lower = middle
-    successes = [probe[0] for probe in probes if probe[1] is not None and probe[1] <= epsilon]
-    failures = [probe[0] for probe in probes if not (probe[1] is not None and probe[1] <= epsilon)]
+    if needed is not None and confirm and not any(probe[0] >= confirm * needed for probe in probes):
+        check = int(round(confirm * needed))
+        if check <= budget:
+            succeeds(check)
+    successes = [probe[0] for probe in probes if _success(probe[1], epsilon)]
+    failures = [probe[0] for probe in probes if not _success(probe[1], epsilon)]
     non_monotone = bool(successes and failures and max(failures) > min(successes))
     return SampleSearch(needed, lower, needed is None, non_monotone, probes)
+
+
+def _success(error, epsilon: float) -> bool:
+    return error is not None and not math.isnan(error) and error <= epsilon
 
 
 # --------------------------------------------------------------------- cells
@@ -219,12 +239,12 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
     shared = {key: table[key] for key in SHARED_FIELDS if key in table}
     constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0)],
                    "budget": [Integer(1)], "start": [Integer(1)], "resolution": [Real(1.0, low_open=True)],
-                   "coarse_seconds": [Real(0.0)]}
+                   "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)]}
     cells = []
     for entry in learners:
         get_learner(entry["learner"])
         for shape in shapes:
-            grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, **shared, **entry, **shape}
+            grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, "confirm": CONFIRM, **shared, **entry, **shape}
             cells += expand_grid(grid, CELL_FIELDS, experiment="samples-to-eps", constraints=constraints)
     return cells
 
@@ -298,7 +318,8 @@ def run_samples_to_eps_cell(cell: dict, checkpoint_dir=None) -> dict:
     known = {samples: (_error_or_nan(probe[key]), probe["fit_seconds"]) for samples, probe in details.items()}
     search = search_samples_needed(error_at, cell["eps"], start=cell["start"] * cell["heads"],
                                    budget=cell["budget"], resolution=cell["resolution"],
-                                   coarse_seconds=cell["coarse_seconds"], known=known)
+                                   coarse_seconds=cell["coarse_seconds"], confirm=cell["confirm"],
+                                   known=known)
     at = search.samples_needed if search.samples_needed is not None else search.probes[-1][0]
     log = [details[samples] for samples, *_ in search.probes]
     return {
