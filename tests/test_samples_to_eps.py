@@ -119,6 +119,10 @@ def test_the_growth_laws_recover_a_planted_power_and_exponential_law():
     assert laws["power"]["b_low"] <= 1.5 <= laws["power"]["b_high"]
     assert predict(laws["power"], 16) == pytest.approx(20.0 * 16 ** 1.5 * 1.02, rel=0.02)
     assert laws["power"]["rms_log10"] < laws["exponential"]["rms_log10"]
+    lpu = next(law for law in fit_growth_laws(_rows(lambda m: 3.0 * 2 * m * 12 / 4, [1, 2, 4, 8]))
+               if law["form"] == "labels-per-unknown")
+    assert lpu["a"] == pytest.approx(3.0 * 1.02, rel=0.02)
+    assert predict(lpu, 20) == pytest.approx(3.0 * 120 * 1.02, rel=0.02)
     laws = {law["form"]: law for law in fit_growth_laws(_rows(lambda m: 5.0 * math.exp(0.7 * m), [1, 2, 3, 4]))}
     assert laws["exponential"]["b"] == pytest.approx(0.7, abs=1e-6)
 

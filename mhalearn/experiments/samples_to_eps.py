@@ -45,7 +45,8 @@ teacher counting as "> budget"; the body's ``sculpt-vs-m`` curve (the n at
 which its median span distance reaches 0.1, from the rows in
 :data:`BODY_ROWS`) is drawn on the same axes.  The tables give the searches,
 the probes, and the growth laws n* = a·m^b and n* = a·e^{bm}
-(:func:`fit_growth_laws`, bootstrap over teachers).
+and n* = a·2md/k (a scalar labels per unknown) (:func:`fit_growth_laws`,
+bootstrap over teachers), and the body's curve.
 """
 
 from __future__ import annotations
@@ -378,15 +379,30 @@ def samples_needed_table(rows: list[dict], level: float = LEVEL) -> list[dict]:
     return summary
 
 
-def _law_fit(heads: np.ndarray, values: np.ndarray, form: str) -> tuple[float, float]:
-    """(a, b) of log n* = log a + b·x by least squares, x = log m (power) or m (exponential)."""
-    x = np.log(heads) if form == "power" else heads.astype(float)
+#: The growth laws fitted: n* = a·m^b, n* = a·e^{bm}, and n* = a·(2·m·d²)/(k·d) — a scalar labels per
+#: unknown (n·k·d labels, 2·m·d² unknowns), b fixed at 1.
+LAW_FORMS = ("power", "exponential", "labels-per-unknown")
+
+
+def _law_x(heads: np.ndarray, form: str, dim: int, length: int) -> np.ndarray:
+    if form == "power":
+        return np.log(heads)
+    if form == "exponential":
+        return heads.astype(float)
+    return np.log(2.0 * heads * dim / length)
+
+
+def _law_fit(heads: np.ndarray, values: np.ndarray, form: str, dim: int = 1, length: int = 1) -> tuple[float, float]:
+    """(a, b) of log n* = log a + b·x by least squares (x: :func:`_law_x`; b = 1 for labels-per-unknown)."""
+    x = _law_x(heads, form, dim, length)
+    if form == "labels-per-unknown":
+        return float(math.exp(np.mean(np.log(values) - x))), 1.0
     b, log_a = np.polyfit(x, np.log(values), 1)
     return float(math.exp(log_a)), float(b)
 
 
 def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = LEVEL, rng=0) -> list[dict]:
-    """Per curve: n* = a·m^b and n* = a·e^{bm} fitted to the uncensored teachers, with bootstrap intervals.
+    """Per curve: the :data:`LAW_FORMS` fitted to the uncensored teachers, with bootstrap intervals.
 
     Least squares on log n* over every uncensored (m, teacher) point; the
     interval resamples teachers within each m.  A curve with a censored
@@ -404,17 +420,17 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
             continue
         heads = np.concatenate([np.full(len(values), heads) for heads, values in finite.items()])
         values = np.concatenate(list(finite.values()))
-        for form in ("power", "exponential"):
-            a, b = _law_fit(heads, values, form)
+        shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
+        for form in LAW_FORMS:
+            a, b = _law_fit(heads, values, form, **shape)
             replicates = []
             for _ in range(resamples):
                 sample = {m: v[generator.integers(len(v), size=len(v))] for m, v in finite.items()}
                 replicates.append(_law_fit(np.concatenate([np.full(len(v), m) for m, v in sample.items()]),
-                                           np.concatenate(list(sample.values())), form))
+                                           np.concatenate(list(sample.values())), form, **shape))
             tail = (1 - level) / 2
             lows, highs = np.quantile(np.array(replicates), [tail, 1 - tail], axis=0)
-            x = np.log(heads) if form == "power" else heads
-            residual = np.log10(values) - np.log10(a) - b * x / math.log(10)
+            residual = np.log10(values) - np.log10(a) - b * _law_x(heads, form, **shape) / math.log(10)
             laws.append({**dict(zip(CURVE_KEYS, group)), "form": form, "a": a, "b": b,
                          "a_low": float(lows[0]), "a_high": float(highs[0]), "b_low": float(lows[1]),
                          "b_high": float(highs[1]), "rms_log10": float(np.sqrt(np.mean(residual ** 2))),
@@ -425,7 +441,8 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
 
 def predict(law: dict, heads: float) -> float:
     """A fitted law's n* at ``heads``."""
-    return law["a"] * (heads ** law["b"] if law["form"] == "power" else math.exp(law["b"] * heads))
+    x = _law_x(np.array([heads], dtype=float), law["form"], law["dim"], law["length"])[0]
+    return float(law["a"] * math.exp(law["b"] * x))
 
 
 # -------------------------------------------------------------------- figure
@@ -442,7 +459,7 @@ def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
 
 
 def _format(value: float, budget: int) -> str:
-    return f"> {budget:g}" if math.isinf(value) else f"{value:.4g}"
+    return (f"> {budget:g}" if budget else "not reached") if math.isinf(value) else f"{value:.4g}"
 
 
 def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] | None = None) -> list[Path]:
@@ -490,7 +507,7 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
             values = [body[m] for m in heads]
             ax.plot([m for m, v in zip(heads, values) if math.isfinite(v)],
                     [v for v in values if math.isfinite(v)], color="black", marker="*", lw=1.2,
-                    label="sculpt-vs-m body: n to span distance ≤ 0.1 (median, 3 teachers)")
+                    label="sculpt-vs-m: the body's n to span distance ≤ 0.1 (median over its teachers)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ticks = sorted({entry["heads"] for entry in table})
@@ -525,6 +542,8 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
          [(p["family"], p["dim"], p["length"], p["learner"], p["output"], p["eps"], p["heads"], p["seed"],
            p["samples"], p[f"{p['output']}_error"], p["success"], p["route"], round(p["fit_seconds"], 2),
            p["refused"] or "") for p in probes]),
+        ("sculpt-vs-m (drawn beside): the body's n to median span distance <= 0.1, random teachers, d = 12, k = 4",
+         ["m", "n"], [(m, _format(n, 0)) for m, n in sorted(body.items())]),
     ]
     return [save_figure(fig, out_dir / "samples-to-eps.png"), write_tables(out_dir / "samples-to-eps.txt", text_tables)]
 
