@@ -167,3 +167,19 @@ def test_quick_sweep_exports_the_search_columns_and_plots(tmp_path):
     assert main(["plot", "samples-to-eps", "--db", str(db), "--out", str(tmp_path / "fig"), "--quiet"]) == 0
     assert (tmp_path / "fig" / "samples-to-eps.png").is_file()
     assert "every probe" in (tmp_path / "fig" / "samples-to-eps.txt").read_text()
+
+
+def test_a_law_fitted_without_an_m_predicts_it_and_a_censored_median_is_not_a_number():
+    from mhalearn.experiments.samples_to_eps import held_out_table
+
+    rows = _rows(lambda m: 20.0 * m ** 1.5, [1, 2, 4, 8, 16])
+    check = next(entry for entry in held_out_table(rows) if entry["heads"] == 16 and entry["form"] == "power")
+    assert check["fitted_on"] == "1,2,4,8" and check["ratio"] == pytest.approx(1.0, abs=0.02)
+    exponential = next(entry for entry in held_out_table(rows) if entry["heads"] == 16
+                       and entry["form"] == "exponential")
+    assert exponential["ratio"] > 1.5  # the wrong form misses the held-out m
+    for row in rows:
+        if row["heads"] == 16:
+            row.update(censored=True, samples_needed=None)
+    check = next(entry for entry in held_out_table(rows) if entry["heads"] == 16 and entry["form"] == "power")
+    assert check["ratio"] is None and math.isinf(check["measured"])

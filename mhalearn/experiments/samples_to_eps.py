@@ -445,6 +445,29 @@ def predict(law: dict, heads: float) -> float:
     return float(law["a"] * math.exp(law["b"] * x))
 
 
+def held_out_table(rows: list[dict], level: float = LEVEL) -> list[dict]:
+    """Per curve, law form and m: the law fitted on every *other* m predicts the median n* at m.
+
+    The check of a law on an m it did not see: ``ratio`` is predicted over
+    the measured median (None when that median is censored, "> budget").
+    A prediction committed before an m was run is this table's entry for
+    that m, computed on the rows that existed then.
+    """
+    out = []
+    for group, cells in group_rows(rows, list(CURVE_KEYS)).items():
+        heads_values = sorted({row["heads"] for row in cells})
+        for heads in heads_values:
+            fitted = {law["form"]: law for law in fit_growth_laws([row for row in cells if row["heads"] != heads],
+                                                                  resamples=200, level=level)}
+            measured = float(np.median([teacher_value(row) for row in cells if row["heads"] == heads]))
+            for form, law in fitted.items():
+                predicted = predict(law, heads)
+                out.append({**dict(zip(CURVE_KEYS, group)), "heads": heads, "form": form, "fitted_on": law["heads"],
+                            "predicted": predicted, "measured": measured,
+                            "ratio": None if math.isinf(measured) else predicted / measured})
+    return out
+
+
 # -------------------------------------------------------------------- figure
 
 def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
@@ -536,6 +559,12 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
            law["form"], f"{law['a']:.4g}", f"[{law['a_low']:.4g}, {law['a_high']:.4g}]", f"{law['b']:.4g}",
            f"[{law['b_low']:.4g}, {law['b_high']:.4g}]", f"{law['rms_log10']:.3f}", law["heads"], law["points"],
            law["censored"]) for law in laws]),
+        ("each law fitted on the other m predicts the median n* at m (ratio = predicted / measured)",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "m", "form", "fitted_on_m", "predicted",
+          "measured", "ratio"],
+         [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"], e["form"],
+           e["fitted_on"], f"{e['predicted']:.4g}", _format(e["measured"], 0),
+           "censored" if e["ratio"] is None else f"{e['ratio']:.3g}") for e in held_out_table(rows)]),
         ("every probe (n on the teacher's stream prefix)",
          ["family", "d", "k", "learner", "output", "eps", "m", "seed", "n", "error", "success", "route",
           "fit_seconds", "refused"],
