@@ -63,7 +63,7 @@ from .._validation import Integer, Options, Real
 from ..attention.model import relative_error
 from ..evaluation import fit_timed, plant_instance
 from ..learners import get_learner
-from ..plotting import group_rows, save_figure, style_for, write_tables
+from ..plotting import group_rows, save_figure, set_grid_ticks, style_for, write_tables
 from ..sparse_variables.growth import bootstrap_median
 from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, _check_table_list
 from .learning import learning_constraints
@@ -471,14 +471,21 @@ def held_out_table(rows: list[dict], level: float = LEVEL) -> list[dict]:
 # -------------------------------------------------------------------- figure
 
 def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
-    """The body's n to span distance ≤ 0.1 per m, from the sculpt-vs-m rows (empty when absent)."""
+    """The body's n to median span distance ≤ 0.1 per m, from the sculpt-vs-m rows (empty when absent).
+
+    An m that never reached it maps to minus the largest n run there ("> that n").
+    """
     if not path.is_file():
         return {}
     from .sculpt_vs_m import samples_to_target
     from .store import ResultStore
 
     with ResultStore(path, readonly=True) as store:
-        return samples_to_target(store.rows("sculpt-vs-m"))
+        rows = store.rows("sculpt-vs-m")
+    needed = samples_to_target(rows)
+    # A censored m is "> the largest n run": returned as minus that n, drawn with a ">".
+    return {heads: value if math.isfinite(value) else -max(row["samples"] for row in rows if row["heads"] == heads)
+            for heads, value in needed.items()}
 
 
 def _format(value: float, budget: int) -> str:
@@ -526,21 +533,23 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
                     if value >= top:
                         ax.scatter([at], [value], marker="$>$", s=60, color=style["color"], zorder=3)
         if family == "random" and (dim, length) == (12, 4) and body:
-            heads = sorted(body)
-            values = [body[m] for m in heads]
-            ax.plot([m for m, v in zip(heads, values) if math.isfinite(v)],
-                    [v for v in values if math.isfinite(v)], color="black", marker="*", lw=1.2,
+            reached = sorted((m, n) for m, n in body.items() if n > 0)
+            ax.plot(*zip(*reached), color="black", marker="*", lw=1.2,
                     label="sculpt-vs-m: the body's n to span distance ≤ 0.1 (median over its teachers)")
+            for m, n in body.items():
+                if n < 0:
+                    ax.scatter([m], [-n], marker="$>$", s=60, color="black", zorder=3)
+                    ax.annotate(f"> {-n:.0e}, refused", (m, -n), textcoords="offset points", xytext=(4, -10),
+                                fontsize=6)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ticks = sorted({entry["heads"] for entry in table})
-        ax.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+        set_grid_ticks(ax, sorted({entry["heads"] for entry in table} | set(body)))
         ax.set_title(f"{family}, d = {dim}, k = {length}", fontsize=9)
         ax.set_xlabel("heads m")
         ax.grid(True, which="major", alpha=0.3)
     axes[0][0].set_ylabel("n* (sequences) to error ≤ ε")
     axes[0][0].legend(fontsize=6)
-    fig.suptitle(f"samples-to-eps: median over teachers of n*, {LEVEL:.0%} bootstrap band; "
+    fig.suptitle(f"samples-to-eps: median over teachers of n*,\n{LEVEL:.0%} bootstrap band; "
                  "> = censored at the budget", fontsize=9)
     laws = fit_growth_laws(rows)
     probes = probe_rows(rows)
@@ -572,7 +581,7 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
            p["samples"], p[f"{p['output']}_error"], p["success"], p["route"], round(p["fit_seconds"], 2),
            p["refused"] or "") for p in probes]),
         ("sculpt-vs-m (drawn beside): the body's n to median span distance <= 0.1, random teachers, d = 12, k = 4",
-         ["m", "n"], [(m, _format(n, 0)) for m, n in sorted(body.items())]),
+         ["m", "n"], [(m, f"{n:g}" if n > 0 else f"> {-n:g} (not reached)") for m, n in sorted(body.items())]),
     ]
     return [save_figure(fig, out_dir / "samples-to-eps.png"), write_tables(out_dir / "samples-to-eps.txt", text_tables)]
 
