@@ -65,9 +65,9 @@ from ..evaluation import fit_timed, plant_instance
 from ..learners import get_learner
 from ..plotting import group_rows, save_figure, set_grid_ticks, style_for, write_tables
 from ..sparse_variables.growth import bootstrap_median
-from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, _check_table_list
+from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
 from .learning import learning_constraints
-from .registry import Experiment, axes_count, expand_grid, register_experiment
+from .registry import Experiment, expand_grid, register_experiment
 
 #: Resolution of a search: n* and the largest failing n below it are within this factor.
 RESOLUTION = 1.25
@@ -82,8 +82,6 @@ OUTPUTS = ("polished", "unpolished")
 #: The body's sculpt-vs-m rows drawn beside the searches (in a source checkout).
 BODY_ROWS = Path(__file__).resolve().parents[2] / "runs" / "sculpt-vs-m" / "sculpt-vs-m.db"
 
-#: Keys shared by every learner of a grid table (a learner's entry may give its own).
-SHARED_FIELDS = ("family", "noise", "seed")
 #: Keys of a learner's entry beyond the shared ones.
 LEARNER_FIELDS = ("learner", "heads", "output", "eps", "budget", "start")
 LEARNER_OPTIONAL = ("resolution", "coarse_seconds", "confirm")
@@ -248,15 +246,6 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
             grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, "confirm": CONFIRM, **shared, **entry, **shape}
             cells += expand_grid(grid, CELL_FIELDS, experiment="samples-to-eps", constraints=constraints)
     return cells
-
-
-def samples_to_eps_count(table: dict) -> int:
-    """The cells of a grid table, counted without expanding it."""
-    shared = {key: table[key] for key in SHARED_FIELDS if key in table}
-    shapes, learners = table.get("shapes"), table.get("learners")
-    if not isinstance(shapes, list) or not isinstance(learners, list):
-        return axes_count(table)
-    return len(shapes) * sum(axes_count({**shared, **entry}) for entry in learners if isinstance(entry, dict))
 
 
 def _refusal(cell: dict, samples: int) -> str:
@@ -590,4 +579,4 @@ register_experiment(Experiment(
     "samples-to-eps",
     "per teacher, the smallest n (searched on nested data) at which each learner reaches error ε, vs m",
     samples_to_eps_cells, run_samples_to_eps_cell, plot_samples_to_eps, checkpoints=True,
-    count=samples_to_eps_count))
+    count=learners_vs_m_count))  # the same table layout: learner entries × shapes × shared axes
