@@ -143,3 +143,40 @@ def test_quick_sweep_keeps_a_row_per_cell_with_routes_and_both_errors(tmp_path):
     paths = get_experiment("learners-vs-m").plot(rows, tmp_path / "figures")
     assert {path.name for path in paths} == {"learners-vs-m.png", "learners-vs-m.txt"}
     assert "routes that produced the unpolished output" in (tmp_path / "figures" / "learners-vs-m.txt").read_text()
+
+
+def test_the_docs_page_states_the_provenance_its_rows_hold():
+    """docs/learners_vs_m.md quotes, for every committed results file, what the rows' own provenance says."""
+    from pathlib import Path
+
+    from mhalearn.experiments.learners_vs_m import provenance_statement
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "learners_vs_m.md").read_text(encoding="utf-8")
+    files = sorted((root / "runs" / "learners-vs-m").glob("*.db"))
+    assert files
+    for path in files:
+        statement = provenance_statement(path, others=files)
+        assert statement in " ".join(page.split()), statement
+    assert "9cdbae9 (their" not in page  # the one-commit claim the rows contradict
+
+
+def test_provenance_statement_names_dirty_trees_and_matches_their_source_to_clean_rows(tmp_path):
+    from mhalearn.experiments.learners_vs_m import provenance_statement
+
+    def provenance(commit, dirty, source):
+        return {"mhalearn": "0.1.0", "source_hash": source, "git_commit": commit, "git_dirty": dirty}
+
+    first, second = tmp_path / "a.db", tmp_path / "b.db"
+    with ResultStore(first) as store:
+        for seed, prov in enumerate([provenance("1" * 40, False, "s1"), provenance("1" * 40, False, "s1"),
+                                     provenance("2" * 40, True, "s1"), provenance("3" * 40, True, "s9")]):
+            store.record("learners-vs-m", {"seed": seed}, {}, provenance=prov)
+    with ResultStore(second) as store:
+        store.record("learners-vs-m", {"seed": 0}, {}, provenance=provenance("4" * 40, True, "s9"))
+        store.record("learners-vs-m", {"seed": 1}, {}, provenance=provenance("5" * 40, False, "s9"))
+    assert provenance_statement(first) == (
+        "`a.db`: 2 by 1111111; 1 by 2222222 with uncommitted changes, package source identical to 1111111's; "
+        "1 by 3333333 with uncommitted changes to a package source no clean commit's rows share (src.s9)")
+    assert "1 by 3333333 with uncommitted changes, package source identical to 5555555's" in provenance_statement(
+        first, others=[second])

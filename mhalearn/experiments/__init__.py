@@ -7,6 +7,7 @@ from . import (
     learners_vs_m,  # noqa: F401  learners-vs-m
     learning,  # noqa: F401  error-vs-samples, heads-dependence
     random_features,  # noqa: F401  random-features (Fu, Guo, Bai & Mei)
+    samples_to_eps,  # noqa: F401  samples-to-eps
     sculpt_vs_m,  # noqa: F401  sculpt-vs-m
     sparse_variables,  # noqa: F401  sparse-variables, -tuning (Edelman, Goel, Kakade & Zhang)
 )

@@ -349,3 +349,26 @@ register_experiment(Experiment(
     "Agreement rows per row from the teacher alone and through the decoder with the true W_sum, over m, k, "
     "tolerance and ||Theta||_F, and the law log rate ~ (m - 1)(k - 1)",
     agreement_rate_cells, run_agreement_rate_cell, plot_agreement_rate))
+
+
+def fresh_teacher_check(rows: list[dict], fresh_rows: list[dict], **law_options) -> list[dict]:
+    """Each law fitted on ``rows`` predicts the rate of fresh teachers' cells (``fresh_rows``, other seeds).
+
+    The out-of-sample check of a law: the fit never saw these teachers
+    (unlike :func:`held_out_prediction`, which leaves out an (m, k) cell of
+    the same teachers).  One entry per law and fresh (m, k): the predicted
+    rate per row, the fresh teachers' median and ``ratio`` = predicted /
+    measured (inf when no fresh teacher found a row).
+    """
+    checks = []
+    for law_name in LAWS:
+        law = agreement_law(rows, law=law_name, **law_options)
+        points = _law_points(fresh_rows, law["tolerance"], law["theta_norm"])
+        for heads, length in sorted({(p[1] + 1, p[2] + 1) for p in points}):
+            measured = [p[3] / p[4] for p in points if (p[1] + 1, p[2] + 1) == (heads, length)]
+            median = float(np.median(measured))
+            predicted = predicted_rate(law, heads, length)
+            checks.append({"law": law_name, "cell": (heads, length), "teachers": len(measured),
+                           "predicted": predicted, "measured_median": median, "measured": measured,
+                           "ratio": predicted / median if median > 0 else math.inf})
+    return checks

@@ -358,3 +358,42 @@ register_experiment(Experiment(
     "learners-vs-m",
     "sculpt, moment and gradient on the same teachers at d > k: samples to reach ε (unpolished and polished) vs m",
     learners_vs_m_cells, run_learners_vs_m_cell, plot_learners_vs_m, count=learners_vs_m_count))
+
+
+def provenance_statement(path, experiment: str = "learners-vs-m", others=()) -> str:
+    """Which code computed the rows of ``experiment`` in the results file ``path``, in one sentence.
+
+    Derived from the rows' own provenance columns (git commit, dirty flag,
+    hash of the package source): rows from a tree with uncommitted changes
+    say so, and whether their package source is byte-identical to the one
+    of rows computed from a clean commit (the same ``source_hash``), so that
+    the page quoting it cannot claim a cleaner provenance than the rows hold.
+    Clean commits are looked for in the rows of ``path`` and of the results
+    files ``others`` too.
+    """
+    from collections import Counter
+
+    from .store import ResultStore
+
+    def provenances(file) -> list[dict]:
+        with ResultStore(file, readonly=True) as store:
+            return [record["provenance"] or {} for record in store.iter_records(experiment)]
+
+    def key(provenance: dict) -> tuple:
+        return provenance.get("git_commit"), bool(provenance.get("git_dirty")), provenance.get("source_hash")
+
+    groups = Counter(map(key, provenances(path)))
+    clean = {source: commit for file in (path, *others) for commit, dirty, source in map(key, provenances(file))
+             if not dirty and commit}
+    parts = []
+    for (commit, dirty, source), count in groups.items():
+        name = (commit or "unknown")[:7]
+        if not dirty:
+            parts.append(f"{count} by {name}")
+        elif source in clean:
+            parts.append(f"{count} by {name} with uncommitted changes, package source identical to "
+                         f"{clean[source][:7]}'s")
+        else:
+            parts.append(f"{count} by {name} with uncommitted changes to a package source no clean commit's "
+                         f"rows share (src.{source})")
+    return f"`{Path(path).name}`: " + "; ".join(parts)

@@ -1,0 +1,582 @@
+"""The ``samples-to-eps`` experiment: per teacher, the smallest n at which a learner reaches error ε.
+
+For each (learner, family, d, k, m, σ, seed, output, ε) a cell searches n*,
+the smallest number of training sequences at which the learner's relative
+test error is ≤ ε (:func:`search_samples_needed`):
+
+- every probe fits the learner on a *prefix* of one stream of ``budget``
+  sequences drawn from the teacher (:func:`~mhalearn.evaluation.plant_instance`
+  at n = ``budget``), so a larger n always holds the data of a smaller one,
+  and every probe is scored on the same fresh test inputs;
+- the first probe is at ``start × m`` (a guess that moves where the bracket
+  starts, not the answer); the search halves or doubles until one n fails
+  and one succeeds, then bisects on log n until they are within
+  ``resolution`` (1.25×), or within 2× once one probe took more than
+  ``coarse_seconds``;
+- a search that fails at ``budget`` is censored: n* > budget, never a number;
+- a probe the learner refuses (too few labels for its unknowns, a moment
+  route beyond the memory budget) counts as a failure, with the reason;
+- a search ends with a probe at ``confirm`` × n* (2×, unless a probe at or
+  above it was made): a larger n that fails after a smaller one succeeded
+  sets ``non_monotone``, and n* stays the bracket's answer.
+
+``output`` says which error is compared with ε: ``"polished"`` — the fitted
+``model_`` (gradient descent's only output) — or ``"unpolished"`` — the span
+learners' ``least_squares_model_`` before the polish.
+
+Each row keeps ``samples_needed`` (n*, None when censored), ``samples_lower``
+(the largest n below n* that failed; 0 when the smallest n tried succeeded),
+``censored``, ``probes``, ``ratio`` (n*/samples_lower, the resolution
+reached), ``non_monotone``, ``route`` (what produced the output at n*, or at
+the last probe when censored: ``"body"``, ``"moment"`` or ``"gradient"``),
+``fit_seconds`` (the learner's fit at n*, or at the last probe) and
+``search_seconds`` (all its probes), and ``probe_log``: every probe as JSON
+(n, both errors, route, fit seconds, why refused).  :func:`probe_rows`
+turns the log into one row per probe; the figure's tables list them.
+
+With ``mhalearn sweep --checkpoints DIR`` every probe is also appended to
+the cell's checkpoint as it ends, and an interrupted search resumes from its
+stored probes (the search is a deterministic function of the probes' outcomes,
+so it retraces its path without refitting).
+
+The figure draws n*(m) per family, one line per (learner, output, ε): the
+median over teachers and its 90 % percentile-bootstrap band, a censored
+teacher counting as "> budget"; the body's ``sculpt-vs-m`` curve (the n at
+which its median span distance reaches 0.1, from the rows in
+:data:`BODY_ROWS`) is drawn on the same axes.  The tables give the searches,
+the probes, and the growth laws n* = a·m^b and n* = a·e^{bm}
+and n* = a·2md/k (a scalar labels per unknown) (:func:`fit_growth_laws`,
+bootstrap over teachers), and the body's curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .._validation import Integer, Options, Real
+from ..attention.model import relative_error
+from ..evaluation import fit_timed, plant_instance
+from ..learners import get_learner
+from ..plotting import group_rows, save_figure, set_grid_ticks, style_for, write_tables
+from ..sparse_variables.growth import bootstrap_median
+from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
+from .learning import learning_constraints
+from .registry import Experiment, expand_grid, register_experiment
+
+#: Resolution of a search: n* and the largest failing n below it are within this factor.
+RESOLUTION = 1.25
+#: Where one probe took longer than ``coarse_seconds``, the search may stop at this factor.
+COARSE_RESOLUTION = 2.0
+#: The closing probe of a search is at this factor × n* (a failure there flags a non-monotone curve).
+CONFIRM = 2.0
+#: Level of the bootstrap intervals over teachers.
+LEVEL = 0.9
+#: Which error is compared with ε.
+OUTPUTS = ("polished", "unpolished")
+#: The body's sculpt-vs-m rows drawn beside the searches (in a source checkout).
+BODY_ROWS = Path(__file__).resolve().parents[2] / "runs" / "sculpt-vs-m" / "sculpt-vs-m.db"
+
+#: Keys of a learner's entry beyond the shared ones.
+LEARNER_FIELDS = ("learner", "heads", "output", "eps", "budget", "start")
+LEARNER_OPTIONAL = ("resolution", "coarse_seconds", "confirm")
+#: The fields of a cell, in the order the axes nest (the last varies fastest).
+CELL_FIELDS = ("learner", "family", "dim", "length", "noise", "heads", "output", "eps", "budget", "start",
+               "resolution", "coarse_seconds", "confirm", "seed")
+#: The columns of an export that a user reads first (every row has them).
+EXPORT_COLUMNS = ("learner", "family", "dim", "length", "heads", "noise", "seed", "eps", "samples_needed",
+                  "samples_lower", "censored", "probes", "route", "fit_seconds")
+
+
+# ------------------------------------------------------------------ the search
+
+@dataclass
+class SampleSearch:
+    """What :func:`search_samples_needed` found.
+
+    Attributes
+    ----------
+    samples_needed : int or None
+        n*: the smallest n found with error ≤ ε (None when censored).
+    samples_lower : int
+        The largest n below n* that failed (0 when the smallest n tried
+        succeeded; ``budget`` when censored).
+    censored : bool
+        The error at ``budget`` is above ε: n* > budget.
+    non_monotone : bool
+        Some n failed above an n that succeeded.
+    probes : list of (n, error, seconds)
+        Every probe, in the order made (probes given in ``known`` that the
+        search used included).
+    """
+
+    samples_needed: int | None
+    samples_lower: int
+    censored: bool
+    non_monotone: bool
+    probes: list = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """n* / samples_lower: the resolution reached (inf when nothing failed or censored)."""
+        if self.samples_needed is None or self.samples_lower <= 0:
+            return math.inf
+        return self.samples_needed / self.samples_lower
+
+
+def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilon: float, *, start: int,
+                          budget: int, minimum: int = 1, resolution: float = RESOLUTION,
+                          coarse_seconds: float | None = None, confirm: float = 0.0,
+                          known: dict | None = None) -> SampleSearch:
+    """The smallest n with ``error_at(n)`` ≤ ε, by bracketing (halving/doubling) and bisection on log n.
+
+    The bracket keeps every failure below every success, so a failure above
+    a success (a non-monotone error curve) can only show on a probe outside
+    it: with ``confirm`` > 1 the search ends with a probe at ``confirm`` × n*
+    (unless one at or above it was made, or it exceeds the budget), and
+    ``non_monotone`` is set when any probe failed above one that succeeded.
+
+    Parameters
+    ----------
+    error_at : callable
+        n ↦ (error, seconds).  An error that is NaN or None counts as a
+        failure (e.g. a learner that refuses n).
+    epsilon : float
+        The target error.
+    start : int
+        The first n probed (clipped to [minimum, budget]).
+    budget : int
+        The largest n probed; failing there censors the search.
+    minimum : int
+        The smallest n probed.
+    resolution : float
+        Bisect until n* / (largest failing n below it) ≤ ``resolution``.
+    coarse_seconds : float, optional
+        Once a probe took longer than this, stop at :data:`COARSE_RESOLUTION`.
+    confirm : float
+        The factor of the closing probe above n* (0: none).
+    known : dict, optional
+        n ↦ (error, seconds) of probes already made (a resumed search): used
+        instead of calling ``error_at``.
+
+    Returns
+    -------
+    SampleSearch
+    """
+    if not (budget >= minimum >= 1 and resolution > 1.0 and epsilon >= 0.0):
+        raise ValueError(f"search: expected budget ≥ minimum ≥ 1, resolution > 1 and ε ≥ 0, received "
+                         f"budget = {budget}, minimum = {minimum}, resolution = {resolution}, ε = {epsilon}")
+    known = dict(known or {})
+    probes = []
+
+    def succeeds(n: int) -> bool:
+        if n not in known:
+            known[n] = tuple(error_at(n))
+        if not any(n == probe[0] for probe in probes):
+            probes.append((n, *known[n]))
+        return _success(known[n][0], epsilon)
+
+    n = min(max(int(start), minimum), budget)
+    lower, needed = 0, None
+    if succeeds(n):
+        needed = n
+        while needed > minimum:
+            smaller = max(minimum, needed // 2)
+            if not succeeds(smaller):
+                lower = smaller
+                break
+            needed = smaller
+    else:
+        lower = n
+        while lower < budget:
+            larger = min(budget, 2 * lower)
+            if succeeds(larger):
+                needed = larger
+                break
+            lower = larger
+    if needed is not None:
+        while lower > 0:
+            slow = coarse_seconds is not None and max(probe[2] for probe in probes) > coarse_seconds
+            if needed / lower <= (max(resolution, COARSE_RESOLUTION) if slow else resolution):
+                break
+            middle = int(round(math.sqrt(lower * needed)))
+            if middle <= lower or middle >= needed:
+                break
+            if succeeds(middle):
+                needed = middle
+            else:
+                lower = middle
+    if needed is not None and confirm and not any(probe[0] >= confirm * needed for probe in probes):
+        check = int(round(confirm * needed))
+        if check <= budget:
+            succeeds(check)
+    successes = [probe[0] for probe in probes if _success(probe[1], epsilon)]
+    failures = [probe[0] for probe in probes if not _success(probe[1], epsilon)]
+    non_monotone = bool(successes and failures and max(failures) > min(successes))
+    return SampleSearch(needed, lower, needed is None, non_monotone, probes)
+
+
+def _success(error, epsilon: float) -> bool:
+    return error is not None and not math.isnan(error) and error <= epsilon
+
+
+# --------------------------------------------------------------------- cells
+
+def samples_to_eps_cells(table: dict) -> list[dict]:
+    """The cells of a grid table: learner entries × shapes × shared axes (family, noise, seed)."""
+    extra = sorted(set(table) - set(SHARED_FIELDS) - {"shapes", "learners"})
+    if extra:
+        raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'shapes', 'learners']} of 'samples-to-eps', "
+                         f"received unknown keys {extra}")
+    shapes = _check_table_list(table, "shapes", ("dim", "length"))
+    learners = _check_table_list(table, "learners", LEARNER_FIELDS, (*LEARNER_OPTIONAL, *SHARED_FIELDS))
+    shared = {key: table[key] for key in SHARED_FIELDS if key in table}
+    constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0)],
+                   "budget": [Integer(1)], "start": [Integer(1)], "resolution": [Real(1.0, low_open=True)],
+                   "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)]}
+    cells = []
+    for entry in learners:
+        get_learner(entry["learner"])
+        for shape in shapes:
+            grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, "confirm": CONFIRM, **shared, **entry, **shape}
+            cells += expand_grid(grid, CELL_FIELDS, experiment="samples-to-eps", constraints=constraints)
+    return cells
+
+
+def _refusal(cell: dict, samples: int) -> str:
+    """Why the learner refuses to fit ``samples`` sequences of the cell's shape ("" when it fits them)."""
+    try:
+        get_learner(cell["learner"])(cell["heads"], **HYPERPARAMETERS.get(cell["learner"], {}))._check_shape(
+            samples, cell["length"], cell["dim"])
+    except ValueError as error:
+        return str(error)
+    return ""
+
+
+def _probe_file(checkpoint_dir) -> Path | None:
+    if checkpoint_dir is None:
+        return None
+    Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    return Path(checkpoint_dir) / "probes.jsonl"
+
+
+def _stored_probes(path: Path | None) -> dict[int, dict]:
+    """The probes a checkpoint holds (a last line cut by a kill is ignored)."""
+    probes = {}
+    if path is not None and path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                probe = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            probes[probe["samples"]] = probe
+    return probes
+
+
+def run_samples_to_eps_cell(cell: dict, checkpoint_dir=None) -> dict:
+    """Search one teacher's n* for the cell's learner, output and ε (probes resumed from ``checkpoint_dir``)."""
+    teacher, X, Y, X_test = plant_instance(heads=cell["heads"], dim=cell["dim"], length=cell["length"],
+                                           samples=cell["budget"], family=cell["family"], noise=cell["noise"],
+                                           seed=cell["seed"])
+    path = _probe_file(checkpoint_dir)
+    details = _stored_probes(path)
+    key = f"{cell['output']}_error"
+
+    def error_at(samples: int) -> tuple[float, float]:
+        refused = _refusal(cell, samples)
+        probe = {"samples": samples, "polished_error": None, "unpolished_error": None, "route": None,
+                 "fit_seconds": 0.0, "refused": refused or None}
+        if not refused:
+            estimator = get_learner(cell["learner"])(cell["heads"], random_state=cell["seed"],
+                                                     **HYPERPARAMETERS.get(cell["learner"], {}))
+            seconds, _ = fit_timed(estimator, X[:samples], Y[:samples])
+            unpolished = getattr(estimator, "least_squares_model_", estimator.model_)
+            probe.update(polished_error=relative_error(estimator.model_, teacher, X_test),
+                         unpolished_error=relative_error(unpolished, teacher, X_test),
+                         route=str(getattr(estimator.report_, "route", "gradient")), fit_seconds=float(seconds))
+        details[samples] = probe
+        if path is not None:
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(probe) + "\n")
+        return _error_or_nan(probe[key]), probe["fit_seconds"]
+
+    known = {samples: (_error_or_nan(probe[key]), probe["fit_seconds"]) for samples, probe in details.items()}
+    search = search_samples_needed(error_at, cell["eps"], start=cell["start"] * cell["heads"],
+                                   budget=cell["budget"], resolution=cell["resolution"],
+                                   coarse_seconds=cell["coarse_seconds"], confirm=cell["confirm"],
+                                   known=known)
+    at = search.samples_needed if search.samples_needed is not None else search.probes[-1][0]
+    log = [details[samples] for samples, *_ in search.probes]
+    return {
+        "samples_needed": search.samples_needed,
+        "samples_lower": search.samples_lower,
+        "censored": search.censored,
+        "probes": len(search.probes),
+        "ratio": None if math.isinf(search.ratio) else search.ratio,
+        "non_monotone": search.non_monotone,
+        "route": details[at]["route"] or "refused",
+        "fit_seconds": details[at]["fit_seconds"],
+        "search_seconds": float(sum(probe["fit_seconds"] for probe in log)),
+        "resumed_probes": sum(samples in known for samples, *_ in search.probes),
+        "probe_log": json.dumps(log),
+    }
+
+
+def _error_or_nan(error) -> float:
+    return math.nan if error is None else float(error)
+
+
+# ----------------------------------------------------------------- summaries
+
+#: Keys of one curve n*(m): everything but m and the teacher.
+CURVE_KEYS = ("family", "dim", "length", "noise", "learner", "output", "eps")
+
+
+def teacher_value(row: dict) -> float:
+    """One teacher's n*: a number, or inf when censored ("> budget")."""
+    return math.inf if row["censored"] else float(row["samples_needed"])
+
+
+def probe_rows(rows: list[dict]) -> list[dict]:
+    """One row per probe of every search: the search's keys, n, errors, route, fit seconds, success."""
+    out = []
+    for row in rows:
+        for probe in json.loads(row["probe_log"]):
+            error = probe[f"{row['output']}_error"]
+            out.append({**{key: row[key] for key in (*CURVE_KEYS, "heads", "seed")}, **probe,
+                        "success": error is not None and error <= row["eps"]})
+    return out
+
+
+def samples_needed_table(rows: list[dict], level: float = LEVEL) -> list[dict]:
+    """Per curve and m: teachers, censored, median n* over teachers and its bootstrap interval."""
+    summary = []
+    for group, cells in group_rows(rows, [*CURVE_KEYS, "heads"]).items():
+        values = [teacher_value(row) for row in cells]
+        median, low, high = bootstrap_median(values, level=level)
+        ratios = [row["ratio"] for row in cells if row.get("ratio") is not None]
+        summary.append({**dict(zip([*CURVE_KEYS, "heads"], group)), "teachers": len(cells),
+                        "censored": sum(map(math.isinf, values)), "budget": max(row["budget"] for row in cells),
+                        "median": median, "low": low, "high": high,
+                        "resolved_1_5": sum(ratio <= 1.5 for ratio in ratios),
+                        "non_monotone": sum(bool(row["non_monotone"]) for row in cells)})
+    return summary
+
+
+#: The growth laws fitted: n* = a·m^b, n* = a·e^{bm}, and n* = a·(2·m·d²)/(k·d) — a scalar labels per
+#: unknown (n·k·d labels, 2·m·d² unknowns), b fixed at 1.
+LAW_FORMS = ("power", "exponential", "labels-per-unknown")
+
+
+def _law_x(heads: np.ndarray, form: str, dim: int, length: int) -> np.ndarray:
+    if form == "power":
+        return np.log(heads)
+    if form == "exponential":
+        return heads.astype(float)
+    return np.log(2.0 * heads * dim / length)
+
+
+def _law_fit(heads: np.ndarray, values: np.ndarray, form: str, dim: int = 1, length: int = 1) -> tuple[float, float]:
+    """(a, b) of log n* = log a + b·x by least squares (x: :func:`_law_x`; b = 1 for labels-per-unknown)."""
+    x = _law_x(heads, form, dim, length)
+    if form == "labels-per-unknown":
+        return float(math.exp(np.mean(np.log(values) - x))), 1.0
+    b, log_a = np.polyfit(x, np.log(values), 1)
+    return float(math.exp(log_a)), float(b)
+
+
+def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = LEVEL, rng=0) -> list[dict]:
+    """Per curve: the :data:`LAW_FORMS` fitted to the uncensored teachers, with bootstrap intervals.
+
+    Least squares on log n* over every uncensored (m, teacher) point; the
+    interval resamples teachers within each m.  A curve with a censored
+    teacher says so (``censored``): its law rests on the others and is a
+    lower bound there.  Also the residual spread (RMS of log₁₀ n*) of each form.
+    """
+    generator = np.random.default_rng(rng)
+    laws = []
+    for group, cells in group_rows(rows, list(CURVE_KEYS)).items():
+        by_m = {heads: np.array([teacher_value(row) for row in mine])
+                for (heads,), mine in group_rows(cells, ["heads"]).items()}
+        finite = {heads: values[np.isfinite(values)] for heads, values in by_m.items()}
+        finite = {heads: values for heads, values in finite.items() if len(values)}
+        if len(finite) < 2:
+            continue
+        heads = np.concatenate([np.full(len(values), heads) for heads, values in finite.items()])
+        values = np.concatenate(list(finite.values()))
+        shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
+        for form in LAW_FORMS:
+            a, b = _law_fit(heads, values, form, **shape)
+            replicates = []
+            for _ in range(resamples):
+                sample = {m: v[generator.integers(len(v), size=len(v))] for m, v in finite.items()}
+                replicates.append(_law_fit(np.concatenate([np.full(len(v), m) for m, v in sample.items()]),
+                                           np.concatenate(list(sample.values())), form, **shape))
+            tail = (1 - level) / 2
+            lows, highs = np.quantile(np.array(replicates), [tail, 1 - tail], axis=0)
+            residual = np.log10(values) - np.log10(a) - b * _law_x(heads, form, **shape) / math.log(10)
+            laws.append({**dict(zip(CURVE_KEYS, group)), "form": form, "a": a, "b": b,
+                         "a_low": float(lows[0]), "a_high": float(highs[0]), "b_low": float(lows[1]),
+                         "b_high": float(highs[1]), "rms_log10": float(np.sqrt(np.mean(residual ** 2))),
+                         "heads": ",".join(str(m) for m in sorted(finite)), "points": int(len(values)),
+                         "censored": int(sum(np.isinf(v).sum() for v in by_m.values()))})
+    return laws
+
+
+def predict(law: dict, heads: float) -> float:
+    """A fitted law's n* at ``heads``."""
+    x = _law_x(np.array([heads], dtype=float), law["form"], law["dim"], law["length"])[0]
+    return float(law["a"] * math.exp(law["b"] * x))
+
+
+def held_out_table(rows: list[dict], level: float = LEVEL) -> list[dict]:
+    """Per curve, law form and m: the law fitted on every *other* m predicts the median n* at m.
+
+    The check of a law on an m it did not see: ``ratio`` is predicted over
+    the measured median (None when that median is censored, "> budget").
+    A prediction committed before an m was run is this table's entry for
+    that m, computed on the rows that existed then.
+    """
+    out = []
+    for group, cells in group_rows(rows, list(CURVE_KEYS)).items():
+        heads_values = sorted({row["heads"] for row in cells})
+        for heads in heads_values:
+            fitted = {law["form"]: law for law in fit_growth_laws([row for row in cells if row["heads"] != heads],
+                                                                  resamples=200, level=level)}
+            measured = float(np.median([teacher_value(row) for row in cells if row["heads"] == heads]))
+            for form, law in fitted.items():
+                predicted = predict(law, heads)
+                out.append({**dict(zip(CURVE_KEYS, group)), "heads": heads, "form": form, "fitted_on": law["heads"],
+                            "predicted": predicted, "measured": measured,
+                            "ratio": None if math.isinf(measured) else predicted / measured})
+    return out
+
+
+# -------------------------------------------------------------------- figure
+
+def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
+    """The body's n to median span distance ≤ 0.1 per m, from the sculpt-vs-m rows (empty when absent).
+
+    An m that never reached it maps to minus the largest n run there ("> that n").
+    """
+    if not path.is_file():
+        return {}
+    from .sculpt_vs_m import samples_to_target
+    from .store import ResultStore
+
+    with ResultStore(path, readonly=True) as store:
+        rows = store.rows("sculpt-vs-m")
+    needed = samples_to_target(rows)
+    # A censored m is "> the largest n run": returned as minus that n, drawn with a ">".
+    return {heads: value if math.isfinite(value) else -max(row["samples"] for row in rows if row["heads"] == heads)
+            for heads, value in needed.items()}
+
+
+def _format(value: float, budget: int) -> str:
+    return (f"> {budget:g}" if budget else "not reached") if math.isinf(value) else f"{value:.4g}"
+
+
+def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] | None = None) -> list[Path]:
+    """n*(m): one panel per (family, shape), one line per (learner, output, ε), 90 % bands over teachers.
+
+    A censored median or band end is drawn at 2× the budget with a ">".
+    The body's ``sculpt-vs-m`` curve (``body``, default from
+    :data:`BODY_ROWS`) is drawn in black on the random teachers' panels of
+    its shape (d = 12, k = 4).  Writes ``samples-to-eps.png`` and
+    ``samples-to-eps.txt`` (searches, laws, probes).
+    """
+    if not rows:
+        raise ValueError("rows: expected stored results of samples-to-eps, received none (run the sweep first)")
+    body = _body_curve() if body is None else body
+    out_dir = Path(out_dir)
+    table = samples_needed_table(rows)
+    panels = sorted({(row["family"], row["dim"], row["length"]) for row in rows},
+                    key=lambda panel: (panel[0] != "random", panel))
+    curves = sorted({tuple(entry[key] for key in ("learner", "output", "eps")) for entry in table},
+                    key=lambda curve: (LEARNER_ORDER.index(curve[0]) if curve[0] in LEARNER_ORDER else 9, curve))
+    names = [f"{learner} {output} ε={eps:g}" for learner, output, eps in curves]
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False, sharey=True,
+                             layout="constrained")
+    for (family, dim, length), ax in zip(panels, axes[0]):
+        for curve, name in zip(curves, names):
+            entries = [entry for entry in table if (entry["family"], entry["dim"], entry["length"]) == (
+                family, dim, length) and tuple(entry[key] for key in ("learner", "output", "eps")) == curve]
+            for noise in sorted({entry["noise"] for entry in entries}):
+                mine = [entry for entry in entries if entry["noise"] == noise]
+                style = style_for(name, names)
+                x = np.array([entry["heads"] for entry in mine], dtype=float)
+                ceiling = np.array([2.0 * entry["budget"] for entry in mine])
+                median, low, high = (np.minimum([entry[end] for entry in mine], ceiling)
+                                     for end in ("median", "low", "high"))
+                ax.plot(x, median, color=style["color"], marker=style["marker"], ms=4,
+                        linestyle="-" if noise == 0 else "--", label=f"{name}" + (f", σ = {noise:g}" if noise else ""))
+                ax.fill_between(x, low, high, color=style["color"], alpha=0.18, lw=0)
+                for at, value, top in zip(x, median, ceiling):
+                    if value >= top:
+                        ax.scatter([at], [value], marker="$>$", s=60, color=style["color"], zorder=3)
+        if family == "random" and (dim, length) == (12, 4) and body:
+            reached = sorted((m, n) for m, n in body.items() if n > 0)
+            ax.plot(*zip(*reached), color="black", marker="*", lw=1.2,
+                    label="sculpt-vs-m: the body's n to span distance ≤ 0.1 (median over its teachers)")
+            for m, n in body.items():
+                if n < 0:
+                    ax.scatter([m], [-n], marker="$>$", s=60, color="black", zorder=3)
+                    ax.annotate(f"> {-n:.0e}, refused", (m, -n), textcoords="offset points", xytext=(4, -10),
+                                fontsize=6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        set_grid_ticks(ax, sorted({entry["heads"] for entry in table} | set(body)))
+        ax.set_title(f"{family}, d = {dim}, k = {length}", fontsize=9)
+        ax.set_xlabel("heads m")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("n* (sequences) to error ≤ ε")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(f"samples-to-eps: median over teachers of n*,\n{LEVEL:.0%} bootstrap band; "
+                 "> = censored at the budget", fontsize=9)
+    laws = fit_growth_laws(rows)
+    probes = probe_rows(rows)
+    text_tables = [
+        (f"n* = smallest n with relative test error <= eps: median over teachers [{LEVEL:.0%} bootstrap interval]; "
+         "censored teachers count as > budget; resolved = searches with n*/samples_lower <= 1.5",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "m", "teachers", "censored", "resolved",
+          "non_monotone", "median_n*", "interval"],
+         [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"],
+           e["teachers"], e["censored"], e["resolved_1_5"], e["non_monotone"], _format(e["median"], e["budget"]),
+           f"[{_format(e['low'], e['budget'])}, {_format(e['high'], e['budget'])}]") for e in table]),
+        (f"growth laws fitted to uncensored n* (least squares on log n*), {LEVEL:.0%} bootstrap over teachers",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "form", "a", "a_interval", "b", "b_interval",
+          "rms_log10", "m", "points", "censored"],
+         [(law["family"], law["dim"], law["length"], law["noise"], law["learner"], law["output"], law["eps"],
+           law["form"], f"{law['a']:.4g}", f"[{law['a_low']:.4g}, {law['a_high']:.4g}]", f"{law['b']:.4g}",
+           f"[{law['b_low']:.4g}, {law['b_high']:.4g}]", f"{law['rms_log10']:.3f}", law["heads"], law["points"],
+           law["censored"]) for law in laws]),
+        ("each law fitted on the other m predicts the median n* at m (ratio = predicted / measured)",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "m", "form", "fitted_on_m", "predicted",
+          "measured", "ratio"],
+         [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"], e["form"],
+           e["fitted_on"], f"{e['predicted']:.4g}", _format(e["measured"], 0),
+           "censored" if e["ratio"] is None else f"{e['ratio']:.3g}") for e in held_out_table(rows)]),
+        ("every probe (n on the teacher's stream prefix)",
+         ["family", "d", "k", "learner", "output", "eps", "m", "seed", "n", "error", "success", "route",
+          "fit_seconds", "refused"],
+         [(p["family"], p["dim"], p["length"], p["learner"], p["output"], p["eps"], p["heads"], p["seed"],
+           p["samples"], p[f"{p['output']}_error"], p["success"], p["route"], round(p["fit_seconds"], 2),
+           p["refused"] or "") for p in probes]),
+        ("sculpt-vs-m (drawn beside): the body's n to median span distance <= 0.1, random teachers, d = 12, k = 4",
+         ["m", "n"], [(m, f"{n:g}" if n > 0 else f"> {-n:g} (not reached)") for m, n in sorted(body.items())]),
+    ]
+    return [save_figure(fig, out_dir / "samples-to-eps.png"), write_tables(out_dir / "samples-to-eps.txt", text_tables)]
+
+
+register_experiment(Experiment(
+    "samples-to-eps",
+    "per teacher, the smallest n (searched on nested data) at which each learner reaches error ε, vs m",
+    samples_to_eps_cells, run_samples_to_eps_cell, plot_samples_to_eps, checkpoints=True,
+    count=learners_vs_m_count))  # the same table layout: learner entries × shapes × shared axes

@@ -1,0 +1,15 @@
+"""Both agreement-rate laws, fitted on runs/agreement-rate.db, against fresh teachers' rates.
+
+    python runs/agreement-rate-fresh/check.py        (from the repository root)
+"""
+from mhalearn.experiments.agreement_rate import fresh_teacher_check
+from mhalearn.experiments.store import ResultStore
+
+with ResultStore("runs/agreement-rate.db", readonly=True) as store:
+    fitted = store.rows("agreement-rate")
+with ResultStore("runs/agreement-rate-fresh/agreement-rate-fresh.db", readonly=True) as store:
+    fresh = store.rows("agreement-rate")
+print("law       (m, k)  teachers  predicted   measured median  predicted/measured  (tolerance 0.1, rates per row)")
+for check in fresh_teacher_check(fitted, fresh):
+    print(f"{check['law']:<9} {str(check['cell']):<7} {check['teachers']:>8}  {check['predicted']:.3g}  "
+          f"{check['measured_median']:>15.3g}  {check['ratio']:>18.3g}")
