@@ -21,14 +21,15 @@ PAGE = ROOT / "docs" / "chen_li.md"
 
 def report_commands(text: str) -> list[tuple[str, str, str]]:
     """(section heading, command, section text) for every bench ``--report`` or ``--curve`` command in a code
-    block: both print tables from the committed rows."""
+    block, and every script under ``runs/`` beside its rows: all print tables from the committed rows."""
     commands = []
     for section in re.split(r"^(?=##+ )", text, flags=re.MULTILINE):
         heading = section.splitlines()[0] if section else ""
         for block in re.findall(r"^```\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL):
             for line in block.replace("\\\n", " ").splitlines():  # a command may go on after a backslash
                 command = line.split("#")[0].strip()
-                if command.startswith("python bench/") and {"--report", "--curve"} & set(shlex.split(command)):
+                if (command.startswith("python bench/") and {"--report", "--curve"} & set(shlex.split(command))
+                        or command.startswith("python runs/")):  # a script beside its rows reads them only
                     commands.append((heading, command, section))
     return commands
 

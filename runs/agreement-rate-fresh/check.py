@@ -1,4 +1,4 @@
-"""Both agreement-rate laws, fitted on runs/agreement-rate.db, against fresh teachers' rates.
+"""Both agreement-rate laws, fitted on runs/agreement-rate.db, against fresh teachers' rates (τ = 0.1, rows per row).
 
     python runs/agreement-rate-fresh/check.py        (from the repository root)
 """
@@ -9,7 +9,8 @@ with ResultStore("runs/agreement-rate.db", readonly=True) as store:
     fitted = store.rows("agreement-rate")
 with ResultStore("runs/agreement-rate-fresh/agreement-rate-fresh.db", readonly=True) as store:
     fresh = store.rows("agreement-rate")
-print("law       (m, k)  teachers  predicted   measured median  predicted/measured  (tolerance 0.1, rates per row)")
+print("| law | (m, k) | fresh teachers | predicted rate | measured median | predicted / measured |")
+print("| --- | --- | --- | --- | --- | --- |")
 for check in fresh_teacher_check(fitted, fresh):
-    print(f"{check['law']:<9} {str(check['cell']):<7} {check['teachers']:>8}  {check['predicted']:.3g}  "
-          f"{check['measured_median']:>15.3g}  {check['ratio']:>18.3g}")
+    print(f"| {check['law']} | {check['cell']} | {check['teachers']} | {check['predicted']:.3g} | "
+          f"{check['measured_median']:.3g} | {check['ratio']:.3g} |")
