@@ -32,35 +32,39 @@ def test_every_block_names_a_dask_streams_fingerprint():
 
 
 @pytest.mark.parametrize("edit", ["named", "zarr"])
-def test_a_fit_on_data_changed_in_middle_blocks_is_the_fresh_fit(tmp_path, edit):
+def test_a_fit_on_data_changed_in_middle_blocks_is_the_fresh_fit(tmp_path, monkeypatch, edit):
     # Eight blocks, blocks 5 and 6 changed under the same Dask names (explicit names; a zarr store
-    # edited in place): the rerun computes every phase again and gives the fresh fit's bits.
+    # edited in place), past the in-memory sample of phases 5–6 and with the same units (their
+    # sequences negated: (−X, −Y) is a sample of the same teacher): the rerun computes every phase
+    # again and gives the fresh fit's bits.
     import dask.array as da
 
-    teacher, other = mhalearn.sample_teacher(HEADS, DIM, rng=4), mhalearn.sample_teacher(HEADS, DIM, rng=9)
-    X, Y = mhalearn.make_dataset(teacher, 8 * 1000, LENGTH, rng=5)
-    X[5000:7000], Y[5000:7000] = mhalearn.make_dataset(other, 2000, LENGTH, rng=6)
+    from mhalearn.learners import dask_data
+
+    monkeypatch.setattr(dask_data.in_memory_sample, "__defaults__", (2000, 1000))  # blocks 0–2 of 1000
+    block = 1000
+    X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=4), 8 * block, LENGTH, rng=5)
     if edit == "zarr":
         import zarr
 
         store = tmp_path / "data.zarr"
         for name, array in (("X", X), ("Y", Y)):
-            zarr.create_array(str(store), name=name, data=array, chunks=(1000, LENGTH, DIM))
+            zarr.create_array(str(store), name=name, data=array, chunks=(block, LENGTH, DIM))
 
         def lazy():
             return mhalearn.load_dataset(store)
     else:
         def lazy():
-            return (da.from_array(X, chunks=(1000, -1, -1), name="x"), da.from_array(Y, chunks=(1000, -1, -1),
-                                                                                       name="y"))
+            return (da.from_array(X, chunks=(block, -1, -1), name="x"),
+                    da.from_array(Y, chunks=(block, -1, -1), name="y"))
     learner = dict(checkpoint=tmp_path / "kept", **SMALL)
     mhalearn.SculptLearner(HEADS, **learner).fit(*lazy())
-    changed, source = mhalearn.make_dataset(teacher, 2000, LENGTH, rng=7)
     if edit == "zarr":
-        zarr.open_array(str(store), path="X")[5000:7000] = changed
-        zarr.open_array(str(store), path="Y")[5000:7000] = source
+        for name, array in zip("XY", (X, Y)):
+            zarr.open_array(str(store), path=name)[5 * block:7 * block] = -array[5 * block:7 * block]
     else:
-        X[5000:7000], Y[5000:7000] = changed, source
+        X[5 * block:7 * block] *= -1
+        Y[5 * block:7 * block] *= -1
     resumed = mhalearn.SculptLearner(HEADS, **learner).fit(*lazy())
     assert resumed.report_.resumed == ()
     _same_fit(resumed, mhalearn.SculptLearner(HEADS, **SMALL).fit(*lazy()))
