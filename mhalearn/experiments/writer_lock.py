@@ -97,7 +97,10 @@ class WriterLock:
         except OSError as error:  # a full disk, a file-size limit: no empty lock is left behind
             if created:
                 self.path.unlink(missing_ok=True)
-            handle.close()
+            try:
+                handle.close()  # flushes the buffer the write left again, and fails as it did
+            except OSError:
+                pass
             raise ValueError(f"db: cannot write the lock file {str(self.path)!r}: {self._why(error)}; "
                              "nothing was computed") from None
         self._handle = handle
