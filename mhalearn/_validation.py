@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from ._files import check_output_directory, check_output_file  # noqa: F401  (re-exported)
+from ._memory import check_memory
 
 
 def check_dense(value, name: str) -> None:
@@ -42,6 +43,11 @@ def as_float_array(value, name: str, ndim: int, finite: bool = True) -> np.ndarr
         raise ValueError(f"{name}: expected real values, received dtype {array.dtype}")
     if array.ndim != ndim:
         raise ValueError(f"{name}: expected an array of rank {ndim}, received shape {array.shape}")
+    if not (array.dtype == np.float64 and array.flags.c_contiguous):
+        # A copy: of another dtype or layout, or of a broadcast view that holds far fewer bytes than it shows.
+        check_memory(8 * array.size, name, f"a float64 copy of the {array.dtype} array of shape {array.shape}"
+                     f"{' (a broadcast view)' if 0 in array.strides and array.size > 1 else ''}",
+                     lower=f"the size of {name}")
     array = np.ascontiguousarray(array, dtype=np.float64)
     if finite and not _numba_checks().all_finite(array.reshape(-1)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
