@@ -105,6 +105,10 @@ def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_no
     if flat.dtype == np.bool_:
         flat = flat.view(np.uint8)
     if not _numba_checks().all_plus_minus_one(flat):
+        if np.issubdtype(flat.dtype, np.floating) and not _numba_checks().all_finite(flat):
+            # NaN or ±inf is a damaged input, not a non-Boolean one that allow_non_boolean would accept.
+            bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
+            raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
         hint = f" (pass {opt_in} to opt in)" if opt_in else ""
         raise ValueError(
             f"{name}: expected Boolean entries in {{-1, +1}}, received values such as "
@@ -154,12 +158,18 @@ def registered(registry: dict, name: str, kind: str):
     return registry[check_choice(name, kind, registry)]
 
 
-def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
-    """Raise when there are fewer scalar equations than unknowns."""
-    if samples < unknowns:
-        raise ValueError(
-            f"{name}: expected at least {unknowns} scalar labels for the {unknowns} unknowns, received {samples}"
-        )
+def check_enough_samples(samples: int, unknowns: int, name: str = "X", *, heads: int | None = None,
+                         dim: int | None = None) -> None:
+    """Raise when there are fewer scalar equations than unknowns; given the layer's ``heads`` and ``dim``,
+    the message starts with ``heads`` and says what the unknowns are."""
+    if samples >= unknowns:
+        return
+    if heads is None:
+        raise ValueError(f"{name}: expected at least {unknowns} scalar labels for the {unknowns} unknowns, "
+                         f"received {samples}")
+    raise ValueError(f"heads: {heads} heads of {dim} × {dim} matrices have {unknowns:,} unknowns (Θ_i and W_i), more "
+                     f"than the {samples:,} scalar labels of {name}'s training sequences; lower heads or fit more "
+                     f"sequences")
 
 
 def as_generator(rng) -> np.random.Generator:

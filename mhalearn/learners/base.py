@@ -143,7 +143,8 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         n_val = self._validation_size(samples)
         if samples - n_val < 1:
             raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {samples}")
-        check_enough_samples((samples - n_val) * length * dim, 2 * self.heads * dim * dim)
+        check_enough_samples((samples - n_val) * length * dim, 2 * self.heads * dim * dim, heads=self.heads,
+                             dim=dim)
         check_attention_memory(self.heads, length, dim)
 
     def _validation_size(self, samples: int) -> int:
