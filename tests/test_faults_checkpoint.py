@@ -34,9 +34,9 @@ def test_every_block_names_a_dask_streams_fingerprint():
 @pytest.mark.parametrize("edit", ["named", "zarr"])
 def test_a_fit_on_data_changed_in_middle_blocks_is_the_fresh_fit(tmp_path, monkeypatch, edit):
     # Eight blocks, blocks 5 and 6 changed under the same Dask names (explicit names; a zarr store
-    # edited in place), past the in-memory sample of phases 5–6 and with the same units (their
-    # sequences negated: (−X, −Y) is a sample of the same teacher): the rerun computes every phase
-    # again and gives the fresh fit's bits.
+    # edited in place), past the in-memory sample of phases 5–6 and with the same units (their labels
+    # negated, which keeps every square): the rerun computes every phase again and gives the fresh
+    # fit's bits, whose body differs from the old data's.
     import dask.array as da
 
     from mhalearn.learners import dask_data
@@ -58,16 +58,18 @@ def test_a_fit_on_data_changed_in_middle_blocks_is_the_fresh_fit(tmp_path, monke
             return (da.from_array(X, chunks=(block, -1, -1), name="x"),
                     da.from_array(Y, chunks=(block, -1, -1), name="y"))
     learner = dict(checkpoint=tmp_path / "kept", **SMALL)
-    mhalearn.SculptLearner(HEADS, **learner).fit(*lazy())
+    old = mhalearn.SculptLearner(HEADS, **learner).fit(*lazy())
     if edit == "zarr":
-        for name, array in zip("XY", (X, Y)):
-            zarr.open_array(str(store), path=name)[5 * block:7 * block] = -array[5 * block:7 * block]
+        zarr.open_array(str(store), path="Y")[5 * block:7 * block] = -Y[5 * block:7 * block]
     else:
-        X[5 * block:7 * block] *= -1
         Y[5 * block:7 * block] *= -1
     resumed = mhalearn.SculptLearner(HEADS, **learner).fit(*lazy())
+    fresh = mhalearn.SculptLearner(HEADS, **SMALL).fit(*lazy())
     assert resumed.report_.resumed == ()
-    _same_fit(resumed, mhalearn.SculptLearner(HEADS, **SMALL).fit(*lazy()))
+    _same_fit(resumed, fresh)
+    # The body's phases read every block: theirs are this data's, not the old data's.
+    np.testing.assert_array_equal(resumed.report_.refined_sum.w_sum, fresh.report_.refined_sum.w_sum)
+    assert not np.array_equal(fresh.report_.refined_sum.w_sum, old.report_.refined_sum.w_sum)
 
 
 def test_npy_shards_loaded_again_resume_every_phase(tmp_path):

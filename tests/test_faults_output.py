@@ -5,7 +5,6 @@ FIFO or a folder put at the output path) while the fit ran, a demo under a
 file-size limit, a sweep on a full disk.
 """
 
-import errno
 import os
 import resource
 import subprocess
@@ -14,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from test_faults_io import full_disk_lock
 from toy_experiments import toy_experiment
 
 import mhalearn
@@ -77,25 +77,7 @@ def test_a_demo_under_a_file_size_limit_below_its_figure_is_refused_before_the_f
 
 def test_a_sweep_on_a_full_disk_says_so_in_one_line(tmp_path, toy, monkeypatch, capsys):
     # On a full disk the lock file opens, and its first bytes fail at the flush and again at the close.
-    import mhalearn.experiments.writer_lock as writer_lock
-
-    class FullDisk:
-        def __init__(self, handle):
-            self._handle = handle
-
-        def __getattr__(self, name):
-            return getattr(self._handle, name)
-
-        def flush(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        def close(self):
-            self._handle.close()
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-    real_open = open
-    monkeypatch.setattr(writer_lock, "open", lambda path, *args, **kwargs: FullDisk(real_open(path, *args, **kwargs)),
-                        raising=False)
+    full_disk_lock(monkeypatch)
     code = main(["sweep", TOY, "--db", str(tmp_path / "results.db"), "--quiet", "--workers", "1"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "the disk is full" in err, err

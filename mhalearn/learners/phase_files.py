@@ -13,7 +13,8 @@ saying what is wrong:
 - a BLAKE2b checksum of the header and of every array's bytes, dtype and
   shape, so an edited number or a ``None`` written over an array is found;
 - every array's dtype and shape against the header's;
-- every dataclass's fields: the names of the class, and each value of the
+- every dataclass's fields (those its ``__init__`` takes: ``init=False``
+  fields are caches, left to be rebuilt): the names of the class, and each value of the
   type its annotation names (``np.ndarray``, ``float``, ``int``, ``str``,
   ``X | None``, nested classes);
 - finite values: the non-finite numbers and arrays of the file are the ones
@@ -142,7 +143,7 @@ def _encode(value, arrays: list, nonfinite: list, where: str):
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"dataclass": _class_name(type(value)),
                 "fields": {item.name: _encode(getattr(value, item.name), arrays, nonfinite, f"{where}.{item.name}")
-                           for item in dataclasses.fields(value)}}
+                           for item in _kept_fields(type(value))}}
     raise TypeError(f"{where}: a {type(value).__name__} cannot be kept in a phase file")
 
 
@@ -197,7 +198,7 @@ def _mhalearn_class(name: str, base: type | None) -> type:
 def _rebuilt(cls: type, fields: dict, arrays: list, nonfinite: list, where: str):
     """An instance of dataclass ``cls`` with these fields, each checked against its annotation (no
     ``__init__`` or ``__post_init__`` runs)."""
-    names = [item.name for item in dataclasses.fields(cls)]
+    names = [item.name for item in _kept_fields(cls)]
     if sorted(fields) != sorted(names):
         raise BadPhaseFile(f"{where}: fields {sorted(fields)}, not {cls.__name__}'s {sorted(names)}")
     hints = typing.get_type_hints(cls)
@@ -208,7 +209,17 @@ def _rebuilt(cls: type, fields: dict, arrays: list, nonfinite: list, where: str)
             raise BadPhaseFile(f"{where}.{name}: a {type(value).__name__}, where {cls.__name__} holds "
                                f"{hints.get(name)}")
         object.__setattr__(instance, name, value)
+    for item in dataclasses.fields(cls):
+        if not item.init:  # a cache, rebuilt on demand as in a new instance
+            object.__setattr__(instance, item.name, item.default if item.default_factory is dataclasses.MISSING
+                               else item.default_factory())
     return instance
+
+
+def _kept_fields(cls: type) -> list:
+    """The fields of dataclass ``cls`` a phase file keeps: those its ``__init__`` takes (``init=False``
+    fields are caches that a new instance builds on demand)."""
+    return [item for item in dataclasses.fields(cls) if item.init]
 
 
 def _matches(value, hint) -> bool:
