@@ -27,9 +27,7 @@ This module holds the entry point :func:`main` and the exit statuses;
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 import warnings
 from typing import Sequence
 
@@ -59,10 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = None
-    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
-        # Over a file-size limit (ulimit -f) a write then fails with EFBIG, which the command reports
-        # (keeping a finished model or figure elsewhere), instead of the signal killing the process.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         parser = build_parser(learner_requested(argv))
         args = parser.parse_args(argv)

@@ -16,7 +16,7 @@ the in-memory sample the moment route reads, m, the body's settings,
 ``span_route`` and the generator's state at the start of the phases (so
 ``random_state`` must be fixed for a rerun to find it).  The fingerprint
 covers the data's values, whatever their Dask names: in-memory arrays are
-hashed whole, and a Dask dataset by a BLAKE2b digest of every block, taken
+hashed whole, and a Dask dataset by a SHA-256 digest of every block, taken
 in the pass that checks its values and measures its units before phase 1
 (:func:`~mhalearn.learners.dask_data.dask_statistics`).  So a fit on data
 changed in any block, under the same names (``da.from_array(...,

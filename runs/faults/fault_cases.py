@@ -49,12 +49,12 @@ FIT = textwrap.dedent("""
         f = phase_file(phase)
         if f.endswith(".pickle"):
             kept = pickle.load(open(f, "rb")); change(kept)
-        with open(f, "wb") as handle: pickle.dump(kept, handle)
+            with open(f, "wb") as handle: pickle.dump(kept, handle)
         else:
             from mhalearn.learners.phase_files import read_kept, write_kept
             old = dict(np.load(f))["checksum"]
             kept = read_kept(f); change(kept)
-        with open(f, "wb") as handle: write_kept(handle, kept)
+            with open(f, "wb") as handle: write_kept(handle, kept)
             np.savez(f, **{**dict(np.load(f)), "checksum": old})
     fresh = mhalearn.SculptLearner(2, **SMALL).fit(X, Y)
     fit()
@@ -277,7 +277,8 @@ def main() -> None:
     parser.add_argument("--code", required=True, help="the code tree to run (its PYTHONPATH)")
     parser.add_argument("--label", required=True, help="the name of this run in the rows, e.g. before, after")
     parser.add_argument("--rows", type=Path, default=Path(__file__).with_name("rows.jsonl"))
-    parser.add_argument("--only", default=None, help="run the cases whose name holds this text")
+    parser.add_argument("--only", action="append", default=None,
+                        help="run the cases whose name holds this text (repeatable)")
     args = parser.parse_args()
     commit = subprocess.run(["git", "-C", args.code, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -285,7 +286,7 @@ def main() -> None:
            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     counts: dict = {}
     for family, name, kind, payload, timeout, judge in cases(os.geteuid() == 0):
-        if args.only and args.only not in name:
+        if args.only and not any(text in name for text in args.only):
             continue
         with tempfile.TemporaryDirectory() as folder:
             start = time.perf_counter()
