@@ -25,13 +25,13 @@ def test_the_attention_scratch_of_long_sequences_is_refused_before_planting(monk
     code = main(["learn", "--learner", "gradient", "-m", "1", "-d", "4", "-k", "100000", "-n", "10", "--quiet",
                  "--out", "unused.npz"])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "k = 100000 tokens" in err and "lower k" in err, err
+    assert code == 2 and err.count("\n") == 1 and "k = 100,000 tokens" in err and "lower k" in err, err
     assert fits == []
 
 
 def test_predict_on_long_sequences_is_refused_before_the_kernel():
     model = mhalearn.sample_teacher(1, 4, rng=0)
-    with pytest.raises(MemoryBudgetError, match="^X: the attention of 1 head.s. over sequences of k = 100000"):
+    with pytest.raises(MemoryBudgetError, match="^X: the attention of 1 head.s. over sequences of k = 100,000"):
         model.predict(np.ones((1, 100_000, 4)))
 
 

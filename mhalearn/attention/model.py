@@ -39,7 +39,7 @@ def check_attention_memory(heads: int, length: int, dim: int) -> None:
     """Refuse, before any work, sequences whose attention scratch (:func:`attention_scratch_bytes`)
     exceeds the memory budget (:func:`mhalearn.set_memory_budget`)."""
     check_memory(attention_scratch_bytes(heads, length, dim), "X",
-                 f"the attention of {heads} head(s) over sequences of k = {length} tokens (an m·k × k scratch "
+                 f"the attention of {heads} head(s) over sequences of k = {length:,} tokens (an m·k × k scratch "
                  f"per kernel thread)", lower="k, the sequence length")
 
 

@@ -127,9 +127,10 @@ SHARDS = textwrap.dedent("""
 
 
 def one_line_refusal(code: int = 2, *needles: str):
-    """Clean: exit ``code`` and one line on stderr holding every needle."""
+    """Clean: exit ``code`` and one line on stderr holding every needle (after argparse's usage line, which
+    its errors print first)."""
     def check(rc, out, err):
-        lines = err.strip().splitlines()
+        lines = [line for line in err.strip().splitlines() if not line.startswith("usage: ")]
         if rc == code and len(lines) == 1 and all(needle in err for needle in needles):
             return "clean"
         return f"defect: exit {rc}, {len(lines)} stderr lines: {(lines or [''])[-1][:200]}"
