@@ -22,10 +22,10 @@ The rows come from either
 - ``--samples N``: N fresh sequences of the cell's stream decoded with the
   **true** W_Σ (phase 4's tolerances), or
 - ``--progress FILE``: a cell's last candidate pass
-  (``3_stream_refit.pass2.progress.pickle``, complete), decoded with the true
+  (``3_stream_refit.pass2.progress.npz``, complete), decoded with the true
   W_Σ — every row the true W_Σ accepts is among the candidates only when it
   lies in the radius the pass covered, which is printed — and, with
-  ``--refit`` (the cell's ``3_stream_refit.pickle``, or ``centre``: the
+  ``--refit`` (the cell's ``3_stream_refit.npz``, or ``centre``: the
   pass's own centre, which is the learned Ŵ_Σ to within the radius covered
   when the pass was the cell's last and exact), with the learned Ŵ_Σ: the
   first ``max_rows`` rows it accepts, those the cell's own K* read.
@@ -52,7 +52,6 @@ Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
 import argparse
 import json
 import os
-import pickle
 import time
 
 import numpy as np
@@ -74,6 +73,7 @@ from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
 from mhalearn.learners.moment_route import moment_span, sine_distance
+from mhalearn.learners.phase_files import read_kept
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
@@ -85,8 +85,7 @@ ROUTE_COLUMNS = ("m", "teacher", "sequences", "rows", "slab threshold", "body's 
 
 def candidates_of(path):
     """The candidate rows of a pass's progress file, the pass's centre Ŵ_Σ and the radius covered (‖·‖₂)."""
-    with open(path, "rb") as handle:
-        kept = pickle.load(handle)
+    kept = read_kept(path)
     state, inputs = kept["state"], kept["inputs"]
     if state["next_block"] != inputs["blocks"]:  # complete only once the pass has read every block
         raise SystemExit(f"{path}: the pass stopped at block {state['next_block']} of {inputs['blocks']}")
@@ -94,9 +93,8 @@ def candidates_of(path):
 
 
 def learned_sum(path):
-    """The learned Ŵ_Σ of a cell's ``3_stream_refit.pickle`` (phase 3's result)."""
-    with open(path, "rb") as handle:
-        return pickle.load(handle)["result"].w_sum
+    """The learned Ŵ_Σ of a cell's ``3_stream_refit.npz`` (phase 3's result)."""
+    return read_kept(path)["result"].w_sum
 
 
 FRACTIONS = (("eighth", 8), ("quarter", 4), ("half", 2))
@@ -286,7 +284,7 @@ def main():
     parser.add_argument("--samples", type=float, help="fresh sequences decoded with the true W_Σ")
     parser.add_argument("--progress", help="a cell's complete candidate-pass progress file")
     parser.add_argument("--sequences", type=float, help="the stream length of --progress's cell")
-    parser.add_argument("--refit", help="the cell's 3_stream_refit.pickle, for its learned Ŵ_Σ, or 'centre': the "
+    parser.add_argument("--refit", help="the cell's 3_stream_refit.npz, for its learned Ŵ_Σ, or 'centre': the "
                         "pass's centre")
     parser.add_argument("--moment", type=float, help="also fit the moment route on this many fresh sequences "
                         "and say which route SculptLearner's check takes for the body's span from every row")

@@ -73,9 +73,13 @@ def output_target(path, name: str) -> Path:
     parent = target.parent
     if not parent.is_dir():
         raise ValueError(f"{name}: directory {str(parent)!r} of {str(path)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ValueError(f"{name}: {str(path)!r} is not writable"
-                         + ("" if target == Path(path).absolute() else f" (it leads to {str(target)!r})"))
+    leads = "" if target == Path(path).absolute() else f" (it leads to {str(target)!r})"
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ValueError(f"{name}: {str(path)!r} is not writable{leads}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        # The file is written to a temporary file beside it and renamed: its folder must be writable.
+        raise ValueError(f"{name}: cannot write {str(path)!r}{leads}: its folder {str(parent)!r} is not writable "
+                         f"(a new file is written beside it and renamed over it)")
     return target
 
 

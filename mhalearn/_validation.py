@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from ._files import check_output_directory, check_output_file  # noqa: F401  (re-exported)
+from ._memory import check_memory
 
 
 def check_dense(value, name: str) -> None:
@@ -42,6 +43,11 @@ def as_float_array(value, name: str, ndim: int, finite: bool = True) -> np.ndarr
         raise ValueError(f"{name}: expected real values, received dtype {array.dtype}")
     if array.ndim != ndim:
         raise ValueError(f"{name}: expected an array of rank {ndim}, received shape {array.shape}")
+    if not (array.dtype == np.float64 and array.flags.c_contiguous):
+        # A copy: of another dtype or layout, or of a broadcast view that holds far fewer bytes than it shows.
+        check_memory(8 * array.size, name, f"a float64 copy of the {array.dtype} array of shape {array.shape}"
+                     f"{' (a broadcast view)' if 0 in array.strides and array.size > 1 else ''}",
+                     lower=f"the size of {name}")
     array = np.ascontiguousarray(array, dtype=np.float64)
     if finite and not _numba_checks().all_finite(array.reshape(-1)):
         bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
@@ -99,6 +105,10 @@ def check_boolean(X: np.ndarray, name: str = "X", opt_in: str | None = "allow_no
     if flat.dtype == np.bool_:
         flat = flat.view(np.uint8)
     if not _numba_checks().all_plus_minus_one(flat):
+        if np.issubdtype(flat.dtype, np.floating) and not _numba_checks().all_finite(flat):
+            # NaN or ±inf is a damaged input, not a non-Boolean one that allow_non_boolean would accept.
+            bad = int(flat.size - np.count_nonzero(np.isfinite(flat)))
+            raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
         hint = f" (pass {opt_in} to opt in)" if opt_in else ""
         raise ValueError(
             f"{name}: expected Boolean entries in {{-1, +1}}, received values such as "
@@ -148,12 +158,18 @@ def registered(registry: dict, name: str, kind: str):
     return registry[check_choice(name, kind, registry)]
 
 
-def check_enough_samples(samples: int, unknowns: int, name: str = "X") -> None:
-    """Raise when there are fewer scalar equations than unknowns."""
-    if samples < unknowns:
-        raise ValueError(
-            f"{name}: expected at least {unknowns} scalar labels for the {unknowns} unknowns, received {samples}"
-        )
+def check_enough_samples(samples: int, unknowns: int, name: str = "X", *, heads: int | None = None,
+                         dim: int | None = None) -> None:
+    """Raise when there are fewer scalar equations than unknowns; given the layer's ``heads`` and ``dim``,
+    the message starts with ``heads`` and says what the unknowns are."""
+    if samples >= unknowns:
+        return
+    if heads is None:
+        raise ValueError(f"{name}: expected at least {unknowns} scalar labels for the {unknowns} unknowns, "
+                         f"received {samples}")
+    raise ValueError(f"heads: {heads} heads of {dim} × {dim} matrices have {unknowns:,} unknowns (Θ_i and W_i), more "
+                     f"than the {samples:,} scalar labels of {name}'s training sequences; lower heads or fit more "
+                     f"sequences")
 
 
 def as_generator(rng) -> np.random.Generator:

@@ -729,27 +729,36 @@ def test_plot_on_a_full_disk_says_so_in_one_line_and_leaves_no_empty_folder(tmp_
     assert not (tmp_path / "figures").exists()
 
 
-def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+class FullDiskFile:
+    """A file created (as on a full disk) but refusing its first bytes: at the flush, and again at the close,
+    which flushes what the failed flush left in the buffer."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self):
+        self._handle.close()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def full_disk_lock(monkeypatch):
+    """The writer lock's files opened as :class:`FullDiskFile`."""
     import mhalearn.experiments.writer_lock as writer_lock
 
-    class FullDisk:
-        """The lock file, created (as on a full disk) but refusing its first bytes."""
-
-        def __init__(self, handle):
-            self._handle = handle
-
-        def __getattr__(self, name):
-            return getattr(self._handle, name)
-
-        def flush(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
     real_open = open
+    monkeypatch.setattr(writer_lock, "open", lambda path, *args, **kwargs: FullDiskFile(
+        real_open(path, *args, **kwargs)), raising=False)
+    return writer_lock
 
-    def open_full(path, *args, **kwargs):
-        return FullDisk(real_open(path, *args, **kwargs))
 
-    monkeypatch.setattr(writer_lock, "open", open_full, raising=False)
+def test_a_lock_that_cannot_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    writer_lock = full_disk_lock(monkeypatch)
     with pytest.raises(ValueError, match=r"cannot write the lock file .*the disk is full.*nothing was computed"):
         writer_lock.WriterLock(tmp_path / "results.db").acquire()
     assert os.listdir(tmp_path) == []

@@ -115,7 +115,7 @@ def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkey
     monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index, stop_at=12))
     with pytest.raises(Interrupted):
         agreement_passes.reachable_rows(source, centre, **settings, progress=kept.progress("3_stream_refit"))
-    assert [path.name for path in (tmp_path / "fit").iterdir()] == ["3_stream_refit.pass1.progress.pickle"]
+    assert [path.name for path in (tmp_path / "fit").iterdir()] == ["3_stream_refit.pass1.progress.npz"]
     # Another Ŵ_Σ, or a second pass, does not take this pass's place.
     inputs = dict(w_sum=centre, **settings, blocks=20)
     assert kept.progress("3_stream_refit").load(1, inputs)["next_block"] == 8
@@ -147,8 +147,8 @@ def test_a_kept_phase_removes_its_passes_progress(tmp_path, monkeypatch):
     reference = sculpt_span(source, 2, settings, np.random.default_rng(7))
     phases = sculpt_span(source, 2, settings, np.random.default_rng(7), checkpoint=kept)
     names = sorted(path.name for path in (tmp_path / "fit").iterdir())
-    assert names == ["1_crude_sum.pickle", "2_sculpt.pickle", "3_refined_sum.pickle", "3_stream_refit.pickle",
-                     "4_sculpt.pickle", "4_span.pickle"]
+    assert names == ["1_crude_sum.npz", "2_sculpt.npz", "3_refined_sum.npz", "3_stream_refit.npz",
+                     "4_sculpt.npz", "4_span.npz"]
     np.testing.assert_array_equal(phases.span.basis, reference.span.basis)
 
 

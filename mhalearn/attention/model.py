@@ -9,6 +9,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from .._files import written_atomically
+from .._memory import check_memory
 from .._validation import check_inputs, check_instance, check_parameters, check_positive_int, check_predictor
 from . import kernels
 
@@ -21,6 +22,25 @@ _MEMBERS = {"format.npy": "U", "version.npy": "iu", "thetas.npy": "f", "ws.npy":
 MAX_MODEL_BYTES = 1 << 30
 #: Compression methods of zip members that :mod:`zipfile` reads.
 _READABLE_COMPRESSION = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
+def attention_scratch_bytes(heads: int, length: int, dim: int) -> int:
+    """Bytes the kernels' workers hold at once for sequences of k = ``length`` tokens: each worker's
+    scratch (the m·k × k attention weights and their gradient, the values and features: the kernels of
+    :mod:`mhalearn.attention.kernels`), once per kernel thread."""
+    import numba
+
+    m, k, d = heads, length, dim
+    per_worker = 2 * m * k * k + 3 * m * k * d + 3 * k * d + 2 * m * k
+    return 8 * numba.get_num_threads() * per_worker
+
+
+def check_attention_memory(heads: int, length: int, dim: int) -> None:
+    """Refuse, before any work, sequences whose attention scratch (:func:`attention_scratch_bytes`)
+    exceeds the memory budget (:func:`mhalearn.set_memory_budget`)."""
+    check_memory(attention_scratch_bytes(heads, length, dim), "X",
+                 f"the attention of {heads} head(s) over sequences of k = {length:,} tokens (an m·k × k scratch "
+                 f"per kernel thread)", lower="k, the sequence length")
 
 
 def _check_path(path, name: str = "path") -> str:
@@ -70,6 +90,7 @@ class MultiHeadAttention:
     def predict(self, X) -> np.ndarray:
         """Outputs F(X), shape (n, k, d), for inputs X of shape (n, k, d)."""
         X = check_inputs(X, self.dim)
+        check_attention_memory(self.heads, X.shape[1], self.dim)
         return kernels.forward(X, self.thetas, self.ws)
 
     __call__ = predict

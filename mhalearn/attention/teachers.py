@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from .._memory import check_memory
 from .._validation import (
     add_unique,
     as_float_array,
@@ -146,6 +147,9 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
     w_scales = np.ones(heads) if w_scales is None else as_float_array(w_scales, "w_scales", 1)
     if w_scales.shape != (heads,) or np.any(w_scales <= 0):
         raise ValueError(f"w_scales: expected {heads} finite positive numbers, received {w_scales!r}")
+    # Θ, W and the draws they come from (m × d × d each), the heads' Gram matrix (m × m), the SVD of Σ Θ_i.
+    check_memory(8 * (4 * heads * dim * dim + heads * heads + 2 * dim * dim), "heads" if heads >= dim else "dim",
+                 f"a teacher of {heads} head(s) of {dim} × {dim} matrices", lower="heads or dim")
     rng = as_generator(rng)
     last = None
     for _ in range(max_tries):

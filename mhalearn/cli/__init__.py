@@ -33,7 +33,7 @@ from typing import Sequence
 
 from .._validation import MissingDependencyError
 from .commands import COMMANDS, EXIT_FAILURE
-from .parser import build_parser, learner_requested
+from .parser import build_parser, check_required_options, learner_requested
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             parser.error("the following arguments are required: COMMAND")
+        check_required_options(parser, args)
         if args.command in ("sweep", "plot", "experiments"):
             import mhalearn.experiments  # noqa: F401  registers the named experiments
         with warnings.catch_warnings():

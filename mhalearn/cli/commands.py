@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .._files import check_room
 from .._validation import (
     Integer,
     Real,
@@ -102,20 +103,25 @@ def _model_bytes(heads: int, dim: int) -> int:
     return 2 * heads * dim * dim * 8 + 2048
 
 
+#: About the size of the demo's figure (a PNG of 70 kB at the defaults), checked against the room before the fit.
+DEMO_FIGURE_BYTES = 100_000
+
+
 def _write_or_keep(write, path: Path, name: str, what: str) -> str | None:
-    """Write a finished result with ``write(path)``; when that fails (a full disk, a file-size limit),
-    keep it in a file of the temporary directory instead.  Returns None, or the line that says what
-    failed and where the result is."""
+    """Write a finished result with ``write(path)``; when that fails for any reason (a full disk, a
+    file-size limit, its folder removed or a FIFO or folder put at ``path`` while the fit ran), keep it in
+    a file of the temporary directory instead.  Returns None, or the line that says what failed and
+    where the result is."""
     try:
         write(path)
         return None
-    except OSError as error:
-        reason = error.strerror or str(error)
+    except Exception as error:  # whatever stops the write, the finished result is kept
+        reason = getattr(error, "strerror", None) or str(error)
     descriptor, fallback = tempfile.mkstemp(prefix=f"mhalearn-{what}-", suffix=Path(path).suffix)
     os.close(descriptor)
     try:
         write(fallback)
-    except OSError as error:
+    except Exception as error:
         os.unlink(fallback)
         return (f"{name}: could not write {str(path)!r} ({reason}) nor keep the {what} in "
                 f"{tempfile.gettempdir()!r} ({error.strerror or error}); it is lost")
@@ -140,7 +146,10 @@ def command_demo(args) -> int:
         raise ValueError(f"learner: the demo needs 'sculpt', which is not registered (registered: "
                          f"{sorted(LEARNERS) or 'none'})")
     setting = {**DEMO_SETTING, "samples": args.samples, "seed": args.seed}
-    check_output_directory(args.out, "out")
+    out = check_output_directory(args.out, "out")
+    # The figure must fit the disk and the file-size limit (ulimit -f): checked before the fit, not after it.
+    check_room(next(folder for folder in (out, *out.parents) if folder.exists()), "out",
+               out / "mhalearn-demo.png", DEMO_FIGURE_BYTES)
     estimator = checked_learner(setting, {})
     _say(args, f"Planting an m = {setting['heads']} teacher (d = {setting['dim']}, k = {setting['length']}), drawing "
                f"n = {setting['samples']} Boolean examples and learning it with SculptLearner.")

@@ -179,7 +179,25 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="pass --quick to each script")
 
     commands.add_parser("experiments", parents=[common], help="list the named experiments")
+    # Required options are asked for by main once everything else has parsed, as the command is: argparse
+    # would otherwise report a missing --db before an unknown option, the more likely mistake.
+    parser.required_options = {}
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if action.required and action.option_strings:
+                action.required = False
+                parser.required_options.setdefault(name, []).append(action)
+    parser.command_parsers = commands.choices
     return parser
+
+
+def check_required_options(parser: argparse.ArgumentParser, args) -> None:
+    """Exit through the command's parser, as argparse does, when a required option of ``args.command`` is
+    missing (:func:`build_parser`)."""
+    missing = [action.option_strings[0] for action in parser.required_options.get(args.command, ())
+               if getattr(args, action.dest) is None]
+    if missing:
+        parser.command_parsers[args.command].error(f"the following arguments are required: {', '.join(missing)}")
 
 
 def learner_requested(argv: Sequence[str]) -> str | None:

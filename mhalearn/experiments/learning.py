@@ -48,7 +48,7 @@ from ..plotting import (
     summarize_curve,
     write_tables,
 )
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, check_label_counts, expand_grid, register_experiment
 
 #: Learners compared by the experiments, in plotting order.
 LEARNER_NAMES = ("gradient", "moment", "sculpt")
@@ -78,10 +78,19 @@ def learning_cells(grid: dict, experiment: str = "learning") -> list[dict]:
 
     Every value is checked first against :func:`learning_constraints`.
     """
-    cells = expand_grid(grid, CELL_FIELDS, experiment=experiment, constraints=learning_constraints())
-    return [cell for cell in cells
+    cells = check_label_counts(expand_grid(grid, CELL_FIELDS, experiment=experiment,
+                                           constraints=learning_constraints()), experiment)
+    kept = [cell for cell in cells
             if cell["samples"] * cell["length"] * cell["dim"]
             >= LABELS_PER_UNKNOWN * 2 * cell["heads"] * cell["dim"] * cell["dim"]]
+    if cells and not kept:
+        first = cells[0]
+        raise ValueError(f"grid: every cell of this {experiment} table has fewer than {LABELS_PER_UNKNOWN} "
+                         f"scalar labels n·k·d per unknown of 2·m·d², so none can be fitted (e.g. m = "
+                         f"{first['heads']}, d = {first['dim']}, k = {first['length']}, n = {first['samples']}: "
+                         f"{first['samples'] * first['length'] * first['dim']} labels for "
+                         f"{2 * first['heads'] * first['dim'] ** 2} unknowns); raise samples")
+    return kept
 
 
 def error_vs_samples_cells(grid: dict) -> list[dict]:

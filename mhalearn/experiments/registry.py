@@ -50,6 +50,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from .._files import node_kind
 from .._validation import add_unique, check_allowed, registered
 
 #: The grid tables of a grid file: the experiment's grid and the one of ``--quick``.
@@ -130,7 +131,9 @@ class Experiment:
 
 def _read_text(path: Path, name: str) -> str:
     if not path.is_file():
-        raise ValueError(f"{name}: expected a TOML grid file, {str(path)!r} does not exist")
+        kind = node_kind(path)
+        raise ValueError(f"{name}: expected a TOML grid file, {str(path)!r} "
+                         f"{'does not exist' if kind is None else f'is {kind}'}")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:  # TOML is UTF-8
@@ -189,6 +192,21 @@ def refuse_problems(problems: list[str], experiment: str) -> None:
     """Raise one ``ValueError`` listing every problem of a grid table, when there is any."""
     if problems:
         raise ValueError(f"grid: {experiment!r} cannot run this table: {'; '.join(problems)}")
+
+
+#: The most scalar labels n·k·d a cell may ask for: the kernels count and index them in 64-bit integers.
+MAX_LABELS = 2**62
+
+
+def check_label_counts(cells: list[dict], experiment: str) -> list[dict]:
+    """``cells``, refused (ValueError) when a cell's n·k·d scalar labels exceed :data:`MAX_LABELS`."""
+    for cell in cells:
+        labels = cell["samples"] * cell["length"] * cell["dim"]
+        if labels > MAX_LABELS:
+            raise ValueError(f"grid: {experiment}: samples = {cell['samples']} with length = {cell['length']} and "
+                             f"dim = {cell['dim']} asks for {labels:.3g} scalar labels, more than the "
+                             f"{MAX_LABELS:.3g} the kernels' 64-bit counts hold; lower samples")
+    return cells
 
 
 def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment: str = "experiment",

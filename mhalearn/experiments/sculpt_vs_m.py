@@ -66,7 +66,7 @@ from ..plotting import (
     write_tables,
 )
 from ..seeding import seeded_rng
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, check_label_counts, expand_grid, register_experiment
 from .runner import cluster_of_task
 
 #: Span distance (sin of the largest principal angle) the body must reach.
@@ -86,7 +86,8 @@ def sculpt_vs_m_cells(table: dict) -> list[dict]:
     """
     constraints = {"heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)], "samples": [Integer(1)],
                    "seed": [Integer(0)]}
-    cells = expand_grid(table, FIELDS, experiment="sculpt-vs-m", constraints=constraints)
+    cells = check_label_counts(expand_grid(table, FIELDS, experiment="sculpt-vs-m", constraints=constraints),
+                               "sculpt-vs-m")
     for cell in cells:
         if cell["dim"] <= cell["length"]:
             raise ValueError(f"grid: sculpt-vs-m needs dim > length (the body detects agreement rows only "

@@ -69,6 +69,12 @@ class WriterLock:
         # A results file that cannot be one leaves no lock behind; a lock that is a FIFO would block the
         # open, one that is a directory fail it: each is named as what it is.
         check_regular_or_absent(self._results, "db", "a results file or a new path")
+        links = os.stat(self._results).st_nlink if self._results.exists() else 1
+        if links > 1:  # the lock is named by the path: another hard link's sweep would take another lock
+            raise ValueError(f"db: {str(self._results)!r} has {links} hard links, and a sweep's lock is named by "
+                             "the results file's path: sweeps through two links would compute the same cells "
+                             "twice. Use one path for it (remove the other links), or copy it; nothing was "
+                             "computed")
         check_regular_or_absent(self.path, "db", "a regular file (or none) as the results file's lock")
         created = not self.path.exists()
         try:
@@ -97,7 +103,10 @@ class WriterLock:
         except OSError as error:  # a full disk, a file-size limit: no empty lock is left behind
             if created:
                 self.path.unlink(missing_ok=True)
-            handle.close()
+            try:
+                handle.close()  # flushes the buffer the write left again, and fails as it did
+            except OSError:
+                pass
             raise ValueError(f"db: cannot write the lock file {str(self.path)!r}: {self._why(error)}; "
                              "nothing was computed") from None
         self._handle = handle

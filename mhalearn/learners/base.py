@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
 from .._validation import as_generator, check_enough_samples, check_pair, check_sample_weight
-from ..attention.model import MultiHeadAttention
+from ..attention.model import MultiHeadAttention, check_attention_memory
 from .fit_data import FitData, check_examples, measure_examples, split_examples, validation_size
 from .report import Notifier, Phase, ZeroLabelsReport
 
@@ -143,7 +143,9 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         n_val = self._validation_size(samples)
         if samples - n_val < 1:
             raise ValueError(f"X: expected at least 2 sequences (one to fit, one to validate), received {samples}")
-        check_enough_samples((samples - n_val) * length * dim, 2 * self.heads * dim * dim)
+        check_enough_samples((samples - n_val) * length * dim, 2 * self.heads * dim * dim, heads=self.heads,
+                             dim=dim)
+        check_attention_memory(self.heads, length, dim)
 
     def _validation_size(self, samples: int) -> int:
         """Sequences held out for validation: ``validation_fraction`` of them, at least one."""

@@ -4,33 +4,31 @@ At m = 3 and n = 10⁸, phases 1–4 of :class:`~mhalearn.SculptLearner` take
 6–10 minutes on one or two workers, most of it in passes over the data.  With
 ``SculptLearner(checkpoint=DIR)`` each of them (and our moment route) saves
 its result, with the state of the fit's random generator after it, to
-``DIR/<key>/<phase>.pickle`` as soon as it ends.  A later fit with the same
+``DIR/<key>/<phase>.npz`` as soon as it ends.  A later fit with the same
 key loads the saved phases instead of running them, restores the generator
 and runs the rest: it computes what an uninterrupted fit computes, bit for
 bit (tests/test_checkpoint.py).
 
 The key is a hash of everything phases 1–4 and the moment route read: the
 code (:func:`mhalearn.provenance.code_id`), the training stream
-(:meth:`~mhalearn.learners.streams.BlockSource.fingerprint` of its source: a hash of in-memory arrays, the graph
-names of Dask arrays), the in-memory sample the moment route reads, m, the
-body's settings, ``span_route`` and the generator's state at the start of
-the phases (so ``random_state`` must be fixed for a rerun to find it).
+(:meth:`~mhalearn.learners.streams.BlockSource.fingerprint` of its source),
+the in-memory sample the moment route reads, m, the body's settings,
+``span_route`` and the generator's state at the start of the phases (so
+``random_state`` must be fixed for a rerun to find it).  The fingerprint
+covers the data's values, whatever their Dask names: in-memory arrays are
+hashed whole, and a Dask dataset by a SHA-256 digest of every block, taken
+in the pass that checks its values and measures its units before phase 1
+(:func:`~mhalearn.learners.dask_data.dask_statistics`).  So a fit on data
+changed in any block, under the same names (``da.from_array(...,
+name=...)``, a zarr store edited in place), computes every phase afresh,
+and the same ``.npy`` shards loaded again by
+:func:`~mhalearn.load_dataset` (under new names) resume.
 Phases 5–6 are not kept and their settings are not in the key: a rerun
 with another net budget reuses phases 1–4.
 
-The key trusts the Dask graph names, and a directory is found by its name
-only: a directory copied from another fit, or Dask arrays named alike that
-hold other values, would be resumed on data it was not computed from.  So
-each file also keeps what its data looked like
-(:meth:`~mhalearn.learners.streams.BlockSource.sample_digest`: the stream's
-shape and a hash of its first, middle and last blocks, as the phases read
-them), and a phase whose file was computed on other data is computed
-again, with one :class:`CheckpointWarning` a fit, as a damaged file is: the
-fit stays the one an uninterrupted fit computes, and the files are replaced
-by this data's.  The digest reads three blocks once per fit that keeps or
-loads a phase (for a Dask source it computes those three tasks), never a
-full pass; data that differ only elsewhere under the same graph names are
-not caught.
+Each file keeps the key and the data's shape and fingerprint too: a
+directory copied from another fit is computed again, with one
+:class:`CheckpointWarning` a fit, as a damaged file is.
 
 Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
 phases loaded, the part of the fit's time an earlier run spent.
@@ -39,12 +37,16 @@ A phase that reads a long stream keeps its place in it too: the candidate
 pass (:func:`~mhalearn.learners.chen_li.agreement_passes.reachable_rows`,
 about an hour on two workers at 2·10⁹ sequences) saves what it holds every
 :data:`PROGRESS_SECONDS` and at its end (:meth:`PhaseCheckpoint.progress`,
-``DIR/<key>/<phase>.pass<p>.progress.pickle``), so an interrupted pass
+``DIR/<key>/<phase>.pass<p>.progress.npz``), so an interrupted pass
 resumes at the wave after the last saved one, and gives the rows an
 uninterrupted pass gives (tests/test_stream_passes.py).  The progress files
 are removed when their phase is kept.
 
-The files are pickles: load only checkpoint directories you wrote.  Each is
+The files are JSON plus arrays, never pickles: reading one runs no code,
+and every file is checked as it is read (a checksum of its content, the
+types of its fields, finite values, a valid generator state and time;
+:mod:`mhalearn.learners.phase_files`).  A file that fails a check is
+computed again with a :class:`CheckpointWarning`.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool and,
 on a stream longer than phases 1–3's prefix, the candidate rows: ≈ 0.55 GB
@@ -53,13 +55,16 @@ of them at m = 3, n = 10⁸).
 
 from __future__ import annotations
 
+import math
 import os
-import pickle
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+from .phase_files import BadPhaseFile, read_kept, write_kept
+from .report import PhaseResult
 
 
 class PhaseCheckpoint:
@@ -67,36 +72,35 @@ class PhaseCheckpoint:
 
     ``resumed`` lists, in order, the phases that were loaded, and
     ``kept_seconds`` sums the seconds they took in the run that computed them.
-    ``source`` is the stream the phases read: the digest of its data
-    (:meth:`~mhalearn.learners.streams.BlockSource.sample_digest`) is taken
-    when a phase is first saved or loaded, and a kept phase is used only if
-    its file holds the same.
+    ``source`` is the stream the phases read, ``key`` the fit's
+    (:func:`checkpoint_key`): every file keeps both the key and what the
+    data looked like (:meth:`data`), and a kept phase is used only if its
+    file holds the same.
     """
 
     def __init__(self, directory, key: str, source):
         self.path = Path(directory) / key
+        self.key = key
         self.source = source
         self.resumed: list[str] = []
         self.kept_seconds = 0.0
-        self._data = None
         self._told_other_data = False
 
     def data(self) -> dict:
-        """The digest of the source's data, taken on the first call."""
-        if self._data is None:
-            self._data = self.source.sample_digest()
-        return self._data
+        """The data the phases read: the stream's shape, block count and fingerprint (a hash of its content)."""
+        return {"shape": [self.source.samples, self.source.length, self.source.dim],
+                "blocks": self.source.block_count, "fingerprint": self.source.fingerprint()}
 
     def run(self, name: str, rng: np.random.Generator, compute):
         """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved.
 
-        A file that cannot be read or was computed on other data is computed
-        again, and a result that cannot be saved (disk full) is not kept:
-        each with a :class:`CheckpointWarning`, since the fit itself need
-        not fail.
+        A file that cannot be read, fails a check or was computed on other
+        data is computed again, and a result that cannot be saved (disk
+        full) is not kept: each with a :class:`CheckpointWarning`, since the
+        fit itself need not fail.
         """
-        file = self.path / f"{name}.pickle"
-        kept = self._load(file, name)
+        file = self.path / f"{name}{SUFFIX}"
+        kept = self._load(file, name, rng)
         if kept is not None:
             rng.bit_generator.state = kept["rng_state"]
             self.resumed.append(name)
@@ -105,10 +109,9 @@ class PhaseCheckpoint:
         start = time.perf_counter()
         result = compute()
         seconds = time.perf_counter() - start
-        self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds,
-                          "data": self.data()})
+        self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds})
         if file.exists():  # the phase is kept: where its passes stood is no longer needed
-            for progress in self.path.glob(f"{name}.pass*.progress.pickle"):
+            for progress in self.path.glob(f"{name}.pass*.progress{SUFFIX}"):
                 progress.unlink(missing_ok=True)
         return result
 
@@ -116,28 +119,28 @@ class PhaseCheckpoint:
         """Where the passes of phase ``name`` stand, kept beside its file (:class:`PassProgress`)."""
         return PassProgress(self, name)
 
-    def _load(self, file: Path, name: str, fields=("result", "rng_state", "seconds", "data")) -> dict | None:
-        """The kept phase (or pass, with its ``fields``) in ``file`` when there is one and it was computed on
-        this data, else None."""
+    def _load(self, file: Path, name: str, rng: np.random.Generator | None,
+              fields=("result", "rng_state", "seconds")) -> dict | None:
+        """The kept phase (or pass, with its ``fields``) in ``file`` when there is one, it passes every check
+        (:func:`~mhalearn.learners.phase_files.read_kept`, :func:`check_kept`) and it was computed on this
+        data, else None."""
         if not file.exists():
             return None
         try:
-            with open(file, "rb") as handle:
-                kept = pickle.load(handle)
-            missing = set(fields) - set(kept)
-            if missing:
-                raise ValueError(f"no {', '.join(sorted(missing))}")
-        except Exception as error:  # damaged, pickled by other library versions, or not a phase file
-            warnings.warn(f"checkpoint: {file} could not be read ({type(error).__name__}: {error}); "
-                          f"computing {name} again", CheckpointWarning, stacklevel=3)
+            kept = read_kept(file)
+            check_kept(kept, fields, rng)
+        except BadPhaseFile as error:  # damaged, edited, of another layout, or not a phase file
+            warnings.warn(f"checkpoint: {file} could not be read ({error}); computing {name} again",
+                          CheckpointWarning, stacklevel=3)
             return None
         difference = data_difference(kept["data"], self.data())
+        if difference is None and kept["key"] != self.key:
+            difference = "it was kept under another fit's key"
         if difference is not None:
             if not self._told_other_data:  # once a fit: every phase of a copied directory differs alike
                 warnings.warn(f"checkpoint: {file} was computed on other data than this fit's ({difference}: "
-                              f"a directory copied from another fit, or Dask arrays named alike that hold other "
-                              f"values); computing it and the phases after it again, and keeping this data's",
-                              CheckpointWarning, stacklevel=3)
+                              f"a directory copied from another fit); computing it and the phases after it "
+                              f"again, and keeping this data's", CheckpointWarning, stacklevel=3)
                 self._told_other_data = True
             return None
         return kept
@@ -147,12 +150,41 @@ class PhaseCheckpoint:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             with open(partial, "wb") as handle:
-                pickle.dump(kept, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                write_kept(handle, {**kept, "key": self.key, "data": self.data()})
             os.replace(partial, file)
-        except OSError as error:
+        except (OSError, TypeError) as error:  # a full disk; a result no phase file can hold
             partial.unlink(missing_ok=True)
-            warnings.warn(f"checkpoint: could not keep {file.stem} in {self.path} ({error}); the fit goes on "
+            warnings.warn(f"checkpoint: could not keep {file.name} in {self.path} ({error}); the fit goes on "
                           f"without it", CheckpointWarning, stacklevel=3)
+
+
+#: The ending of a phase file (:mod:`mhalearn.learners.phase_files`).
+SUFFIX = ".npz"
+
+
+def check_kept(kept: dict, fields, rng: np.random.Generator | None) -> None:
+    """Raise :class:`~mhalearn.learners.phase_files.BadPhaseFile` unless ``kept`` holds ``fields``, ``key``
+    and ``data``, its ``result`` is a phase's, its ``seconds`` are finite and >= 0 and its ``rng_state`` is a
+    state of ``rng``'s generator."""
+    if not isinstance(kept, dict) or not set(fields) | {"key", "data"} <= set(kept):
+        raise BadPhaseFile(f"expected the fields {', '.join(sorted({*fields, 'key', 'data'}))}")
+    if not isinstance(kept["key"], str) or not isinstance(kept["data"], dict):
+        raise BadPhaseFile("its key or data are not a string and a dict")
+    seconds = kept["state"].get("seconds") if "state" in fields and isinstance(kept["state"], dict) \
+        else kept.get("seconds")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0.0 <= seconds < math.inf:
+        raise BadPhaseFile(f"seconds {seconds!r}: expected a finite number >= 0")
+    if "state" in fields and not (isinstance(kept["state"].get("next_block"), int)
+                                  and isinstance(kept["inputs"], dict)):
+        raise BadPhaseFile("a pass state without next_block or inputs")
+    if "result" in fields and not isinstance(kept["result"], PhaseResult):
+        raise BadPhaseFile(f"its result is a {type(kept['result']).__name__}, not a phase's result")
+    if rng is not None:
+        try:
+            type(rng.bit_generator)().state = kept["rng_state"]
+        except Exception as error:  # any malformed state: the generator says what it expected
+            raise BadPhaseFile(f"rng_state is not a state of {type(rng.bit_generator).__name__} "
+                               f"({type(error).__name__}: {error})") from None
 
 
 #: How often a long pass saves where it stands (seconds): at most this much of a pass is read again on resume.
@@ -183,7 +215,7 @@ class PassProgress:
         self.loaded_seconds = 0.0
 
     def file(self, number: int) -> Path:
-        return self.checkpoint.path / f"{self.name}.pass{number}.progress.pickle"
+        return self.checkpoint.path / f"{self.name}.pass{number}.progress{SUFFIX}"
 
     def due(self) -> bool:
         return time.monotonic() - self.saved_at >= PROGRESS_SECONDS
@@ -193,7 +225,7 @@ class PassProgress:
         starts, which starts the clock of its saves."""
         self.saved_at = time.monotonic()
         file = self.file(number)
-        kept = self.checkpoint._load(file, f"pass {number} of {self.name}", fields=("state", "inputs", "data"))
+        kept = self.checkpoint._load(file, f"pass {number} of {self.name}", None, fields=("state", "inputs"))
         if kept is None or not _same_inputs(kept["inputs"], inputs):
             return None
         # Counted as a kept phase is: the seconds an earlier run spent on the part of the pass kept.
@@ -204,7 +236,7 @@ class PassProgress:
         return state
 
     def save(self, number: int, inputs: dict, state: dict) -> None:
-        self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs, "data": self.checkpoint.data()})
+        self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs})
         self.saved_at = time.monotonic()
 
 
@@ -234,15 +266,14 @@ class NoProgress:
 
 
 def data_difference(kept: dict, here: dict) -> str | None:
-    """How the data a phase was computed on (``kept``) differ from ``here`` (digests of
-    :meth:`~mhalearn.learners.streams.BlockSource.sample_digest`), or None when they do not."""
+    """How the data a phase was computed on (``kept``) differ from ``here`` (:meth:`PhaseCheckpoint.data`),
+    or None when they do not."""
     if kept == here:
         return None
     if kept.get("shape") != here["shape"] or kept.get("blocks") != here["blocks"]:
         return (f"{_shape(kept)} in {kept.get('blocks')} blocks, not the {_shape(here)} in "
                 f"{here['blocks']} blocks here")
-    differing = [index for index, digest in here["digests"].items() if kept.get("digests", {}).get(index) != digest]
-    return f"the examples of block{'s' * (len(differing) > 1)} {', '.join(map(str, differing))} differ"
+    return "the same shape, other examples: their content hashes differ"
 
 
 def _shape(data: dict) -> str:

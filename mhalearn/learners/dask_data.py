@@ -30,7 +30,7 @@ import numpy as np
 
 from .._memory import check_memory
 from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
-from .streams import DaskSource, held_out_mask
+from .streams import DaskSource, block_digest, content_digest, held_out_mask
 
 #: Training sequences SculptLearner's phases 5–6 use, on a Dask dataset or NumPy arrays alike (92 MB with the
 #: held-out ones at d = 12, k = 4).
@@ -74,13 +74,16 @@ class DaskStatistics:
 
     ``x_scale``, ``y_scale``: root mean squares of the entries of X and Y;
     ``token_norm``: the largest ‖x_j‖; ``label_norm``: the largest ‖Y‖_F of
-    a sequence (both in the data's units).
+    a sequence (both in the data's units); ``content``: a hash of every
+    block's values (:func:`~mhalearn.learners.streams.content_digest`), which
+    names the fit's checkpoint whatever the arrays' Dask names.
     """
 
     x_scale: float
     y_scale: float
     token_norm: float
     label_norm: float
+    content: str
 
 
 def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=True") -> DaskStatistics:
@@ -101,13 +104,16 @@ def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=Tru
                              f"(pass {opt_in} to opt in)")
     (x_scale, token_norm), (y_scale, label_norm) = (
         _combined_scale([summary[position] for summary in summaries]) for position in range(2))
-    return DaskStatistics(x_scale=x_scale, y_scale=y_scale, token_norm=token_norm, label_norm=label_norm)
+    content = content_digest([summary[0]["digest"] for summary in summaries], X.chunks[0])
+    return DaskStatistics(x_scale=x_scale, y_scale=y_scale, token_norm=token_norm, label_norm=label_norm,
+                          content=content)
 
 
 def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
-    (scaled by the peak, as :func:`~mhalearn.learners.fit_data.root_mean_square`, so nothing overflows)."""
+    (scaled by the peak, as :func:`~mhalearn.learners.fit_data.root_mean_square`, so nothing overflows);
+    and the block's :func:`~mhalearn.learners.streams.block_digest`, which the checkpoint's key reads."""
     figures = []
     for array, norm_axes in ((X, (2,)), (Y, (1, 2))):
         finite = np.isfinite(array)
@@ -119,6 +125,7 @@ def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -
                         "norm": peak * float(np.sqrt(np.max(np.sum(scaled ** 2, axis=norm_axes), initial=0.0)))})
     if boolean:
         figures[0]["non_boolean"] = X[np.abs(X) != 1.0][:3].tolist()
+    figures[0]["digest"] = block_digest(X, Y)
     return figures[0], figures[1]
 
 

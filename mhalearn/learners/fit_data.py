@@ -150,10 +150,15 @@ def split_examples(examples: Examples, rng: np.random.Generator, *, validation_f
     X, Y, units = examples.X, examples.Y, examples.units
     x_scale, y_scale = units.x_scale, units.y_scale
     if is_dask_array(X):
+        from dask.base import tokenize
+
         held_out = held_out_counts(X.chunks[0], validation_size(units.samples, validation_fraction))
-        X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, draw_seed(rng))
+        seed = draw_seed(rng)
+        X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, seed)
+        # The training stream's values follow from the data's (hashed in the statistics pass) and the split.
+        content = tokenize(examples.statistics.content, x_scale, y_scale, held_out, seed)
         return FitData(*in_memory_sample(X_train, Y_train, X_val, Y_val), examples,
-                       source=DaskSource(X_train, Y_train))
+                       source=DaskSource(X_train, Y_train, content=content))
     if stream:
         # The split a Dask dataset gets, held in place: phases 1–4 read the training rows of
         # every block where they lie (no copy of the training set), and phases 5–6 see the first

@@ -250,7 +250,10 @@ class SculptLearner(SpanSearchLearner):
         body settings, integer ``random_state`` and code resumes after the
         last phase kept, and computes what an uninterrupted fit computes
         (:mod:`mhalearn.learners.checkpoint`; the net's settings may differ).
-        Files are pickles: point it only at directories you wrote.
+        The key covers the data's values, whatever their Dask names.  Files
+        are JSON plus arrays (no pickle: reading one runs no code), checked
+        as they are read; one that fails a check is computed again with a
+        ``CheckpointWarning``.
     random_state : None, int or Generator
 
     Attributes

@@ -26,8 +26,7 @@ again).  They read the examples through a *source*: an object with
   source of their own (:class:`PrefixSource`);
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once
   (``map_until``);
-- ``fingerprint()``, a hash of the examples, and ``sample_digest()``, a hash of a few of their
-  blocks (:mod:`mhalearn.learners.checkpoint`).
+- ``fingerprint()``, a hash of the examples' values (:mod:`mhalearn.learners.checkpoint`).
 
 :class:`ArraySource` wraps arrays already in memory (optionally standardised
 and split block by block, in place: :class:`~mhalearn.SculptLearner` on
@@ -77,28 +76,6 @@ class BlockSource:
     def fingerprint(self) -> str:
         """A hash of what the blocks are drawn from, which names a checkpoint's key."""
         raise NotImplementedError
-
-    def sample_digest(self, blocks: int = 3) -> dict:
-        """What a checkpoint checks its data by: the stream's shape, its block count and a hash of
-        ``blocks`` of its blocks (the first, the last, evenly between), as the phases read them.
-
-        Reads those blocks only (a Dask source computes those tasks), where
-        :meth:`~mhalearn.learners.streams.BlockSource.fingerprint` reads every byte of in-memory arrays
-        and nothing of Dask arrays.
-        """
-        last = self.block_count - 1
-        indices = sorted({position * last // max(blocks - 1, 1) for position in range(blocks)})
-        digests = {}
-        for index in indices:
-            X, Y, rows = self._block(index)
-            X, Y = np.asarray(X), np.asarray(Y)
-            digest = hashlib.blake2b(digest_size=16)
-            for array in (X, Y) if rows is None else (X[rows], Y[rows]):
-                array = np.ascontiguousarray(array)
-                digest.update(f"{array.shape}{array.dtype.str}".encode())
-                digest.update(array.data)
-            digests[index] = digest.hexdigest()
-        return {"shape": (self.samples, self.length, self.dim), "blocks": self.block_count, "digests": digests}
 
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""
@@ -518,12 +495,17 @@ class DaskSource(BlockSource):
         Of one shape (n, k, d), chunked alike along n (k and d are joined
         into one chunk here).
 
+    content : str, optional
+        A hash of X's and Y's values, when a pass has taken one (the fit's
+        :func:`~mhalearn.learners.dask_data.dask_statistics`); otherwise
+        :meth:`fingerprint` takes it in a pass of its own.
+
     Raises ValueError, naming X or Y, for other arrays or unaligned chunks.
     """
 
     wave_blocks = WAVE_BLOCKS
 
-    def __init__(self, X, Y):
+    def __init__(self, X, Y, *, content: str | None = None):
         import dask.array as da
 
         for name, array in (("X", X), ("Y", Y)):
@@ -536,7 +518,7 @@ class DaskSource(BlockSource):
             raise ValueError(f"Y: expected the same blocks along n as X ({X.chunks[0]}), received {Y.chunks[0]}; "
                              f"rechunk Y with Y.rechunk({{0: X.chunks[0]}})")
         X, Y = X.rechunk({1: -1, 2: -1}), Y.rechunk({1: -1, 2: -1})
-        self._names = (X.name, Y.name)
+        self._content = content
         self.samples, self.length, self.dim = X.shape
         self.block_sizes = X.chunks[0]
         self.block_count = len(self.block_sizes)
@@ -546,8 +528,11 @@ class DaskSource(BlockSource):
         self._y_blocks = Y.to_delayed(optimize_graph=False).ravel()
 
     def fingerprint(self) -> str:
-        """X's and Y's graph names: Dask derives them from how the arrays are computed, not from their values."""
-        return "|".join(self._names)
+        """A hash of X's and Y's values (:func:`content_digest`), never of their Dask names: arrays named
+        alike may hold other values, and the same values loaded again get new names."""
+        if self._content is None:
+            self._content = content_digest(self.map_blocks(block_digest), self.block_sizes)
+        return self._content
 
     def block_samples(self, index: int) -> int:
         return self.block_sizes[index]
@@ -566,6 +551,22 @@ class DaskSource(BlockSource):
                                                           args, index if indexed else None)
                  for index in selected]
         return list(dask.compute(*tasks))
+
+
+def block_digest(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> str:
+    """A SHA-256 digest of a block's examples: dtype, shape and bytes of X and Y (of its ``rows``); SHA-256
+    for its speed: hardware-accelerated on current CPUs (0.67 GB/s here, BLAKE2b 0.31)."""
+    digest = hashlib.sha256()
+    for array in (X, Y) if rows is None else (X[rows], Y[rows]):
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.shape}{array.dtype.str}".encode())
+        digest.update(array.view(np.uint8).reshape(-1).data)
+    return digest.hexdigest()[:32]
+
+
+def content_digest(block_digests: list[str], block_sizes) -> str:
+    """The hash of a dataset's values from its blocks' :func:`block_digest`, in block order."""
+    return hashlib.blake2b("|".join([*map(str, block_sizes), *block_digests]).encode(), digest_size=16).hexdigest()
 
 
 def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
