@@ -30,6 +30,7 @@ class BodySettings:
 
     quantile: float | None = None
     residual_tol: float = 0.02
+    estimate_noise: bool = True
     simplex_tol: float = 0.02
     w_min: float = 0.02
     kstar_slabs: int | None = None
@@ -50,6 +51,7 @@ class BodySettings:
     min_equalities: int | None = None
     min_gap: float = 1.0
     hull_trim: float = 3.0
+    hull_core: float = 1.0
     max_span_error: float = 0.15
     bootstrap_resamples: int = 24
     bootstrap_level: float = 0.9

@@ -1,0 +1,134 @@
+"""How K* reads the span from rows of which a fifth are not agreement rows: the ways of weighing its rows.
+
+The rows are those a ``sculpt-vs-m`` cell's K* reads (phases 1–3 and phase
+2's K* round of :func:`~mhalearn.learners.chen_li.sculpt_span` on the cell's
+stream, SculptLearner's defaults, the learned Ŵ_Σ), cached once per cell in
+``--rows``.  Phase 4 then reads the span from them under each rule of row
+weighing (:func:`~mhalearn.learners.chen_li.phase4_span.read_span`,
+``row_weighing``), and, as the oracle no rule can match, from their clean
+rows alone (every head within ℓ1 0.1 of â; chosen by the teacher).  Per
+reading: rows kept, their precision, the span distance and the estimate.
+
+    python bench/kstar_weighing.py --heads 3 --seed 10 11 --samples 1e7     # development teachers
+    python bench/kstar_weighing.py --report                                 # the table, from runs/kstar_weighing.jsonl
+
+The teacher is used only to measure (precision, span distance, the clean set).
+Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import pickle
+import time
+
+import numpy as np
+from _common import load_jsonl
+
+from mhalearn.attention.teachers import sample_teacher
+from mhalearn.evaluation import agreeing_rows, span_distance, w_sum_error
+from mhalearn.learners.chen_li import BodySettings, sculpt_span
+from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
+from mhalearn.learners.chen_li.phase4_span import read_span
+from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
+from mhalearn.learners.streams import TeacherSource
+from mhalearn.seeding import seeded_rng
+
+COLUMNS = ("m", "teacher", "sequences", "Ŵ_Σ error", "rule", "rows", "precision", "kept rows", "kept precision",
+           "span distance", "estimate", "refused")
+
+
+def teacher_of(heads: int, seed: int, theta_norm: float):
+    """The ``sculpt-vs-m`` teacher of (m, seed), with ‖Θ_i‖_F = ``theta_norm`` (2 in ``sculpt-vs-m``)."""
+    return sample_teacher(heads, 12, theta_norm=theta_norm, rng=seeded_rng(20_251, heads, seed))
+
+
+def cell_rows(heads: int, seed: int, samples: int, theta_norm: float, decode: str, cache: str,
+              residual_tol: float | None = None):
+    """The rows K* reads and the Ŵ_Σ they were decoded under (cached in ``cache``): with ``decode="learned"``
+    the cell's own (phases 1–3 and K*'s round of :func:`sculpt_span`), with ``"true"`` every row the
+    teacher's W_Σ accepts (phase 4's tolerances)."""
+    tol = "" if residual_tol is None else f"-tol{residual_tol:g}"
+    path = os.path.join(cache, f"m{heads}-seed{seed}-n{samples:.0e}-norm{theta_norm:g}-{decode}{tol}.pickle")
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
+            return pickle.load(handle)
+    teacher = teacher_of(heads, seed, theta_norm)
+    source = TeacherSource(teacher, samples, 4, seed=seed)
+    start = time.perf_counter()
+    settings = BodySettings()
+    if decode == "true":
+        w_sum = teacher.projection_sum
+        rows = find_agreement_rows(source, w_sum, residual_tol=residual_tol or settings.residual_tol,
+                                   simplex_tol=settings.simplex_tol, max_rows=10**7)
+    else:
+        phases = sculpt_span(source, heads, settings, seeded_rng(seed, heads, samples))
+        rows, w_sum = phases.sculpt[-1].rows, phases.refined_sum.w_sum
+    kept = {"rows": rows, "w_sum": w_sum, "seconds": time.perf_counter() - start}
+    with open(path, "wb") as handle:
+        pickle.dump(kept, handle)
+    return kept
+
+
+def reading(rows, teacher, settings):
+    """Phase 4 on ``rows`` under ``settings``: its figures against the teacher."""
+    slabs = slab_constraints(rows, **kstar_slab_rule(rows, settings))
+    span = read_span(slabs, teacher.heads, settings, np.random.default_rng(0))
+    clean = agreeing_rows(rows, teacher)
+    kept = span.kept if span.kept is not None else np.arange(0)
+    return {"rows": len(rows), "precision": float(clean.mean()) if len(rows) else None,
+            "kept_rows": int(len(kept)), "kept_precision": float(clean[kept].mean()) if len(kept) else None,
+            "span_distance": None if span.basis is None else span_distance(span.basis, teacher),
+            "estimate": span.estimated_error, "refused": span.refused,
+            "discarded": getattr(span, "discarded", None)}
+
+
+RULES = {"every row, trimmed (hull_core = 1)": {"hull_core": 1.0}}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--heads", type=int, default=3)
+    parser.add_argument("--seed", type=int, nargs="+", default=[10, 11])
+    parser.add_argument("--samples", type=float, default=1e7)
+    parser.add_argument("--theta-norm", type=float, default=2.0)
+    parser.add_argument("--decode", choices=("learned", "true"), default="learned",
+                        help="the rows of the cell's learned Ŵ_Σ, or every row the true W_Σ accepts")
+    parser.add_argument("--residual-tol", type=float, help="with --decode true: the agreement test's tolerance "
+                        "(default phase 4's); a looser one mixes in rows that are not agreement rows")
+    parser.add_argument("--rows", default=os.environ.get("KSTAR_ROWS_CACHE", "results/kstar_rows_cache"))
+    parser.add_argument("--rule", nargs="*", help="rules to read (default: every rule of RULES)")
+    parser.add_argument("--out", default="runs/kstar_weighing.jsonl")
+    parser.add_argument("--report", action="store_true")
+    args = parser.parse_args()
+    if args.report:
+        for record in load_jsonl(args.out):
+            print(" | ".join(str(record.get(key)) for key in ("m", "teacher", "sequences", "rule", "rows",
+                                                              "precision", "kept_rows", "kept_precision",
+                                                              "span_distance", "estimate", "refused")))
+        return
+    os.makedirs(args.rows, exist_ok=True)
+    samples = int(args.samples)
+    for seed in args.seed:
+        teacher = teacher_of(args.heads, seed, args.theta_norm)
+        kept = cell_rows(args.heads, seed, samples, args.theta_norm, args.decode, args.rows, args.residual_tol)
+        rows = kept["rows"]
+        error = w_sum_error(kept["w_sum"], teacher)
+        sets = {"clean rows only (oracle)": (rows.subset(agreeing_rows(rows, teacher)), {})}
+        sets.update({name: (rows, rule) for name, rule in RULES.items()})
+        for name, (chosen, rule) in sets.items():
+            if args.rule and name not in args.rule:
+                continue
+            settings = dataclasses.replace(BodySettings(), **rule)
+            record = {"m": args.heads, "teacher": seed, "sequences": samples, "theta_norm": args.theta_norm,
+                      "decoded_with": args.decode, "residual_tol": args.residual_tol, "w_sum_error": error,
+                      "rule": name,
+                      **reading(chosen, teacher, settings)}
+            print(json.dumps(record), flush=True)
+            with open(args.out, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
