@@ -81,10 +81,35 @@ def reading(rows, teacher, settings):
             "kept_rows": int(len(kept)), "kept_precision": float(clean[kept].mean()) if len(kept) else None,
             "span_distance": None if span.basis is None else span_distance(span.basis, teacher),
             "estimate": span.estimated_error, "refused": span.refused,
-            "discarded": getattr(span, "discarded", None)}
+            "discarded": span.discarded}
 
 
-RULES = {"every row, trimmed (hull_core = 1)": {"hull_core": 1.0}}
+RULES = {"every row, trimmed 3x (hull_core 1, the default)": {"hull_core": 1.0},
+         "trimmed 2x": {"hull_core": 1.0, "hull_trim": 2.0},
+         "core 0.8, trimmed 3x": {"hull_core": 0.8},
+         "core 0.6, trimmed 3x": {"hull_core": 0.6},
+         "core 0.6, trimmed 2x": {"hull_core": 0.6, "hull_trim": 2.0}}
+
+
+def key_of(record) -> tuple:
+    return tuple(record.get(name) for name in ("m", "teacher", "sequences", "theta_norm", "decoded_with",
+                                               "residual_tol", "rule"))
+
+
+def report(records) -> str:
+    """The table: one line per set of rows and rule."""
+    def figure(value, form):
+        return "—" if value is None else format(value, form)
+    lines = ["| m | teacher | sequences | rows decoded with | test tolerance | rule | rows | precision | "
+             "hull rows kept | their precision | span distance | estimate |", "|" + " --- |" * 12]
+    for record in records:
+        decoded = "true W_Σ" if record["decoded_with"] == "true" else f"learned Ŵ_Σ ({record['w_sum_error']:.2%} off)"
+        lines.append(f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {decoded} | "
+                     f"{figure(record.get('residual_tol') or BodySettings().residual_tol, 'g')} | {record['rule']} | "
+                     f"{record['rows']} | {figure(record['precision'], '.3f')} | {record['kept_rows']} | "
+                     f"{figure(record['kept_precision'], '.3f')} | {figure(record['span_distance'], '.3f')} | "
+                     f"{figure(record['estimate'], '.3f')}{' (refused)' if record['refused'] else ''} |")
+    return "\n".join(lines)
 
 
 def main():
@@ -97,34 +122,34 @@ def main():
                         help="the rows of the cell's learned Ŵ_Σ, or every row the true W_Σ accepts")
     parser.add_argument("--residual-tol", type=float, help="with --decode true: the agreement test's tolerance "
                         "(default phase 4's); a looser one mixes in rows that are not agreement rows")
-    parser.add_argument("--rows", default=os.environ.get("KSTAR_ROWS_CACHE", "results/kstar_rows_cache"))
-    parser.add_argument("--rule", nargs="*", help="rules to read (default: every rule of RULES)")
-    parser.add_argument("--out", default="runs/kstar_weighing.jsonl")
-    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--rows", default=os.environ.get("KSTAR_ROWS_CACHE", "results/kstar_rows_cache"),
+                        help="where each cell's rows are cached (not committed: the command regenerates them)")
+    parser.add_argument("--rule", nargs="*", help="rules to read (default: the clean rows and every rule of RULES)")
+    parser.add_argument("--out", default="runs/kstar-weighing/kstar_weighing.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
     if args.report:
-        for record in load_jsonl(args.out):
-            print(" | ".join(str(record.get(key)) for key in ("m", "teacher", "sequences", "rule", "rows",
-                                                              "precision", "kept_rows", "kept_precision",
-                                                              "span_distance", "estimate", "refused")))
+        print(report(load_jsonl(args.out)))
         return
     os.makedirs(args.rows, exist_ok=True)
+    done = {key_of(record) for record in load_jsonl(args.out)} if os.path.exists(args.out) else set()
     samples = int(args.samples)
+    settings = BodySettings()
     for seed in args.seed:
         teacher = teacher_of(args.heads, seed, args.theta_norm)
         kept = cell_rows(args.heads, seed, samples, args.theta_norm, args.decode, args.rows, args.residual_tol)
         rows = kept["rows"]
+        rows = rows.subset(np.arange(min(len(rows), settings.max_rows)))  # the first max_rows, as K* keeps them
         error = w_sum_error(kept["w_sum"], teacher)
         sets = {"clean rows only (oracle)": (rows.subset(agreeing_rows(rows, teacher)), {})}
         sets.update({name: (rows, rule) for name, rule in RULES.items()})
         for name, (chosen, rule) in sets.items():
-            if args.rule and name not in args.rule:
-                continue
-            settings = dataclasses.replace(BodySettings(), **rule)
             record = {"m": args.heads, "teacher": seed, "sequences": samples, "theta_norm": args.theta_norm,
                       "decoded_with": args.decode, "residual_tol": args.residual_tol, "w_sum_error": error,
-                      "rule": name,
-                      **reading(chosen, teacher, settings)}
+                      "rule": name}
+            if (args.rule and name not in args.rule) or key_of(record) in done:
+                continue
+            record.update(reading(chosen, teacher, dataclasses.replace(settings, **rule)))
             print(json.dumps(record), flush=True)
             with open(args.out, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
