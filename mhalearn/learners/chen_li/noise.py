@@ -15,18 +15,18 @@ and they are the best explained, the rank π/2 is the median agreement row,
 so its value estimates σ².  π is not known, so two shares are read and the
 smaller σ kept:
 
-- the share of rows the noise-free test passes (relative residual ≤
-  ``residual_tol``): agreement rows, as long as that test passes any; at
-  m ≥ 3, where agreement rows are 10⁻⁴ of all, this keeps σ̂ at their
-  level;
 - the share phase 2's first round already assumes (``quantile_for(m)``: 1
-  at m = 1, 0.01 otherwise): when the noise-free test passes nothing, the
-  noise is large and this share places σ̂ (within 0.8–1.0× of σ on
-  development teachers at m = 1, 2).
+  at m = 1, 0.01 otherwise), which places σ̂ within 0.8–1.0× of σ on
+  development teachers at m = 1, 2 (seeds 20, 21);
+- the share of rows the noise-free test passes (relative residual ≤
+  ``residual_tol``), when the tolerance its σ̂ implies is within
+  ``residual_tol`` (the test then passes the agreement rows, so its share
+  is theirs): at m ≥ 3, where agreement rows are 10⁻⁴ of all and the first
+  share's rank falls among rows that do not agree, this keeps σ̂ at their
+  level.
 
-Both over-estimate σ when the share read exceeds the true share of
-agreement rows (the rank then falls among rows that do not agree), so the
-smaller is kept.  Without noise σ̂ is the size of Ŵ_Σ's error and of the
+The smaller of the two is kept (each over-estimates σ when its share
+exceeds the true share of agreement rows).  Without noise σ̂ is the size of Ŵ_Σ's error and of the
 near-agreement rows' residuals, and the tolerance stays at ``residual_tol``
 wherever that is larger.
 """
@@ -56,8 +56,12 @@ def label_noise(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, *, residual_tol
     """σ̂, the label noise per entry, from the rows of the sequences ``X``, ``Y`` decoded under ``w_sum``.
 
     Returns ``noise`` (σ̂), ``shares`` (the two shares read: the noise-free
-    test's, None when it passes no row, and ``agreement_share``), the σ̂ each
-    gave, and ``rows`` (the rows read).
+    test's, None when it passes no row, and ``agreement_share``), the σ̂
+    each gave (``estimates``), and ``rows`` (the rows read).  The noise-free
+    test's share is read only when the tolerance its σ̂ implies is at most
+    ``residual_tol``: only then does that test pass (95 % of) the agreement
+    rows, so that its share is theirs; a test that cuts into them passes
+    the best-explained few, whose rank reads σ low.
     """
     residual, violation = decoding_residuals(X, Y, w_sum)  # (n, k) relative residuals
     label_norm = np.sqrt(np.einsum("nrd,nrd->nr", Y, Y))
@@ -72,7 +76,9 @@ def label_noise(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, *, residual_tol
     shares = [passing if passing > 0 else None, float(agreement_share)]
     estimates = [None if share is None else float(np.sqrt(np.quantile(scaled, min(share, 1.0) / 2)))
                  for share in shares]
-    noise = min(estimate for estimate in estimates if estimate is not None)
+    noise = estimates[1]
+    if estimates[0] is not None and noise_tolerance(estimates[0], Y, X.shape[2], X.shape[1], 0.0) <= residual_tol:
+        noise = min(noise, estimates[0])
     return {"noise": noise, "shares": shares, "estimates": estimates, "rows": int(usable.sum())}
 
 
