@@ -15,8 +15,8 @@ def test_distinct_tokens_counts_each_sequences_unique_rows():
 
 @pytest.mark.parametrize("sigma", [0.1, 0.3])
 def test_one_head_noise_is_read_from_the_residuals(sigma):
-    # d = 12, k = 4, where the noise-free test passes no row at these σ (at d = 10, σ = 0.1 it passes a few,
-    # and σ̂ reads low: a limitation the module documents).
+    # On this teacher the noise-free test passes no row at these σ; where it passes a few (d = 10, σ = 0.1)
+    # σ̂ reads low: a limit the module documents.
     teacher = mhalearn.sample_teacher(1, 12, rng=3)
     X, Y = mhalearn.make_dataset(teacher, 5000, 4, noise=sigma, rng=4)
     found = label_noise(X, Y, teacher.projection_sum, residual_tol=0.02, simplex_tol=0.02, agreement_share=1.0)

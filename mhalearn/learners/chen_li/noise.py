@@ -26,10 +26,10 @@ smaller σ kept:
 The smaller of the two is kept: each over-estimates σ when its share
 exceeds the true share of agreement rows.  The second under-estimates it
 when the noise-free test cuts into the agreement rows and passes only their
-best-explained few: at m = 1, d = 10, σ = 0.1 (5 000 sequences) σ̂ is 0.021,
-and the tolerance too tight.  At d = 12, k = 4 the noise-free test passes no
-row at σ = 0.1 and σ̂ is within 0.8–1.0× of σ (development teachers, m = 1,
-2); the table of docs/chen_li.md is measured there.  Without noise σ̂ is the
+best-explained few: at m = 1, σ = 0.1 σ̂ is 0.021 (d = 10, 5 000
+sequences) and 0.021 and 0.015 on two of three fresh teachers at d = 12,
+whose bodies then refuse (docs/chen_li.md).  Where the noise-free test
+passes no row, σ̂ is within 0.8–1.0× of σ.  Without noise σ̂ is the
 size of Ŵ_Σ's error and of the
 near-agreement rows' residuals, and the tolerance stays at ``residual_tol``
 wherever that is larger.
