@@ -1,22 +1,30 @@
-"""How K* reads the span from rows of which a fifth are not agreement rows: the ways of weighing its rows.
+"""How K* reads the span from rows of which many are not agreement rows: the ways of weighing its rows.
 
-The rows are those a ``sculpt-vs-m`` cell's K* reads (phases 1–3 and phase
-2's K* round of :func:`~mhalearn.learners.chen_li.sculpt_span` on the cell's
-stream, SculptLearner's defaults, the learned Ŵ_Σ), cached once per cell in
-``--rows``.  Phase 4 then reads the span from them under each rule of row
-weighing (:func:`~mhalearn.learners.chen_li.phase4_span.read_span`,
-``row_weighing``), and, as the oracle no rule can match, from their clean
-rows alone (every head within ℓ1 0.1 of â; chosen by the teacher).  Per
-reading: rows kept, their precision, the span distance and the estimate.
+The rows are either those a ``sculpt-vs-m``-style cell's K* reads (``--decode
+learned``: phases 1–3 and phase 2's K* round of
+:func:`~mhalearn.learners.chen_li.sculpt_span` on the cell's stream,
+SculptLearner's defaults, the learned Ŵ_Σ) or every row the teacher's W_Σ
+accepts (``--decode true``) at a tolerance ``--residual-tol``, where a looser
+test mixes in rows that are not agreement rows; cached once per cell in
+``--rows`` and capped, as K* caps them, at the first ``max_rows``.  Phase 4
+then reads the span from them under each rule of :data:`RULES`
+(:func:`~mhalearn.learners.chen_li.phase4_span.read_span` with
+``hull_core`` and ``hull_trim``), and, as the oracle no rule can match, from
+their clean rows alone (every head within ℓ1 0.1 of â; chosen by the
+teacher).  Per reading: rows, their precision, the rows the hull kept and
+theirs, the span distance and the estimate.
 
-    python bench/kstar_weighing.py --heads 3 --seed 10 11 --samples 1e7     # development teachers
-    python bench/kstar_weighing.py --report                                 # the table, from runs/kstar_weighing.jsonl
+    python bench/kstar_weighing.py --heads 3 --seed 10 11 --samples 1e7     # development teachers, learned Ŵ_Σ
+    python bench/kstar_weighing.py --heads 2 --seed 10 11 12 --samples 1e6 --decode true --residual-tol 0.1
+    python bench/kstar_weighing.py --report       # the table, from runs/kstar-weighing/kstar_weighing.jsonl
 
-The teacher is used only to measure (precision, span distance, the clean set).
-Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
+(runs/kstar-weighing/README.md lists every command behind the committed rows.)
+The teacher is used only to measure (precision, span distance, the clean
+set).  Each line is appended to ``--out`` as JSON; a rerun skips what it holds.
 """
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -97,18 +105,57 @@ def key_of(record) -> tuple:
 
 
 def report(records) -> str:
-    """The table: one line per set of rows and rule."""
-    def figure(value, form):
-        return "—" if value is None else format(value, form)
-    lines = ["| m | teacher | sequences | rows decoded with | test tolerance | rule | rows | precision | "
-             "hull rows kept | their precision | span distance | estimate |", "|" + " --- |" * 12]
+    """The table: one line per set of rows, the span distance under each rule (* refused)."""
+    groups = {}
     for record in records:
-        decoded = "true W_Σ" if record["decoded_with"] == "true" else f"learned Ŵ_Σ ({record['w_sum_error']:.2%} off)"
-        lines.append(f"| {record['m']} | {record['teacher']} | {record['sequences']:.0e} | {decoded} | "
-                     f"{figure(record.get('residual_tol') or BodySettings().residual_tol, 'g')} | {record['rule']} | "
-                     f"{record['rows']} | {figure(record['precision'], '.3f')} | {record['kept_rows']} | "
-                     f"{figure(record['kept_precision'], '.3f')} | {figure(record['span_distance'], '.3f')} | "
-                     f"{figure(record['estimate'], '.3f')}{' (refused)' if record['refused'] else ''} |")
+        key = (record["m"], record["teacher"], record["sequences"], record["decoded_with"],
+               record.get("residual_tol") or BodySettings().residual_tol, record["w_sum_error"])
+        groups.setdefault(key, {})[record["rule"]] = record
+    order = ["clean rows only (oracle)", *RULES]
+    lines = ["| m | teacher | rows decoded with, test | rows (precision) | clean rows alone | "
+             + " | ".join(order[1:]) + " |", "|" + " --- |" * (4 + len(order))]
+    for key in sorted(groups, key=lambda key: (-key[0], key[3] != "learned", key[4], key[1])):
+        heads, teacher, _, decoded, tolerance, error = key
+        readings = groups[key]
+        every = readings[order[1]]
+        source = f"learned Ŵ_Σ ({error:.2%} off)" if decoded == "learned" else "true W_Σ"
+        spans = [f"{readings[rule]['span_distance']:.3f}{'*' if readings[rule]['refused'] else ''}"
+                 if rule in readings else "—" for rule in order]
+        lines.append(f"| {heads} | {teacher} | {source}, {tolerance:g} | {every['rows']} "
+                     f"({every['precision']:.2f}) | " + " | ".join(spans) + " |")
+    return "\n".join(lines)
+
+
+def cells_table(main_csv: str, branch_csv: str, heads: int = 3, samples: int = 30_000_000) -> str:
+    """The ``sculpt-vs-m`` cells of ``branch_csv`` beside the same cells of ``main_csv`` (``mhalearn export``
+    tables): K*'s tolerance, rows, precision, the rows its hull discarded and why, span, estimate, test error."""
+    def rows_of(path):
+        with open(path) as handle:
+            return {row["seed"]: row for row in csv.DictReader(handle)
+                    if int(row["heads"]) == heads and int(row["samples"]) == samples}
+    main_rows, branch_rows = rows_of(main_csv), rows_of(branch_csv)
+    lines = ["| teacher | K* | test tolerance (σ̂) | rows found / kept | their precision | hull rows kept (precision) "
+             "| rows discarded, by reason | Ŵ_Σ error | span distance | estimate | paper's output, test error | "
+             "body phases' time |", "|" + " --- |" * 12]
+    spans = {"main": [], "branch": []}
+    for seed in sorted(branch_rows):
+        for name, row in (("main", main_rows[seed]), ("branch", branch_rows[seed])):
+            span = 1.0 if row["refused"] else float(row["span_distance"])  # a refusal counts as 1
+            spans[name].append(span)
+            branch = name == "branch"
+            tolerance = (f"{float(row['kstar_residual_tol']):.4f} ({float(row['noise_estimate']):.4f})" if branch
+                         else "0.02")
+            kept = f"{row['kept_rows']} ({float(row['kept_precision']):.2f})" if branch else "—"
+            discarded = ("; ".join(f"{count} {reason}" for reason, count in json.loads(row["discarded"]).items()
+                                   if count) or "none") if branch else "—"
+            code = row["provenance.git_commit"][:7] or "source " + row["provenance.source_hash"][:7]
+            lines.append(f"| {seed} | {name} ({code}) | {tolerance} | "
+                         f"{row['agreement_rows']} / {row['agreement_rows_kept']} | {float(row['precision']):.2f} | "
+                         f"{kept} | {discarded} | {100 * float(row['refined_w_sum_error']):.2f} % | {span:.3f} | "
+                         f"{float(row['estimated_error']):.3f} | {100 * float(row['test_error']):.2f} % | "
+                         f"{float(row['body_seconds']):.0f} s |")
+    lines.append("")
+    lines += [f"median span distance, {name}: {np.median(values):.3f}" for name, values in spans.items()]
     return "\n".join(lines)
 
 
@@ -127,7 +174,12 @@ def main():
     parser.add_argument("--rule", nargs="*", help="rules to read (default: the clean rows and every rule of RULES)")
     parser.add_argument("--out", default="runs/kstar-weighing/kstar_weighing.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
+    parser.add_argument("--cells", nargs=2, metavar=("MAIN_CSV", "BRANCH_CSV"),
+                        help="print the m = 3, 3·10⁷ sculpt-vs-m cells of BRANCH_CSV beside MAIN_CSV's and stop")
     args = parser.parse_args()
+    if args.cells:
+        print(cells_table(*args.cells))
+        return
     if args.report:
         print(report(load_jsonl(args.out)))
         return
