@@ -134,6 +134,8 @@ def cells_table(main_csv: str, branch_csv: str, heads: int = 3, samples: int = 3
             return {row["seed"]: row for row in csv.DictReader(handle)
                     if int(row["heads"]) == heads and int(row["samples"]) == samples}
     main_rows, branch_rows = rows_of(main_csv), rows_of(branch_csv)
+    if not branch_rows:
+        return "no cells"
     lines = ["| teacher | K* | test tolerance (σ̂) | rows found / kept | their precision | hull rows kept (precision) "
              "| rows discarded, by reason | Ŵ_Σ error | span distance | estimate | paper's output, test error | "
              "body phases' time |", "|" + " --- |" * 12]
@@ -175,10 +177,11 @@ def main():
     parser.add_argument("--out", default="runs/kstar-weighing/kstar_weighing.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     parser.add_argument("--cells", nargs=2, metavar=("MAIN_CSV", "BRANCH_CSV"),
-                        help="print the m = 3, 3·10⁷ sculpt-vs-m cells of BRANCH_CSV beside MAIN_CSV's and stop")
+                        help="print the m = 3 sculpt-vs-m cells of BRANCH_CSV (3·10⁷, 10⁸) beside MAIN_CSV's and stop")
     args = parser.parse_args()
     if args.cells:
-        print(cells_table(*args.cells))
+        for samples in (30_000_000, 100_000_000):
+            print(f"m = 3, n = {samples:.0e}:\n" + cells_table(*args.cells, samples=samples) + "\n")
         return
     if args.report:
         print(report(load_jsonl(args.out)))
