@@ -432,10 +432,24 @@ def test_trimmed_hull_drops_rows_that_disagree_and_recovers_the_span(rng):
     truth = mhalearn.MultiHeadAttention(heads.reshape(2, 4, 4), np.zeros((2, 4, 4)))
     centre, long_directions, _ = phase4_span.read_affine_hull(slabs, 2)
     plain = span_distance(phase4_span.span_basis(centre, long_directions, 2), truth)
-    centre, long_directions, _, kept = phase4_span.trimmed_affine_hull(slabs, 2, trim=3.0)
+    centre, long_directions, _, kept, discarded = phase4_span.trimmed_affine_hull(slabs, 2, trim=3.0)
     trimmed = span_distance(phase4_span.span_basis(centre, long_directions, 2), truth)
     assert plain > 0.05 and trimmed < plain / 10
     assert np.all(kept < 400) and len(kept) >= 360  # every row off the hull dropped, few on it
+    assert sum(discarded.values()) == 440 - len(kept)  # every row left out is counted, under one reason
+
+
+def test_a_core_of_consistent_rows_reads_the_hull_where_a_third_of_rows_disagree(rng):
+    slabs, heads = _planted_hull_slabs(rng, rows=400, outliers=200, noise=0.01)
+    truth = mhalearn.MultiHeadAttention(heads.reshape(2, 4, 4), np.zeros((2, 4, 4)))
+    readings = {}
+    for core in (1.0, 0.6):
+        centre, long_directions, _, kept, discarded = phase4_span.trimmed_affine_hull(slabs, 2, trim=3.0, core=core)
+        readings[core] = (span_distance(phase4_span.span_basis(centre, long_directions, 2), truth), kept, discarded)
+    distance, kept, discarded = readings[0.6]
+    assert distance < 0.01 and np.all(kept < 400) and len(kept) >= 360
+    assert discarded["outside the core, and its hull's residual above the cut"] >= 200
+    assert sum(discarded.values()) == 600 - len(kept)
 
 
 def test_bootstrap_error_grows_with_the_noise_of_the_slabs(rng):

@@ -8,8 +8,8 @@ import pkgutil
 import pytest
 
 from mhalearn import MomentLearner, SculptLearner
-from mhalearn.learners import chen_li
 from mhalearn._validation import check_allowed
+from mhalearn.learners import chen_li
 from mhalearn.learners.chen_li.settings import (
     BODY_CONSTRAINTS,
     SEARCH_SETTING_CONSTRAINTS,
@@ -38,8 +38,10 @@ def _setting_defaults(settings_classes) -> dict:
 
 
 def _allowed_change(name: str, default):
-    """A value other than the default that the setting allows: 3 (or 0.5) for None, else 2× (or ½×) the
-    default; which one, the setting's constraints say."""
+    """A value other than the default that the setting allows: the other truth value for a flag, 3 (or 0.5)
+    for None, else 2× (or ½×) the default; which one, the setting's constraints say."""
+    if isinstance(default, bool):
+        return not default
     for value in ((3, 0.5) if default is None else (2 * default, default / 2)):
         try:
             return check_allowed(type(default)(value) if default is not None else value, name, CONSTRAINTS[name])

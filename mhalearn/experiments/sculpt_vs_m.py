@@ -30,6 +30,7 @@ against n per m, and the samples the body needs to reach span distance
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -147,6 +148,13 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         "agreement_rows_kept": final.accepted_rows,
         "agreement_fraction": final.accepted_fraction,
         "precision": observer.figure(Phase.SCULPT, "precision"),
+        # The rows K*'s hull kept, their precision, and why the others left (phase 4's trimmed hull).
+        "kept_rows": span.kept_rows,
+        "kept_precision": observer.figure(Phase.SPAN, "kept_precision"),
+        "discarded": None if span.discarded is None else json.dumps(span.discarded),
+        # The tolerance K*'s rows were accepted with, and the label noise it follows (estimated).
+        "kstar_residual_tol": final.residual_tol,
+        "noise_estimate": final.noise,
         "feasible": observer.figure(Phase.SCULPT, "teacher_feasible_fraction"),
         "crude_w_sum_error": observer.figure(Phase.CRUDE_SUM, "w_sum_error"),
         "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),

@@ -92,6 +92,12 @@ class SculptLearner(SpanSearchLearner):
     residual_tol : float
         Absolute tolerance on the relative decoding residual ‖âᵀXŴ_Σ − y‖/‖y‖
         for the agreement rows of K* (phase 4), once Ŵ_Σ is refined.
+    estimate_noise : bool
+        Widen that tolerance to the label noise estimated from the stream's
+        first 25 000 sequences under the refined Ŵ_Σ: the relative residual
+        below which 95 % of agreement rows fall at that noise, never below
+        ``residual_tol`` (:mod:`mhalearn.learners.chen_li.noise`).  The
+        noise is estimated, never given; False keeps ``residual_tol``.
     simplex_tol : float
         Accepted patterns are within this of the simplex.
     w_min : float
@@ -170,6 +176,13 @@ class SculptLearner(SpanSearchLearner):
         The affine hull is read again without the rows whose slabs disagree
         with it by more than this multiple of the median row's (a trimmed,
         robust hull).
+    hull_core : float
+        Share of K*'s rows with slabs that first read the hull on their own:
+        the share most consistent with the hull they read (least trimmed
+        squares), so that up to 1 − ``hull_core`` of rows that are not
+        agreement rows cannot steer it; ``hull_trim`` then takes back every
+        row the core's hull explains as well as its own (1: no core, every
+        row starts).
     max_span_error : float
         The body refuses when the bootstrap estimate of its span's error
         (sin of the largest principal angle) exceeds this.  The estimate runs
@@ -288,7 +301,8 @@ class SculptLearner(SpanSearchLearner):
 
     # The defaults are the settings' (BODY, SEARCH): scikit-learn reads them off this signature.
     def __init__(self, heads: int, *, quantile: float | None = BODY.quantile,
-                 residual_tol: float = BODY.residual_tol, simplex_tol: float = BODY.simplex_tol,
+                 residual_tol: float = BODY.residual_tol, estimate_noise: bool = BODY.estimate_noise,
+                 simplex_tol: float = BODY.simplex_tol,
                  w_min: float = BODY.w_min, kstar_slabs: int | None = BODY.kstar_slabs,
                  kstar_w_max: float = BODY.kstar_w_max, slab_width: float = BODY.slab_width,
                  slab_floor: float = BODY.slab_floor, max_rows: int = BODY.max_rows,
@@ -300,7 +314,8 @@ class SculptLearner(SpanSearchLearner):
                  candidate_radius: float = BODY.candidate_radius,
                  max_candidate_rows: int = BODY.max_candidate_rows,
                  min_equalities: int | None = BODY.min_equalities, min_gap: float = BODY.min_gap,
-                 hull_trim: float = BODY.hull_trim, max_span_error: float = BODY.max_span_error,
+                 hull_trim: float = BODY.hull_trim, hull_core: float = BODY.hull_core,
+                 max_span_error: float = BODY.max_span_error,
                  bootstrap_resamples: int = BODY.bootstrap_resamples,
                  bootstrap_level: float = BODY.bootstrap_level,
                  compare_routes_above: float = BODY.compare_routes_above, span_point: str = BODY.span_point,

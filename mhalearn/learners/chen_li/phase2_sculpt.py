@@ -29,6 +29,7 @@ import numpy as np
 from ..report import PhaseResult, data_field
 from .agreement_passes import draw_pool, first_agreement_rows
 from .agreement_rows import AgreementRows
+from .noise import estimate_tolerance
 from .settings import BodySettings
 from .slabs import SlabSystem, kstar_slab_rule, slab_constraints
 
@@ -44,6 +45,10 @@ class SculptedBody(PhaseResult):
     kept.  ``slab_threshold`` is the decoded weight at and above which a
     token gave a slab: ``w_min`` for K, raised for K* when its rows hold more
     slabs than it needs (:func:`~mhalearn.learners.chen_li.slabs.kstar_weight_threshold`).
+    ``residual_tol`` is the tolerance K*'s rows were accepted with and
+    ``noise`` the label noise σ̂ it follows, estimated from the stream's head
+    (:mod:`~mhalearn.learners.chen_li.noise`; None for the quantile rule, or
+    when ``estimate_noise`` is off).
     Data: the rows, the slabs and, for the quantile rule, the pool of
     candidates our alternating refit starts from.
     """
@@ -55,11 +60,14 @@ class SculptedBody(PhaseResult):
     slab_threshold: float
     equalities: int
     halfspaces: int
+    residual_tol: float | None = None
+    noise: float | None = None
     rows: AgreementRows = data_field()
     slabs: SlabSystem = data_field()
     pool: AgreementRows | None = data_field()
 
-    columns = ("rule", "accepted_rows", "found_rows", "slab_threshold", "equalities", "halfspaces")
+    columns = ("rule", "accepted_rows", "found_rows", "slab_threshold", "equalities", "halfspaces", "residual_tol",
+               "noise")
 
 
 def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, rng: np.random.Generator, *,
@@ -69,7 +77,9 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     ``rule="quantile"`` (crude Ŵ_Σ): one pass draws a pool of the best
     ``pool_fraction`` of each block (kept for phase 3) and accepts its best
     rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
-    Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, the first
+    Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, widened to the
+    label noise estimated from the stream's head when ``estimate_noise``
+    (:func:`~mhalearn.learners.chen_li.noise.estimate_tolerance`), the first
     ``max_rows`` found
     (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`:
     a pass that stops once it has them) — the rows of K*; with
@@ -78,7 +88,13 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     the first ``max_rows`` of them that pass, found without reading the stream.
     """
     start = time.perf_counter()
-    pool = None
+    pool, tolerance, noise = None, None, None
+    if rule == "absolute":
+        tolerance = settings.residual_tol
+        if settings.estimate_noise:
+            found = estimate_tolerance(source, w_sum, residual_tol=settings.residual_tol,
+                                       simplex_tol=settings.simplex_tol, agreement_share=settings.quantile_for(heads))
+            tolerance, noise = found["tolerance"], found["noise"]
     if rule == "quantile":
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
@@ -86,10 +102,10 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
         accepted = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows),
                              simplex_tol=settings.simplex_tol)
     elif rule == "absolute" and candidates is not None:
-        accepted = candidates.accepted_under(w_sum, residual_tol=settings.residual_tol,
+        accepted = candidates.accepted_under(w_sum, residual_tol=tolerance,
                                              simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
     elif rule == "absolute":
-        accepted = first_agreement_rows(source, w_sum, residual_tol=settings.residual_tol,
+        accepted = first_agreement_rows(source, w_sum, residual_tol=tolerance,
                                         simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
@@ -98,4 +114,4 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),
                         slab_threshold=slab_rule["w_min"], equalities=slabs.equalities, halfspaces=len(slabs.g),
-                        rows=accepted, slabs=slabs, pool=pool)
+                        residual_tol=tolerance, noise=noise, rows=accepted, slabs=slabs, pool=pool)

@@ -97,21 +97,43 @@ def hull_residuals(slabs: SlabSystem, centre: np.ndarray, long_directions: np.nd
     return rows
 
 
-def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, rounds: int = 10):
-    """The affine hull read after trimming the rows that disagree with it (a robust :func:`read_affine_hull`).
+def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, core: float = 1.0, rounds: int = 10):
+    """The affine hull read after discarding the rows that disagree with it (a robust :func:`read_affine_hull`).
 
     Some accepted rows are not agreement rows (their heads' patterns differ
     by more than the decoding can see); their slabs pull the least-squares
-    hull off aff{Θ_i}.  Alternately read the hull from the kept rows and keep
-    the rows whose :func:`hull_residuals` are at most ``trim`` times the
-    median of the kept rows', until the kept rows stop changing (at most
-    ``rounds`` times).
+    hull off aff{Θ_i}, and a fifth of such rows (m = 4) hold it there however
+    many rows are added.  Two steps, each a fixed point of reading the hull
+    from a set of rows and ranking every row by its :func:`hull_residuals`:
+
+    1. the *core* (``core`` < 1): the share ``core`` of the rows with the
+       smallest residuals under the hull read from the core itself (least
+       trimmed squares by concentration steps, from every row), so that up
+       to 1 − ``core`` of rows inconsistent with the rest cannot steer the
+       hull the core reads;
+    2. the *kept* rows: those whose residuals are at most ``trim`` times the
+       median of the kept rows' (starting from the core), which gives back the
+       rows the core left out but the hull explains as well as its own.
+
+    Each step stops when its rows stop changing (at most ``rounds`` times),
+    or when they would fix fewer than d² equations.
 
     Returns the centre, the long directions, the singular-value figures
-    (:func:`read_affine_hull`) and the indices of the kept rows.
+    (:func:`read_affine_hull`), the indices of the kept rows and ``discarded``:
+    how many rows with slabs left the hull, by reason.
     """
     candidates = np.unique(slabs.slab_row)
     kept = candidates
+    if core < 1.0 and len(candidates):
+        size = max(int(math.ceil(core * len(candidates))), 1)
+        for _ in range(rounds):
+            centre, long_directions, _ = read_affine_hull(slabs, heads, slabs.row_weights(kept))
+            residual = hull_residuals(slabs, centre, long_directions)[candidates]
+            survivors = np.sort(candidates[np.argsort(residual, kind="stable")[:size]])
+            if np.array_equal(survivors, kept) or np.sum(slabs.row_weights(survivors)) < slabs.E.shape[1]:
+                break
+            kept = survivors
+    core_rows = kept
     for _ in range(rounds):
         centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(kept))
         residual = hull_residuals(slabs, centre, long_directions)
@@ -121,7 +143,12 @@ def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, rounds: i
         kept = survivors
     else:
         centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(kept))
-    return centre, long_directions, info, kept
+    dropped = np.setdiff1d(candidates, kept)
+    discarded = {
+        "outside the core, and its hull's residual above the cut": int(len(np.setdiff1d(dropped, core_rows))),
+        "in the core, yet its hull's residual above the cut": int(len(np.intersect1d(dropped, core_rows))),
+    }
+    return centre, long_directions, info, kept, discarded
 
 
 def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
@@ -159,7 +186,8 @@ class SpanReading(PhaseResult):
     ``spectral_gap`` is σ_m/σ_{m−1} of the scaled slab matrix (inf at
     m = 1), ``singular_values`` its smallest m + 2 relative to the largest;
     ``rows``/``kept_rows`` the accepted rows of K* with slabs and those the
-    trimmed hull kept; ``head_norm`` the norm of the point that completes the
+    trimmed hull kept, ``discarded`` how many rows with slabs it left out,
+    by reason (:func:`trimmed_affine_hull`); ``head_norm`` the norm of the point that completes the
     span (it sets the net's radius).  Data: the orthonormal ``basis`` (m,
     d²) — read even when refused, so an observer can judge the refusal —,
     the centre, the point that completes the span (the centre, or K*'s
@@ -173,6 +201,7 @@ class SpanReading(PhaseResult):
     needed: int | None = None
     rows: int | None = None
     kept_rows: int | None = None
+    discarded: dict | None = None
     estimated_error: float | None = None
     spectral_gap: float | None = None
     singular_values: list | None = None
@@ -198,7 +227,8 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     """Phase 4: K*'s long directions and the point that completes them, or a refusal.
 
     Refuses with fewer than ``settings.equalities_needed(d)`` slabs; reads
-    the hull with trimming (:func:`trimmed_affine_hull`, ``hull_trim``);
+    the hull from the rows consistent with it (:func:`trimmed_affine_hull`, ``hull_core``
+    and ``hull_trim``);
     refuses when the bootstrap estimate of the span's error
     (:func:`bootstrap_span_error`, ``bootstrap_resamples`` at level
     ``bootstrap_level``) exceeds ``max_span_error``, or at m ≥ 2 when the
@@ -213,7 +243,8 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     if slabs.equalities < needed:
         return SpanReading(seconds=time.perf_counter() - start,
                            refused=f"too few equalities ({slabs.equalities} < {needed})", **counts)
-    centre, long_directions, info, kept = trimmed_affine_hull(slabs, heads, trim=settings.hull_trim)
+    centre, long_directions, info, kept, discarded = trimmed_affine_hull(slabs, heads, trim=settings.hull_trim,
+                                                                         core=settings.hull_core)
     point, refused = centre, None
     if settings.span_point == "min_norm":
         body = ConvexBody(slabs.of_rows(kept), settings.norm_bound, max_constraints=settings.max_constraints,
@@ -230,6 +261,6 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
         refused = f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"
     counts.update(info, centre=centre, point=point, long_directions=long_directions, kept=kept,
-                  rows=len(np.unique(slabs.slab_row)), kept_rows=len(kept))
+                  rows=len(np.unique(slabs.slab_row)), kept_rows=len(kept), discarded=discarded)
     return SpanReading(seconds=time.perf_counter() - start, refused=refused, estimated_error=estimate,
                        head_norm=max(float(np.linalg.norm(point)), 1e-3), basis=basis, **counts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..._validation import Integer, Options, Real, check_allowed
+from ..._validation import Boolean, Integer, Options, Real, check_allowed
 
 #: An upper bound on every ‖Θ_i‖_F: the radius of the body's norm ball (phases 3–4) and of the net (phase 5),
 #: one parameter of the learner shared by both settings.
@@ -31,6 +31,7 @@ NORM_BOUND = 12.0
 BODY_CONSTRAINTS = {
     "quantile": [None, Real(0.0, 1.0, low_open=True)],
     "residual_tol": [Real(0.0, low_open=True)],
+    "estimate_noise": [Boolean()],
     "simplex_tol": [Real(0.0)],
     "w_min": [Real(0.0, 1.0, low_open=True, high_open=True)],
     "kstar_slabs": [None, Integer(1)],
@@ -51,6 +52,7 @@ BODY_CONSTRAINTS = {
     "min_equalities": [None, Integer(1)],
     "min_gap": [Real(1.0)],
     "hull_trim": [Real(1.0, low_open=True)],
+    "hull_core": [Real(0.0, 1.0, low_open=True)],
     "max_span_error": [Real(0.0, 1.0, low_open=True)],
     "bootstrap_resamples": [Integer(2)],
     "bootstrap_level": [Real(0.0, 1.0)],
@@ -89,6 +91,7 @@ class BodySettings:
 
     quantile: float | None = None
     residual_tol: float = 0.02
+    estimate_noise: bool = True
     simplex_tol: float = 0.02
     w_min: float = 0.02
     kstar_slabs: int | None = None
@@ -109,6 +112,7 @@ class BodySettings:
     min_equalities: int | None = None
     min_gap: float = 1.0
     hull_trim: float = 3.0
+    hull_core: float = 1.0
     max_span_error: float = 0.15
     bootstrap_resamples: int = 24
     bootstrap_level: float = 0.9
