@@ -313,5 +313,7 @@ def test_boolean_check_finds_one_bad_entry_anywhere(bad, where):
     with pytest.raises(ValueError, match=r"^X: expected Boolean entries"):
         check_boolean(bits)
     X.reshape(-1)[where] = bad
-    with pytest.raises(ValueError, match=r"^X: expected Boolean entries"):
+    # NaN and ±inf are damaged inputs, named as such: allow_non_boolean would not make them acceptable.
+    message = r"^X: expected Boolean entries" if np.isfinite(bad) else r"^X: expected finite values, received 1 "
+    with pytest.raises(ValueError, match=message):
         check_boolean(X)

@@ -17,7 +17,7 @@ smaller σ kept:
 
 - the share phase 2's first round already assumes (``quantile_for(m)``: 1
   at m = 1, 0.01 otherwise), which places σ̂ within 0.8–1.0× of σ on
-  development teachers at m = 1, 2 (seeds 20, 21);
+  development instances at m = 1, 2 (seeds 20, 21);
 - the share of rows the noise-free test passes (relative residual ≤
   ``residual_tol``), when it passes any: at m ≥ 3, where agreement rows
   are 10⁻⁴ of all and the first share's rank falls among rows that do not
@@ -27,7 +27,7 @@ The smaller of the two is kept: each over-estimates σ when its share
 exceeds the true share of agreement rows.  The second under-estimates it
 when the noise-free test cuts into the agreement rows and passes only their
 best-explained few: at m = 1, σ = 0.1 σ̂ is 0.021 (d = 10, 5 000
-sequences) and 0.021 and 0.015 on two of three fresh teachers at d = 12,
+sequences) and 0.021 and 0.015 on two of three fresh instances at d = 12,
 whose bodies then refuse (docs/chen_li.md).  Where the noise-free test
 passes no row, σ̂ is within 0.8–1.0× of σ.  Without noise σ̂ is the
 size of Ŵ_Σ's error and of the
