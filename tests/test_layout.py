@@ -13,8 +13,9 @@ PHASES = [("phase1_crude_sum", "crude_projection_sum"), ("phase2_sculpt", "sculp
           ("phase5_net", "search_net"), ("phase6_select", "select_candidate")]
 
 
-def _import_cycles_tool():
-    spec = importlib.util.spec_from_file_location("import_cycles", ROOT / "tools" / "import_cycles.py")
+def _tool(name: str):
+    """The script tools/NAME.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -33,7 +34,7 @@ def test_no_phase_module_knows_of_a_teacher():
 
 
 def test_the_package_import_graph_has_no_cycle():
-    tool = _import_cycles_tool()
+    tool = _tool("import_cycles")
     assert tool.import_cycles(ROOT / "mhalearn") == []
 
 
@@ -44,7 +45,7 @@ def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):
     (package / "a.py").write_text("from .b import y\nx = 1\n")
     (package / "b.py").write_text("def f():\n    from . import a\ny = 2\n")
     (package / "c.py").write_text("import planted.b\n")
-    assert _import_cycles_tool().import_cycles(package) == [["planted.a", "planted.b"]]
+    assert _tool("import_cycles").import_cycles(package) == [["planted.a", "planted.b"]]
 
 
 def test_the_attention_kernels_keep_their_public_name():
@@ -61,13 +62,6 @@ def test_no_module_is_over_600_lines():
     assert {name: lines for name, lines in lengths.items() if lines > 600} == {}
 
 
-def _runs_provenance_tool():
-    spec = importlib.util.spec_from_file_location("runs_provenance", ROOT / "tools" / "runs_provenance.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_runs_folder_has_a_readme():
     folders = [ROOT / "runs", *(path for path in (ROOT / "runs").rglob("*") if path.is_dir())]
     assert [folder.relative_to(ROOT).as_posix() for folder in folders if not (folder / "README.md").is_file()] == []
@@ -78,7 +72,7 @@ def test_the_runs_readme_shows_the_provenance_the_rows_hold():
     # whose provenance is in the rows themselves, are checked there.
     shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True,
                              text=True).stdout.strip() != "false"
-    printed = _runs_provenance_tool().provenance_table().splitlines()
+    printed = _tool("runs_provenance").provenance_table().splitlines()
     if shallow:
         printed = [line for line in printed if ".jsonl`" not in line]
     readme = {line.strip() for line in (ROOT / "runs" / "README.md").read_text().splitlines()}
