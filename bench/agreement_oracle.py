@@ -22,13 +22,13 @@ import argparse
 import json
 import os
 
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import agreement_precision, span_distance, teacher_feasible_fraction
 from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_affine_hull, span_basis
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 

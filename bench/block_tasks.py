@@ -29,8 +29,10 @@ from distributed import Client, LocalCluster
 
 import mhalearn
 from mhalearn._numba import one_thread
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
-from mhalearn.learners.streams import BLOCK_SIZE, DaskSource, TeacherSource
+from mhalearn.data.dask_data import DaskSource
+from mhalearn.data.sources import BLOCK_SIZE
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4

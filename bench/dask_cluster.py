@@ -16,7 +16,7 @@ bits on any scheduler), each worker's peak resident memory and the body's
 span distance to the teacher (read from the saved span after the fit).
 
 Phases 1–4 stream over the blocks on the workers; phases 5–6 run in this
-process on an in-memory sample (mhalearn.learners.dask_data), so the speed-up
+process on an in-memory sample (mhalearn.data.dask_data), so the speed-up
 is that of the block passes diluted by the rest.
 
     python bench/dask_cluster.py [--samples 200000] [--chunk 65536] [--seed 0] [--runs 1 2 local] \
@@ -36,9 +36,9 @@ import mhalearn
 from mhalearn._memory import peak_memory_mb
 from mhalearn._progress import progress_bar
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.data.sources import BLOCK_SIZE
 from mhalearn.evaluation import span_distance
 from mhalearn.learners.report import Phase
-from mhalearn.learners.streams import BLOCK_SIZE
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4

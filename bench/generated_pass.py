@@ -42,10 +42,11 @@ def child(blocks: int, threads: int, kind: str):
     import numpy as np
 
     import mhalearn
+    from mhalearn.attention.teacher_source import TeacherSource
     from mhalearn.attention.teachers import sample_teacher
+    from mhalearn.data.dask_data import DaskSource
     from mhalearn.learners.chen_li import BodySettings
     from mhalearn.learners.chen_li.agreement_passes import reachable_rows
-    from mhalearn.learners.streams import DaskSource, TeacherSource
     from mhalearn.seeding import seeded_rng
 
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, 0))

@@ -58,7 +58,9 @@ import numpy as np
 from _common import load_jsonl
 
 from mhalearn.attention.data import make_dataset
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.data.phase_files import read_kept
 from mhalearn.evaluation import (
     agreeing_rows,
     hull_direction_ranks,
@@ -73,8 +75,6 @@ from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
 from mhalearn.learners.moment_route import moment_span, sine_distance
-from mhalearn.learners.phase_files import read_kept
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "slab threshold", "precision",

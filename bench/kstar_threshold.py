@@ -39,13 +39,13 @@ from dataclasses import replace
 import numpy as np
 from _common import load_jsonl
 
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import span_distance
 from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_weight_threshold, slab_constraints
-from mhalearn.learners.streams import TeacherSource
 
 #: Development teachers: sample_teacher(m, 12, rng=DEVELOPMENT + seed).
 DEVELOPMENT = 500

@@ -34,13 +34,13 @@ import time
 import numpy as np
 from _common import load_jsonl
 
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import agreeing_rows, span_distance, w_sum_error
 from mhalearn.learners.chen_li import BodySettings, sculpt_span
 from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 COLUMNS = ("m", "teacher", "sequences", "Ŵ_Σ error", "rule", "rows", "precision", "kept rows", "kept precision",

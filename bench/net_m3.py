@@ -57,13 +57,13 @@ from mhalearn._memory import MemoryBudgetError, peak_memory_mb, set_memory_budge
 from mhalearn.attention.data import boolean_inputs
 from mhalearn.attention.model import MultiHeadAttention, relative_error
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.data.dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION
 from mhalearn.evaluation.observer import span_distance
 from mhalearn.learners.chen_li.fit import search_and_select
 from mhalearn.learners.chen_li.phase4_span import span_basis
 from mhalearn.learners.chen_li.phase5_net import descend_in_span, net_points, score_net
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import SearchSettings
-from mhalearn.learners.dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION
 from mhalearn.learners.least_squares import solve_projections
 from mhalearn.seeding import seeded_rng
 

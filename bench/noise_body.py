@@ -2,7 +2,7 @@
 
 For m = 1, 2 (d = 12, k = 4, ‖Θ_i‖_F = 2) and label noise σ ∈ {0, 10⁻³,
 10⁻², 0.1} (Y = teacher(X) + σ·N(0, I)), n sequences drawn from the teacher
-(:class:`~mhalearn.learners.streams.TeacherSource`), phases 1–4 of
+(:class:`~mhalearn.attention.teacher_source.TeacherSource`), phases 1–4 of
 SculptLearner's body (:func:`~mhalearn.learners.chen_li.sculpt_span`, the
 defaults, so ``estimate_noise=True``; ``--fixed-tolerance`` reads with
 ``residual_tol`` alone) on fresh teachers, watched by a TeacherObserver.
@@ -31,11 +31,11 @@ from _common import load_jsonl
 
 from mhalearn import SculptLearner
 from mhalearn.attention.data import make_dataset
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import TeacherObserver
 from mhalearn.learners.chen_li import BodySettings, sculpt_span
 from mhalearn.learners.report import Notifier, Phase, Route
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 KEY = ("m", "sigma", "samples", "seed", "estimate_noise", "full")

@@ -49,12 +49,14 @@ from distributed import Client, LocalCluster
 
 import mhalearn
 from mhalearn._memory import peak_memory_mb
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.data.dask_data import DaskSource
+from mhalearn.data.sources import BLOCK_SIZE
 from mhalearn.evaluation import span_distance
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span
 from mhalearn.learners.moment_route import sine_distance
 from mhalearn.learners.report import Notifier, Observers, Phase, StreamProgress
-from mhalearn.learners.streams import BLOCK_SIZE, DaskSource, TeacherSource
 from mhalearn.provenance import git_state
 from mhalearn.seeding import draw_seed, seeded_rng
 

@@ -2,12 +2,12 @@
 
 Two ratios, each measured side by side in one run on this machine:
 
-1. reading a phase file (:func:`mhalearn.learners.phase_files.read_kept`:
+1. reading a phase file (:func:`mhalearn.data.phase_files.read_kept`:
    checksum, types, finite values) against ``pickle.load`` of the same
    result, for agreement rows of ``--rows`` rows at m = 3, d = 12, k = 4
    (the candidate rows of an m = 3, n = 10⁸ fit are ≈ 0.55 GB);
 2. the pass that checks a Dask dataset's values and measures its units
-   (:func:`mhalearn.learners.dask_data.dask_statistics`'s block function),
+   (:func:`mhalearn.data.dask_data.dask_statistics`'s block function),
    with the block's SHA-256 digest that names the checkpoint, against the
    same block function without it, on blocks of 2¹⁶ sequences.
 
@@ -21,10 +21,11 @@ import time
 
 import numpy as np
 
+from mhalearn.data.dask_data import block_digest
+from mhalearn.data.phase_files import read_kept, write_kept
+from mhalearn.data.sources import BLOCK_SIZE
 from mhalearn.learners import dask_data
 from mhalearn.learners.chen_li.agreement_rows import AgreementRows
-from mhalearn.learners.phase_files import read_kept, write_kept
-from mhalearn.learners.streams import BLOCK_SIZE, block_digest
 
 HEADS, DIM, LENGTH = 3, 12, 4
 

@@ -24,6 +24,7 @@ import time
 import numpy as np
 from _common import load_jsonl, markdown_table, power_of_ten
 
+from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import TeacherObserver
 from mhalearn.evaluation.observer import w_sum_error
@@ -36,7 +37,6 @@ from mhalearn.learners.chen_li.phase3_refine_sum import (
     margin_rows,
 )
 from mhalearn.learners.report import Notifier
-from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
 

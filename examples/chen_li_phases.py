@@ -16,6 +16,7 @@ scores and certifies the candidates on the 20 000 they never saw.
 import numpy as np
 
 import mhalearn
+from mhalearn.data.sources import ArraySource
 from mhalearn.evaluation import span_distance, w_sum_error
 from mhalearn.learners.chen_li import (
                                        BodySettings,
@@ -28,7 +29,6 @@ from mhalearn.learners.chen_li import (
                                        search_net,
                                        select_candidate,
 )
-from mhalearn.learners.streams import ArraySource
 
 teacher = mhalearn.sample_teacher(heads=2, dim=12, rng=0)
 X, Y = mhalearn.make_dataset(teacher, samples=100_000, length=4, rng=1)

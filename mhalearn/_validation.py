@@ -82,13 +82,16 @@ def check_inputs(X, dim: int | None = None, name: str = "X", finite: bool = True
     return X
 
 
-def check_pair(X, Y, dim: int | None = None, finite_x: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Validate inputs and labels of identical shape ``(n, k, d)``; ``finite_x`` False leaves X's
-    entries to a stricter check of the caller's (:func:`check_boolean`)."""
-    X = check_inputs(X, dim, finite=finite_x)
+def check_pair(X, Y, dim: int | None = None, boolean: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Validate inputs and labels of identical shape ``(n, k, d)``; with ``boolean`` every entry of X
+    must be ±1 (:func:`check_boolean`)."""
+    # Entries ±1 leave no room for NaN or ±inf: a Boolean X is read once, by check_boolean.
+    X = check_inputs(X, dim, finite=not boolean)
     Y = check_inputs(Y, X.shape[2], name="Y")
     if Y.shape != X.shape:
         raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+    if boolean:
+        check_boolean(X)
     return X, Y
 
 

@@ -1,4 +1,4 @@
-"""Phase checkpoints (mhalearn.learners.checkpoint).
+"""Phase checkpoints (mhalearn.data.checkpoint).
 
 An interrupted fit resumes and computes what an uninterrupted one does.
 
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn.learners.checkpoint import checkpoint_key
+from mhalearn.data.checkpoint import checkpoint_key
+from mhalearn.data.dask_data import DaskSource
+from mhalearn.data.phase_files import read_kept
+from mhalearn.data.sources import ArraySource
 from mhalearn.learners.chen_li.settings import BodySettings
-from mhalearn.learners.phase_files import read_kept
-from mhalearn.learners.streams import ArraySource, DaskSource
 
 HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
 # Small budgets keep each fit to a second or two; the phases and the route logic are the ones of the defaults.
@@ -234,7 +235,7 @@ def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data):
     # bits depended on it would not resume to the uninterrupted fit's bits on every machine.
     from threadpoolctl import threadpool_limits
 
-    from mhalearn.learners.fit_data import root_mean_square
+    from mhalearn.data.fit_data import root_mean_square
 
     X, Y = data
     scales, thetas = [], []
@@ -247,7 +248,7 @@ def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data):
 
 
 def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
-    from mhalearn.learners.checkpoint import CheckpointWarning
+    from mhalearn.data.checkpoint import CheckpointWarning
 
     mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
     [kept] = list(tmp_path.iterdir())
@@ -259,8 +260,8 @@ def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
 
 
 def test_a_phase_that_cannot_be_saved_leaves_the_fit_whole(data, uninterrupted, tmp_path, monkeypatch):
+    from mhalearn.data.checkpoint import CheckpointWarning
     from mhalearn.learners import checkpoint
-    from mhalearn.learners.checkpoint import CheckpointWarning
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -275,7 +276,7 @@ def test_a_phase_that_cannot_be_saved_leaves_the_fit_whole(data, uninterrupted, 
 # ---------------------------------------------------------------- the kept phases' data
 
 def test_a_directory_copied_from_another_fits_data_is_computed_again(data, uninterrupted, tmp_path):
-    from mhalearn.learners.checkpoint import CheckpointWarning
+    from mhalearn.data.checkpoint import CheckpointWarning
 
     other = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=6), SAMPLES, LENGTH, rng=7)
     mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "other", **SMALL).fit(*other)
@@ -299,7 +300,7 @@ def test_dask_arrays_named_alike_that_hold_other_values_are_not_resumed(tmp_path
     # Phases 1–4 on a Dask stream, as a fit on more sequences than its in-memory sample runs them.
     import dask.array as da
 
-    from mhalearn.learners.checkpoint import open_checkpoint
+    from mhalearn.data.checkpoint import open_checkpoint
     from mhalearn.learners.chen_li.fit import sculpt_span
 
     X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=4), 3000, LENGTH, rng=5)

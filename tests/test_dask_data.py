@@ -22,13 +22,14 @@ from threadpoolctl import threadpool_limits
 import mhalearn
 from mhalearn._memory import MemoryBudgetError, memory_budget
 from mhalearn.attention.data import labelled_block, load_dataset
+from mhalearn.attention.teacher_source import TeacherSource
+from mhalearn.data.dask_data import DaskSource, check_dask_pair, dask_statistics, split_blocks
+from mhalearn.data.fit_data import root_mean_square
+from mhalearn.data.sources import BLOCK_SIZE, ArraySource, CodedTokens, held_out_counts
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, phase1_crude_sum, phase3_refine_sum
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
-from mhalearn.learners.dask_data import check_dask_pair, dask_statistics, split_blocks
-from mhalearn.learners.fit_data import root_mean_square
-from mhalearn.learners.streams import BLOCK_SIZE, ArraySource, CodedTokens, DaskSource, TeacherSource, held_out_counts
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700

@@ -11,7 +11,7 @@ import pytest
 from test_checkpoint import DIM, HEADS, LENGTH, SAMPLES, SMALL, _same_fit
 
 import mhalearn
-from mhalearn.learners.streams import DaskSource
+from mhalearn.data.dask_data import DaskSource
 
 
 def test_every_block_names_a_dask_streams_fingerprint():
@@ -118,7 +118,7 @@ def _rewritten(file, change, checksum="kept"):
         change(kept)
         file.write_bytes(pickle.dumps(kept))
         return
-    from mhalearn.learners.phase_files import read_kept, write_kept
+    from mhalearn.data.phase_files import read_kept, write_kept
 
     kept = read_kept(file)
     old = dict(np.load(file))["checksum"]
@@ -143,7 +143,7 @@ def _span_without_basis(kept):
 def _resumed_with_one_warning(examples, directory):
     import warnings
 
-    from mhalearn.learners.checkpoint import CheckpointWarning
+    from mhalearn.data.checkpoint import CheckpointWarning
 
     with warnings.catch_warnings(record=True) as told:
         warnings.simplefilter("always")

@@ -132,9 +132,9 @@ def test_margin_mass_floor_skips_only_rows_below_it(rng, dim):
 
 @pytest.mark.parametrize("dim", [7, 12, 19])  # one group and a half, two, four (no bilinear tables)
 def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
+    from mhalearn.data.sources import CodedTokens
     from mhalearn.learners.chen_li.decoder import decode_patterns, decoding_residuals
     from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
-    from mhalearn.learners.streams import CodedTokens
 
     X = mhalearn.boolean_inputs(2000, 4, dim, rng=rng)
     X[:200, 3] = X[:200, 1]

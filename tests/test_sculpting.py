@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mhalearn
+from mhalearn.attention.teacher_source import TeacherSource
+from mhalearn.data.sources import ArraySource
 from mhalearn.evaluation import (
     certification_precision,
     hull_direction_ranks,
@@ -24,7 +26,6 @@ from mhalearn.learners.chen_li.slabs import (
     kstar_weight_threshold,
     slab_constraints,
 )
-from mhalearn.learners.streams import ArraySource, TeacherSource
 
 
 def _constrained_least_squares(values, target):

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import mhalearn
+from mhalearn.attention.teacher_source import TeacherSource
+from mhalearn.data.sources import ArraySource
 from mhalearn.learners.chen_li import agreement_passes, decoder, sculpt_span
 from mhalearn.learners.chen_li.noise import NOISE_SAMPLES
 from mhalearn.learners.chen_li.settings import BodySettings
-from mhalearn.learners.streams import ArraySource, TeacherSource
 
 TOL = BodySettings.simplex_tol
 

@@ -163,7 +163,7 @@ def labelled_block(teacher, length: int, law: str, noise: float, seed: int, inde
     ``noise`` > 0, the labels' Gaussian noise, come from
     ``numpy.random.default_rng([seed, index])``.  The block is the same
     wherever and whenever it is drawn, which is what lets a pass re-draw it
-    instead of storing it (:class:`~mhalearn.learners.streams.TeacherSource`,
+    instead of storing it (:class:`~mhalearn.attention.teacher_source.TeacherSource`,
     ``make_dataset(..., chunks=...)``).  X and Y are the two halves of one
     (2, size, length, dim) array (:func:`_labelled_pairs`).
     """

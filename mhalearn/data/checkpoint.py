@@ -11,14 +11,14 @@ bit (tests/test_checkpoint.py).
 
 The key is a hash of everything phases 1–4 and the moment route read: the
 code (:func:`mhalearn.provenance.code_id`), the training stream
-(:meth:`~mhalearn.learners.streams.BlockSource.fingerprint` of its source),
+(:meth:`~mhalearn.data.sources.BlockSource.fingerprint` of its source),
 the in-memory sample the moment route reads, m, the body's settings,
 ``span_route`` and the generator's state at the start of the phases (so
 ``random_state`` must be fixed for a rerun to find it).  The fingerprint
 covers the data's values, whatever their Dask names: in-memory arrays are
 hashed whole, and a Dask dataset by a SHA-256 digest of every block, taken
 in the pass that checks its values and measures its units before phase 1
-(:func:`~mhalearn.learners.dask_data.dask_statistics`).  So a fit on data
+(:func:`~mhalearn.data.dask_data.dask_statistics`).  So a fit on data
 changed in any block, under the same names (``da.from_array(...,
 name=...)``, a zarr store edited in place), computes every phase afresh,
 and the same ``.npy`` shards loaded again by
@@ -45,7 +45,7 @@ are removed when their phase is kept.
 The files are JSON plus arrays, never pickles: reading one runs no code,
 and every file is checked as it is read (a checksum of its content, the
 types of its fields, finite values, a valid generator state and time;
-:mod:`mhalearn.learners.phase_files`).  A file that fails a check is
+:mod:`mhalearn.data.phase_files`).  A file that fails a check is
 computed again with a :class:`CheckpointWarning`.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool and,
@@ -55,6 +55,7 @@ of them at m = 3, n = 10⁸).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -64,7 +65,6 @@ from pathlib import Path
 import numpy as np
 
 from .phase_files import BadPhaseFile, read_kept, write_kept
-from .report import PhaseResult
 
 
 class PhaseCheckpoint:
@@ -122,7 +122,7 @@ class PhaseCheckpoint:
     def _load(self, file: Path, name: str, rng: np.random.Generator | None,
               fields=("result", "rng_state", "seconds")) -> dict | None:
         """The kept phase (or pass, with its ``fields``) in ``file`` when there is one, it passes every check
-        (:func:`~mhalearn.learners.phase_files.read_kept`, :func:`check_kept`) and it was computed on this
+        (:func:`~mhalearn.data.phase_files.read_kept`, :func:`check_kept`) and it was computed on this
         data, else None."""
         if not file.exists():
             return None
@@ -158,12 +158,12 @@ class PhaseCheckpoint:
                           f"without it", CheckpointWarning, stacklevel=3)
 
 
-#: The ending of a phase file (:mod:`mhalearn.learners.phase_files`).
+#: The ending of a phase file (:mod:`mhalearn.data.phase_files`).
 SUFFIX = ".npz"
 
 
 def check_kept(kept: dict, fields, rng: np.random.Generator | None) -> None:
-    """Raise :class:`~mhalearn.learners.phase_files.BadPhaseFile` unless ``kept`` holds ``fields``, ``key``
+    """Raise :class:`~mhalearn.data.phase_files.BadPhaseFile` unless ``kept`` holds ``fields``, ``key``
     and ``data``, its ``result`` is a phase's, its ``seconds`` are finite and >= 0 and its ``rng_state`` is a
     state of ``rng``'s generator."""
     if not isinstance(kept, dict) or not set(fields) | {"key", "data"} <= set(kept):
@@ -177,8 +177,11 @@ def check_kept(kept: dict, fields, rng: np.random.Generator | None) -> None:
     if "state" in fields and not (isinstance(kept["state"].get("next_block"), int)
                                   and isinstance(kept["inputs"], dict)):
         raise BadPhaseFile("a pass state without next_block or inputs")
-    if "result" in fields and not isinstance(kept["result"], PhaseResult):
-        raise BadPhaseFile(f"its result is a {type(kept['result']).__name__}, not a phase's result")
+    result = kept.get("result")
+    if "result" in fields and not (dataclasses.is_dataclass(result) and not isinstance(result, type)
+                                   and hasattr(result, "seconds")):
+        raise BadPhaseFile(f"its result is a {type(result).__name__}, not a phase's result (a dataclass with "
+                           f"its seconds)")
     if rng is not None:
         try:
             type(rng.bit_generator)().state = kept["rng_state"]

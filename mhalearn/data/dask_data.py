@@ -3,7 +3,7 @@
 :meth:`AttentionLearner.fit <mhalearn.learners.base.AttentionLearner.fit>`
 accepts Dask arrays X, Y of shape (n, k, d) chunked along n for the
 learners that stream their examples (:class:`~mhalearn.SculptLearner`), and
-prepares them with these functions (:mod:`mhalearn.learners.fit_data`).
+prepares them with these functions (:mod:`mhalearn.data.fit_data`).
 Nothing of size n is gathered:
 
 - :func:`check_dask_pair` checks shapes and dtypes without computing
@@ -15,8 +15,9 @@ Nothing of size n is gathered:
   rows drawn from ``default_rng([seed, b])`` (one seed from the learner's
   generator) instead of a global permutation of n, and standardises
   lazily (X / s_X block by block);
+- :func:`prepare_dask_data` chains them for a fit;
 - phases 1–4 stream over the training blocks through a
-  :class:`~mhalearn.learners.streams.DaskSource`, and phases 5–6 (net
+  :class:`DaskSource`, and phases 5–6 (net
   search, least squares, selection, polish) run on the first
   :data:`SAMPLE_TRAINING` training and :data:`SAMPLE_VALIDATION` held-out
   sequences, computed into memory (:func:`in_memory_sample`).
@@ -24,13 +25,17 @@ Nothing of size n is gathered:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._memory import check_memory
+from .._numba import one_thread
 from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
-from .streams import DaskSource, block_digest, content_digest, held_out_mask
+from ..seeding import draw_seed
+from .sources import WAVE_BLOCKS, BlockSource, held_out_mask, run_block
+from .units import check_representable_units
 
 #: Training sequences SculptLearner's phases 5–6 use, on a Dask dataset or NumPy arrays alike (92 MB with the
 #: held-out ones at d = 12, k = 4).
@@ -75,7 +80,7 @@ class DaskStatistics:
     ``x_scale``, ``y_scale``: root mean squares of the entries of X and Y;
     ``token_norm``: the largest ‖x_j‖; ``label_norm``: the largest ‖Y‖_F of
     a sequence (both in the data's units); ``content``: a hash of every
-    block's values (:func:`~mhalearn.learners.streams.content_digest`), which
+    block's values (:func:`~mhalearn.data.dask_data.content_digest`), which
     names the fit's checkpoint whatever the arrays' Dask names.
     """
 
@@ -109,11 +114,40 @@ def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=Tru
                           content=content)
 
 
+def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator):
+    """Checked Dask arrays X, Y (:func:`check_dask_pair`) measured and split: ``(statistics, split)``.
+
+    One pass over the blocks checks the values and measures the units
+    (:func:`dask_statistics`; refused when float64 cannot carry them:
+    :func:`~mhalearn.data.units.check_representable_units`).  Unless the
+    labels are all zero (``split`` is then None), block b holds out
+    ``held_out[b]`` sequences (:func:`split_blocks`, one seed from
+    ``rng``), and ``split`` is ``(X_train, Y_train, X_val, Y_val, source)``
+    in the fit's units: the first :data:`SAMPLE_TRAINING` training and
+    :data:`SAMPLE_VALIDATION` held-out sequences in memory
+    (:func:`in_memory_sample`) and every training sequence as a
+    :class:`DaskSource`, whose fingerprint follows from the pass's hash.
+    """
+    from dask.base import tokenize
+
+    statistics = dask_statistics(X, Y, boolean=boolean)
+    x_scale, y_scale = statistics.x_scale, statistics.y_scale
+    check_representable_units(x_scale, y_scale)
+    if y_scale == 0.0:
+        return statistics, None
+    seed = draw_seed(rng)
+    X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, seed)
+    # The training stream's values follow from the data's (hashed in the statistics pass) and the split.
+    content = tokenize(statistics.content, x_scale, y_scale, held_out, seed)
+    return statistics, (*in_memory_sample(X_train, Y_train, X_val, Y_val),
+                        DaskSource(X_train, Y_train, content=content))
+
+
 def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
-    (scaled by the peak, as :func:`~mhalearn.learners.fit_data.root_mean_square`, so nothing overflows);
-    and the block's :func:`~mhalearn.learners.streams.block_digest`, which the checkpoint's key reads."""
+    (scaled by the peak, as :func:`~mhalearn.data.fit_data.root_mean_square`, so nothing overflows);
+    and the block's :func:`~mhalearn.data.dask_data.block_digest`, which the checkpoint's key reads."""
     figures = []
     for array, norm_axes in ((X, (2,)), (Y, (1, 2))):
         finite = np.isfinite(array)
@@ -143,10 +177,10 @@ def split_blocks(X, Y, held_out: list[int], seed: int):
     """(X_train, Y_train, X_val, Y_val): in block b, ``held_out[b]`` random rows held out, lazily.
 
     The held-out rows of block b are
-    :func:`~mhalearn.learners.streams.held_out_mask` ``(size, held_out[b],
+    :func:`~mhalearn.data.sources.held_out_mask` ``(size, held_out[b],
     seed, b)`` (the same for X and Y, wherever the block is computed); both
     parts keep the block's order.  NumPy arrays get the same split in place
-    (:class:`~mhalearn.learners.streams.ArraySource`).
+    (:class:`~mhalearn.data.sources.ArraySource`).
     """
     import dask.array as da
 
@@ -183,3 +217,109 @@ def in_memory_sample(X_train, Y_train, X_val, Y_val, training: int = SAMPLE_TRAI
                  f"an in-memory sample of {training} + {validation} sequences of {k} × {d} entries for the "
                  f"net search and the selection")
     return dask.compute(X_train[:training], Y_train[:training], X_val[:validation], Y_val[:validation])
+
+
+class DaskSource(BlockSource):
+    """Dask arrays ``X``, ``Y`` of shape (n, k, d); each block along n is a task of the active scheduler.
+
+    ``map_blocks`` builds one ``dask.delayed`` task per block and computes
+    them together with ``dask.compute`` (the scheduler is whatever is active:
+    ``dask.config.set(scheduler=...)`` or a ``distributed.Client``); the
+    results come back in block order, so a pass reduces them the same way
+    whatever the scheduler and the number of workers.  Inside a task the
+    Numba kernels and BLAS use one thread (``one_thread``): the workers
+    already occupy the cores.
+
+    Parameters
+    ----------
+    X, Y : dask.array.Array
+        Of one shape (n, k, d), chunked alike along n (k and d are joined
+        into one chunk here).
+
+    content : str, optional
+        A hash of X's and Y's values, when a pass has taken one (the fit's
+        :func:`~mhalearn.data.dask_data.dask_statistics`); otherwise
+        :meth:`fingerprint` takes it in a pass of its own.
+
+    Raises ValueError, naming X or Y, for other arrays or unaligned chunks.
+    """
+
+    wave_blocks = WAVE_BLOCKS
+
+    def __init__(self, X, Y, *, content: str | None = None):
+        import dask.array as da
+
+        for name, array in (("X", X), ("Y", Y)):
+            if not isinstance(array, da.Array) or array.ndim != 3:
+                raise ValueError(f"{name}: expected a Dask array of shape (samples, length, dim), received "
+                                 f"{type(array).__name__} of shape {getattr(array, 'shape', None)}")
+        if Y.shape != X.shape:
+            raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+        if Y.chunks[0] != X.chunks[0]:
+            raise ValueError(f"Y: expected the same blocks along n as X ({X.chunks[0]}), received {Y.chunks[0]}; "
+                             f"rechunk Y with Y.rechunk({{0: X.chunks[0]}})")
+        X, Y = X.rechunk({1: -1, 2: -1}), Y.rechunk({1: -1, 2: -1})
+        self._content = content
+        self.samples, self.length, self.dim = X.shape
+        self.block_sizes = X.chunks[0]
+        self.block_count = len(self.block_sizes)
+        # Unoptimised, so that X's and Y's blocks keep the keys they share (a generated block
+        # draws X and Y together: fused separately, each would draw it again).
+        self._x_blocks = X.to_delayed(optimize_graph=False).ravel()
+        self._y_blocks = Y.to_delayed(optimize_graph=False).ravel()
+
+    def fingerprint(self) -> str:
+        """A hash of X's and Y's values (:func:`content_digest`), never of their Dask names: arrays named
+        alike may hold other values, and the same values loaded again get new names."""
+        if self._content is None:
+            self._content = content_digest(self.map_blocks(block_digest), self.block_sizes)
+        return self._content
+
+    def block_samples(self, index: int) -> int:
+        return self.block_sizes[index]
+
+    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
+        import dask
+
+        return (*dask.compute(self._x_blocks[index], self._y_blocks[index]), None)
+
+    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
+        """As :meth:`~mhalearn.data.sources.BlockSource.map_blocks`, every block a task of the active Dask scheduler."""
+        import dask
+
+        selected = range(self.block_count) if blocks is None else blocks
+        tasks = [dask.delayed(_run_block_task, pure=True)(func, self._x_blocks[index], self._y_blocks[index],
+                                                          args, index if indexed else None)
+                 for index in selected]
+        return list(dask.compute(*tasks))
+
+
+def block_digest(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> str:
+    """A SHA-256 digest of a block's examples: dtype, shape and bytes of X and Y (of its ``rows``); SHA-256
+    for its speed: hardware-accelerated on current CPUs (0.67 GB/s here, BLAKE2b 0.31)."""
+    digest = hashlib.sha256()
+    for array in (X, Y) if rows is None else (X[rows], Y[rows]):
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.shape}{array.dtype.str}".encode())
+        digest.update(array.view(np.uint8).reshape(-1).data)
+    return digest.hexdigest()[:32]
+
+
+def content_digest(block_digests: list[str], block_sizes) -> str:
+    """The hash of a dataset's values from its blocks' :func:`block_digest`, in block order."""
+    return hashlib.blake2b("|".join([*map(str, block_sizes), *block_digests]).encode(), digest_size=16).hexdigest()
+
+
+def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
+    """:func:`~mhalearn.data.sources.run_block` inside a Dask task (every row of the block), on one thread
+    (``one_thread``)."""
+    with one_thread():
+        return run_block(func, np.asarray(X), np.asarray(Y), None, args, index)
+
+
+def is_dask_array(value) -> bool:
+    """Whether ``value`` is a Dask array (without importing Dask when it is not loaded)."""
+    import sys
+
+    dask_array = sys.modules.get("dask.array")
+    return dask_array is not None and isinstance(value, dask_array.Array)

@@ -1,6 +1,6 @@
 """Phase files: a checkpoint's results as JSON plus arrays in one ``.npz``, checked as they are read.
 
-:mod:`mhalearn.learners.checkpoint` keeps a phase's result (nested
+:mod:`mhalearn.data.checkpoint` keeps a phase's result (nested
 dataclasses of mhalearn, tuples, lists, dicts, numbers, strings, enums and
 NumPy arrays) in a file that loading cannot make run code: a JSON header
 that says what each value is, and the arrays beside it, read with

@@ -26,36 +26,74 @@ again).  They read the examples through a *source*: an object with
   source of their own (:class:`PrefixSource`);
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once
   (``map_until``);
-- ``fingerprint()``, a hash of the examples' values (:mod:`mhalearn.learners.checkpoint`).
+- ``fingerprint()``, a hash of the examples' values (:mod:`mhalearn.data.checkpoint`).
 
+:class:`Source` states that contract as a :class:`typing.Protocol`, and
+:class:`BlockSource` implements what every source shares.
 :class:`ArraySource` wraps arrays already in memory (optionally standardised
 and split block by block, in place: :class:`~mhalearn.SculptLearner` on
-NumPy arrays makes no copy of its training set) and
-:class:`TeacherSource` draws the blocks from a planted teacher on every pass
-(deterministically, from one seed per block), so an experiment can use 10⁶
-sequences while holding one block at a time; both run the blocks one after
-the other in the calling process.  :class:`DaskSource` wraps Dask arrays
-chunked along n and runs each block as a task of whatever Dask scheduler is
-active (threads, processes or a ``distributed.Client``).
+NumPy arrays makes no copy of its training set) and runs the blocks one
+after the other in the calling process;
+:class:`~mhalearn.data.dask_data.DaskSource` wraps Dask arrays chunked
+along n and runs each block as a task of whatever Dask scheduler is active
+(threads, processes or a ``distributed.Client``).  A stream drawn from a
+planted teacher on every pass lives with the teachers
+(:class:`~mhalearn.attention.teacher_source.TeacherSource`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from typing import Iterator
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 
 from .._memory import get_memory_budget
-from .._numba import one_thread
 from .._validation import check_positive_int
-from ..attention.data import labelled_block
+from .token_codes import block_codes, code_groups
 
 #: Sequences per block: about 25 MB of float64 inputs and labels at d = 12, k = 4.
 BLOCK_SIZE = 1 << 16
-#: Blocks a :class:`DaskSource` maps at once in a pass that may stop early (enough to keep workers busy).
+#: Blocks a :class:`~mhalearn.data.dask_data.DaskSource` maps at once in a pass that may stop early (enough to keep
+#: workers busy).
 WAVE_BLOCKS = 8
+
+
+class Source(Protocol):
+    """A stream of examples read block by block: what the phases of Chen & Li's learner read (module docstring).
+
+    Implemented by :class:`BlockSource` and its subclasses
+    (:class:`ArraySource`, :class:`PrefixSource`,
+    :class:`~mhalearn.data.dask_data.DaskSource`,
+    :class:`~mhalearn.attention.teacher_source.TeacherSource`).
+    """
+
+    samples: int
+    length: int
+    dim: int
+    block_count: int
+    wave_blocks: int
+
+    def map_blocks(self, func: Callable, *args, indexed: bool = False, blocks=None) -> list:
+        """``func(X, Y, rows, *args)`` on every block (or those ``blocks`` names), in block order."""
+
+    def map_until(self, needed: int, func: Callable, *args, indexed: bool = False) -> list[tuple]:
+        """A pass that stops once ``needed`` items have come back: ``[(result, take)]`` in block order."""
+
+    def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The blocks' sequences ``(X, Y)`` in order."""
+
+    def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``samples`` sequences, in memory."""
+
+    def block_samples(self, index: int) -> int:
+        """The stream's sequences in block ``index``."""
+
+    def prefix(self, samples: int) -> Source:
+        """The first blocks holding at least ``samples`` sequences, as a source."""
+
+    def fingerprint(self) -> str:
+        """A hash of the examples' values, which names a fit's checkpoint."""
 
 
 class BlockSource:
@@ -64,7 +102,7 @@ class BlockSource:
     Subclasses set ``samples``, ``length``, ``dim`` and ``block_count`` and
     implement ``_block(index)`` → ``(X, Y, rows)`` (``rows`` as
     ``map_blocks`` gives it) and ``fingerprint()``, a hash of the examples
-    that names a fit's checkpoint (:mod:`mhalearn.learners.checkpoint`).
+    that names a fit's checkpoint (:mod:`mhalearn.data.checkpoint`).
     """
 
     #: Blocks a pass that may stop early maps at once: one, in the calling process.
@@ -216,7 +254,7 @@ class ArraySource(BlockSource):
     sequences of :func:`held_out_mask`: the stream is the rest, which passes
     read in place (``rows``), and :meth:`held_out_head` gives the first
     held-out ones.  This is the split a Dask dataset gets
-    (:func:`~mhalearn.learners.dask_data.split_blocks`), without a copy of
+    (:func:`~mhalearn.data.dask_data.split_blocks`), without a copy of
     the training set; each block's training rows are found on the first pass
     that reads it and kept (8 bytes a sequence) when X, Y and they fit the
     memory budget.  ``boolean`` (X's entries all ±1, unscaled) keeps the
@@ -249,8 +287,6 @@ class ArraySource(BlockSource):
             self._rows, kept = [None] * self.block_count, kept + 8 * self.samples
         self._codes = None
         if boolean and self.scales[0] == 1.0:
-            from .chen_li.sign_tables import code_groups  # here: the chen_li package imports this module
-
             shape = (total, self.length, code_groups(self.dim))
             if budget is None or kept + math.prod(shape) <= budget:
                 # Filled a block at a time, on the first pass that reads it (pages untouched until then).
@@ -272,8 +308,6 @@ class ArraySource(BlockSource):
 
     def _block_codes(self, index: int, X: np.ndarray) -> np.ndarray:
         """The codes of block ``index`` (its tokens X), coded on the first call."""
-        from .chen_li.sign_tables import block_codes
-
         codes = self._codes[index * self.block_size:index * self.block_size + len(X)]
         if not self._coded[index]:
             if not block_codes(X, codes):
@@ -330,6 +364,20 @@ class ArraySource(BlockSource):
         return tokenize(self.X, self.Y, self.block_size, self.scales, self.held_out, self.seed)
 
 
+def split_in_place(X: np.ndarray, Y: np.ndarray, *, scales: tuple[float, float], held_out: list[int], seed: int,
+                   boolean: bool, training: int, validation: int):
+    """Arrays X, Y split as a Dask dataset is, in place: ``(X_train, Y_train, X_val, Y_val, source)``.
+
+    ``source`` is the :class:`ArraySource` of the training sequences (block
+    b holding out ``held_out[b]`` of its sequences, drawn from ``seed``;
+    ``scales`` and ``boolean`` as there); ``X_train``, ``Y_train`` are its
+    first ``training`` sequences and ``X_val``, ``Y_val`` the first
+    ``validation`` held-out ones, in memory.
+    """
+    source = ArraySource(X, Y, scales=scales, held_out=held_out, seed=seed, boolean=boolean)
+    return (*source.head(training), *source.held_out_head(validation), source)
+
+
 class _BlockView:
     """What :class:`ScaledLabels` and :class:`CodedTokens` share: the ``shape``, ``dtype``, ``ndim`` and
     length of the block they wrap, so that a block function reads them as an array."""
@@ -372,7 +420,7 @@ def kernel_labels(Y) -> tuple[np.ndarray, float]:
 
 class CodedTokens(_BlockView):
     """A block of Boolean sequences X with their tokens' codes
-    (``mhalearn.learners.chen_li.sign_tables.token_codes``), shape (n, k, ⌈d / 6⌉), one byte each.
+    (:func:`~mhalearn.data.token_codes.token_codes`), shape (n, k, ⌈d / 6⌉), one byte each.
 
     An array for everyone (``np.asarray``, indexing and ``shape`` read X); the kernels of phases 2
     and 3 read ``codes`` instead of coding every token again, and never touch X: a pass then reads
@@ -389,195 +437,3 @@ class CodedTokens(_BlockView):
 
     def __getitem__(self, index) -> np.ndarray:
         return self.tokens[index]
-
-
-class TeacherSource(BlockSource):
-    """Boolean sequences labelled by a teacher, drawn afresh on every pass.
-
-    Block ``b`` is :func:`~mhalearn.attention.data.labelled_block` ``b``,
-    drawn from ``seed`` and ``b``, so every pass sees
-    the same examples without storing them; labels may carry Gaussian noise
-    of standard deviation ``noise`` (drawn from the same stream).  The
-    blocks are those of ``make_dataset(teacher, samples, length, noise=noise,
-    chunks=block_size)`` with that seed; X comes with its tokens' codes
-    (:class:`CodedTokens`), coded once where the block is drawn.
-    """
-
-    def __init__(self, teacher, samples: int, length: int, *, seed: int = 0, noise: float = 0.0,
-                 block_size: int = BLOCK_SIZE):
-        self.teacher = teacher
-        self.samples = check_positive_int(samples, "samples")
-        self.length = check_positive_int(length, "length")
-        self.dim = teacher.dim
-        self.seed = check_positive_int(seed, "seed", minimum=0)
-        self.noise = float(noise)
-        self.block_size = check_positive_int(block_size, "block_size")
-        self.block_count = -(-self.samples // self.block_size)
-
-    def fingerprint(self) -> str:
-        """A hash of what the blocks are drawn from: the teacher, the sizes, the seed and the noise."""
-        from dask.base import tokenize
-
-        return tokenize(self.teacher.thetas, self.teacher.ws, self.samples, self.length, self.seed, self.noise,
-                        self.block_size)
-
-    def block_samples(self, index: int) -> int:
-        return min(self.block_size, self.samples - index * self.block_size)
-
-    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
-        from .chen_li.sign_tables import block_codes, code_groups
-
-        size = self.block_samples(index)
-        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size)
-        # Coded once where the block is drawn, as ArraySource codes its blocks: the passes' kernels
-        # read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
-        codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
-        block_codes(X, codes)
-        return CodedTokens(X, codes), Y, None
-
-    def __dask_tokenize__(self):
-        return self.fingerprint()
-
-    def as_dask(self) -> "DaskTeacherSource":
-        """The same stream, each block of a pass one task of the active Dask scheduler
-        (:class:`DaskTeacherSource`): a pass's blocks spread over a cluster's workers."""
-        return DaskTeacherSource(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
-                                 block_size=self.block_size)
-
-
-class DaskTeacherSource(TeacherSource):
-    """A :class:`TeacherSource` whose passes run as tasks of the active Dask scheduler, one per block.
-
-    Each task draws its block, labels it and applies the pass's function
-    where it runs, returning only the function's result: the block itself is
-    never a task's output, so no worker stores, measures or ships it.  (A
-    :class:`DaskSource` over ``make_dataset(..., chunks=...)`` computes the
-    same blocks as array tasks, and a pass that sums the labels costs it
-    1.6× as much a block on one worker of a local cluster and 1.2× on two:
-    0.184 against 0.117 s and 0.093 against 0.076 s at m = 3, d = 12, k = 4,
-    ``python bench/block_tasks.py``.)  The blocks, their order and the reductions are the
-    :class:`TeacherSource`'s, so a fit computes the same bits, and the
-    fingerprint, which names a checkpoint, is the same too.
-    """
-
-    wave_blocks = WAVE_BLOCKS
-
-    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
-        """As :meth:`BlockSource.map_blocks`, every block drawn and mapped in a task of the active Dask scheduler."""
-        import dask
-
-        selected = range(self.block_count) if blocks is None else blocks
-        tasks = [dask.delayed(_draw_and_run_block, pure=True)(self, func, args, index, indexed)
-                 for index in selected]
-        return list(dask.compute(*tasks))
-
-
-def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool):
-    """Block ``index`` of ``source`` drawn, labelled and passed to ``func`` inside a Dask task, on one thread."""
-    with one_thread():
-        return run_block(func, *source._block(index), args, index if indexed else None)
-
-
-class DaskSource(BlockSource):
-    """Dask arrays ``X``, ``Y`` of shape (n, k, d); each block along n is a task of the active scheduler.
-
-    ``map_blocks`` builds one ``dask.delayed`` task per block and computes
-    them together with ``dask.compute`` (the scheduler is whatever is active:
-    ``dask.config.set(scheduler=...)`` or a ``distributed.Client``); the
-    results come back in block order, so a pass reduces them the same way
-    whatever the scheduler and the number of workers.  Inside a task the
-    Numba kernels and BLAS use one thread (:func:`one_thread`): the workers
-    already occupy the cores.
-
-    Parameters
-    ----------
-    X, Y : dask.array.Array
-        Of one shape (n, k, d), chunked alike along n (k and d are joined
-        into one chunk here).
-
-    content : str, optional
-        A hash of X's and Y's values, when a pass has taken one (the fit's
-        :func:`~mhalearn.learners.dask_data.dask_statistics`); otherwise
-        :meth:`fingerprint` takes it in a pass of its own.
-
-    Raises ValueError, naming X or Y, for other arrays or unaligned chunks.
-    """
-
-    wave_blocks = WAVE_BLOCKS
-
-    def __init__(self, X, Y, *, content: str | None = None):
-        import dask.array as da
-
-        for name, array in (("X", X), ("Y", Y)):
-            if not isinstance(array, da.Array) or array.ndim != 3:
-                raise ValueError(f"{name}: expected a Dask array of shape (samples, length, dim), received "
-                                 f"{type(array).__name__} of shape {getattr(array, 'shape', None)}")
-        if Y.shape != X.shape:
-            raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
-        if Y.chunks[0] != X.chunks[0]:
-            raise ValueError(f"Y: expected the same blocks along n as X ({X.chunks[0]}), received {Y.chunks[0]}; "
-                             f"rechunk Y with Y.rechunk({{0: X.chunks[0]}})")
-        X, Y = X.rechunk({1: -1, 2: -1}), Y.rechunk({1: -1, 2: -1})
-        self._content = content
-        self.samples, self.length, self.dim = X.shape
-        self.block_sizes = X.chunks[0]
-        self.block_count = len(self.block_sizes)
-        # Unoptimised, so that X's and Y's blocks keep the keys they share (a generated block
-        # draws X and Y together: fused separately, each would draw it again).
-        self._x_blocks = X.to_delayed(optimize_graph=False).ravel()
-        self._y_blocks = Y.to_delayed(optimize_graph=False).ravel()
-
-    def fingerprint(self) -> str:
-        """A hash of X's and Y's values (:func:`content_digest`), never of their Dask names: arrays named
-        alike may hold other values, and the same values loaded again get new names."""
-        if self._content is None:
-            self._content = content_digest(self.map_blocks(block_digest), self.block_sizes)
-        return self._content
-
-    def block_samples(self, index: int) -> int:
-        return self.block_sizes[index]
-
-    def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, None]:
-        import dask
-
-        return (*dask.compute(self._x_blocks[index], self._y_blocks[index]), None)
-
-    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
-        """As :meth:`BlockSource.map_blocks`, every block a task of the active Dask scheduler."""
-        import dask
-
-        selected = range(self.block_count) if blocks is None else blocks
-        tasks = [dask.delayed(_run_block_task, pure=True)(func, self._x_blocks[index], self._y_blocks[index],
-                                                          args, index if indexed else None)
-                 for index in selected]
-        return list(dask.compute(*tasks))
-
-
-def block_digest(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None = None) -> str:
-    """A SHA-256 digest of a block's examples: dtype, shape and bytes of X and Y (of its ``rows``); SHA-256
-    for its speed: hardware-accelerated on current CPUs (0.67 GB/s here, BLAKE2b 0.31)."""
-    digest = hashlib.sha256()
-    for array in (X, Y) if rows is None else (X[rows], Y[rows]):
-        array = np.ascontiguousarray(array)
-        digest.update(f"{array.shape}{array.dtype.str}".encode())
-        digest.update(array.view(np.uint8).reshape(-1).data)
-    return digest.hexdigest()[:32]
-
-
-def content_digest(block_digests: list[str], block_sizes) -> str:
-    """The hash of a dataset's values from its blocks' :func:`block_digest`, in block order."""
-    return hashlib.blake2b("|".join([*map(str, block_sizes), *block_digests]).encode(), digest_size=16).hexdigest()
-
-
-def _run_block_task(func, X: np.ndarray, Y: np.ndarray, args: tuple, index: int | None):
-    """:func:`run_block` inside a Dask task (every row of the block), on one thread (:func:`one_thread`)."""
-    with one_thread():
-        return run_block(func, np.asarray(X), np.asarray(Y), None, args, index)
-
-
-def is_dask_array(value) -> bool:
-    """Whether ``value`` is a Dask array (without importing Dask when it is not loaded)."""
-    import sys
-
-    dask_array = sys.modules.get("dask.array")
-    return dask_array is not None and isinstance(value, dask_array.Array)

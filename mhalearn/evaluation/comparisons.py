@@ -17,7 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..attention.model import MultiHeadAttention
-from ..learners.fit_data import root_mean_square
+from ..data.fit_data import root_mean_square
 from ..learners.moment_route import moment_span
 from .observer import span_distance
 

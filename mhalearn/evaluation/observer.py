@@ -292,7 +292,7 @@ class TeacherObserver:
     # Phase 5's candidates have no single span or layer to hold against the teacher; phase 6's choice among
     # them does (``selection``).  Where a pass stands is no result at all, and comes once a wave: not recorded.
     #: The phases deliberately not observed.
-    UNOBSERVED = frozenset({Phase.NET, Phase.PASS})
+    UNOBSERVED = frozenset({Phase.NET, Phase.COMPARED_NET, Phase.PASS})
 
     # Reading the records.
 

@@ -42,13 +42,13 @@ from threadpoolctl import threadpool_limits
 
 from .._validation import Integer, Real
 from ..attention.data import boolean_inputs
+from ..attention.teacher_source import TeacherSource
 from ..attention.teachers import sample_teacher
 from ..evaluation import agreement_precision, span_distance
 from ..learners.chen_li import BodySettings
 from ..learners.chen_li.agreement_passes import find_agreement_rows
 from ..learners.chen_li.phase4_span import read_affine_hull, span_basis
 from ..learners.chen_li.slabs import slab_constraints
-from ..learners.streams import TeacherSource
 from ..plotting import new_figure, save_figure, style_for, write_tables
 from ..seeding import seeded_rng
 from .registry import Experiment, expand_grid, register_experiment

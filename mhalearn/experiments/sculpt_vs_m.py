@@ -41,9 +41,10 @@ from .._memory import peak_memory_mb
 from .._validation import Integer
 from ..attention.data import boolean_inputs
 from ..attention.model import relative_error
+from ..attention.teacher_source import TeacherSource
 from ..attention.teachers import sample_teacher
+from ..data.checkpoint import open_checkpoint
 from ..evaluation import TeacherObserver
-from ..learners.checkpoint import open_checkpoint
 from ..learners.chen_li import (
     BodySettings,
     SearchSettings,
@@ -54,7 +55,6 @@ from ..learners.chen_li import (
     search_and_select,
 )
 from ..learners.report import Notifier, Observers, Phase, Route, StreamProgress
-from ..learners.streams import TeacherSource
 from ..plotting import (
     group_rows,
     median_quartiles,
@@ -101,7 +101,7 @@ def run_sculpt_vs_m_cell(cell: dict, checkpoint_dir=None) -> dict:
 
     With ``checkpoint_dir``, phases 1–4 keep their results there as they end
     and a rerun of the cell resumes after the last one kept
-    (:mod:`mhalearn.learners.checkpoint`; at m = 3 and n = 10⁸ they take
+    (:mod:`mhalearn.data.checkpoint`; at m = 3 and n = 10⁸ they take
     about a quarter of an hour on one core).
 
     The Numba kernels own the cores, and OpenBLAS threads spinning after the
@@ -122,7 +122,7 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     Boolean and the labels the teacher's, so the learner's units are the
     teacher's own (no standardisation).  A cell run as a task of a Dask
     cluster (``mhalearn sweep --backend dask``) reads the same stream as a
-    :class:`~mhalearn.learners.streams.DaskTeacherSource`, each pass's blocks
+    :class:`~mhalearn.attention.teacher_source.DaskTeacherSource`, each pass's blocks
     drawn and read in tasks spread over the cluster's ``workers`` threads;
     elsewhere it reads the blocks one after the other (``workers`` = 1).
     """

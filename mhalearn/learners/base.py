@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from threadpoolctl import threadpool_limits
 from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled_r2
 from .._validation import as_generator, check_enough_samples, check_pair, check_sample_weight
 from ..attention.model import MultiHeadAttention, check_attention_memory
-from .fit_data import FitData, check_examples, measure_examples, split_examples, validation_size
-from .report import Notifier, Phase, ZeroLabelsReport
+from ..data.fit_data import FitData, check_examples, prepare_fit_data, validation_size
+from .report import FitStart, Notifier, Phase, ZeroLabelsReport
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,13 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
     of ``fit``), ``_layers`` and ``_report_class`` (the type of ``report_``)
     and implement ``_fit``.  ``fit`` checks and measures the examples,
     standardises the units and splits off a validation set
-    (:mod:`mhalearn.learners.fit_data`), hands them to ``_fit`` as a
-    :class:`~mhalearn.learners.fit_data.FitData` and stores what it returns
+    (:mod:`mhalearn.data.fit_data`: the examples enter the data layer to
+    be checked, then to be measured and split), hands them to ``_fit`` as a
+    :class:`~mhalearn.data.fit_data.FitData` and stores what it returns
     (a :class:`FitResult`): each layer as ``<name>_`` (``model_``) in the
     data's units, and the report as ``report_``.  The learners work in the
     fit's units, X / s_X and Y / s_Y (s the root mean square of the entries;
-    see :mod:`mhalearn.learners.fit_data`), so every tolerance, ridge and
+    see :mod:`mhalearn.data.units`), so every tolerance, ridge and
     stopping rule inside is free of the data's units.
     """
 
@@ -71,7 +73,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
             Dask arrays chunked along n: checked and measured by block
             passes, split per block, phases 1–4 run on the blocks wherever
             Dask runs them and phases 5–6 on a bounded in-memory sample
-            (:mod:`mhalearn.learners.dask_data`).
+            (:mod:`mhalearn.data.dask_data`).
         callback : callable, optional
             ``callback(phase, result)`` is called with every phase result as
             the fit goes (first ``("start", FitStart)`` with the data's
@@ -90,18 +92,17 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         X, Y = check_examples(X, Y, boolean=boolean, streams_dask=self.streams_dask, learner=type(self).__name__)
         self._check_shape(*X.shape)
         start = time.perf_counter()
-        examples = measure_examples(X, Y, heads=self.heads, boolean=boolean)
-        units = examples.units
+        rng = as_generator(self.random_state)
+        data = prepare_fit_data(X, Y, boolean=boolean, rng=rng, validation_fraction=self.validation_fraction,
+                                stream=self.streams_dask)
+        units = data.examples.units
         if units.y_scale == 0.0:
             zero = {name: MultiHeadAttention(np.zeros((self.heads, units.dim, units.dim)),
                                              np.zeros((self.heads, units.dim, units.dim))) for name in self._layers}
             self._store(zero, ZeroLabelsReport(total_seconds=time.perf_counter() - start, x_scale=units.x_scale,
                                                y_scale=units.y_scale), units.dim)
             return self
-        notify(Phase.START, units)
-        rng = as_generator(self.random_state)
-        data = split_examples(examples, rng, validation_fraction=self.validation_fraction,
-                              stream=self.streams_dask)
+        notify(Phase.START, FitStart(seconds=0.0, heads=self.heads, **dataclasses.asdict(units)))
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
         # small BLAS call and steal them (measured: loss_and_grad 14× slower
         # on a loaded 2-core machine), and the learners' BLAS calls are small.

@@ -11,9 +11,9 @@ from .._estimator import store_parameters
 from .._validation import Integer, Options, Real, Seed
 from ..attention import kernels
 from ..attention.model import MultiHeadAttention
+from ..data.fit_data import FitData
 from ..optim import AdamW
 from .base import AttentionLearner, FitResult
-from .fit_data import FitData
 from .least_squares import lbfgs_refine, random_parameters, solve_projections, validation_error
 from .registry import register_learner
 from .report import LearnerReport, Notifier, Phase, PhaseResult, data_field, format_value

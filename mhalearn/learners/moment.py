@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._estimator import store_parameters
+from ..data.fit_data import FitData
 from .chen_li.fit import SpanSearchFit, search_and_select
-from .fit_data import FitData
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
 from .report import Notifier, Phase, Route

@@ -37,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ..attention.model import MultiHeadAttention
+from ..data.units import Units
 
 
 class Phase(enum.StrEnum):
@@ -54,7 +55,9 @@ class Phase(enum.StrEnum):
     stands (:class:`PassPosition`), told after every wave of it: a pass
     over 10⁸–10⁹ sequences takes from minutes to hours, and a progress
     display (:class:`mhalearn.StreamProgress`) is one more observer.
-    Observers that measure results let it by.
+    Observers that measure results let it by.  ``COMPARED_NET`` is never
+    told either: it names the other route's net in a report, when phase 6
+    chose between both routes' candidates (observers see the chosen net).
     """
 
     START = "start"
@@ -65,8 +68,29 @@ class Phase(enum.StrEnum):
     MOMENT = "moment"
     NET = "net"
     SELECTION = "selection"
+    COMPARED_NET = "compared_net"
     RESTART = "restart"
     PASS = "pass"
+
+
+class PhaseFile(enum.StrEnum):
+    """The names a checkpoint keeps phase results under (:mod:`mhalearn.data.checkpoint`), derived from :class:`Phase`.
+
+    Chen & Li's phases 1–4 by the paper's number and their :class:`Phase`
+    (``SCULPT`` twice: phase 2 under the crude Ŵ_Σ, and again in phase 4 for
+    the rows of K*), the refit over a stream longer than phases 1–3's prefix
+    as a part of phase 3, and our moment route by its :class:`Phase`.  The
+    strings are the files' names (``1_crude_sum.npz``), so a checkpoint
+    written by any version that kept these names resumes.
+    """
+
+    CRUDE_SUM = f"1_{Phase.CRUDE_SUM}"
+    SCULPT = f"2_{Phase.SCULPT}"
+    REFINED_SUM = f"3_{Phase.REFINED_SUM}"
+    STREAM_REFIT = "3_stream_refit"
+    KSTAR = f"4_{Phase.SCULPT}"
+    SPAN = f"4_{Phase.SPAN}"
+    MOMENT = f"{Phase.MOMENT}"
 
 
 @dataclass(frozen=True)
@@ -76,7 +100,7 @@ class PassPosition:
     ``phase`` is the phase the pass belongs to and ``number`` its pass
     within the phase (from 1); ``blocks_done`` of the stream's ``blocks``
     are read, ``resumed_at`` of them by an earlier run whose saved place the
-    pass took up (:mod:`mhalearn.learners.checkpoint`); ``seconds`` is the
+    pass took up (:mod:`mhalearn.data.checkpoint`); ``seconds`` is the
     pass's time so far, that earlier run's included.
     """
 
@@ -207,28 +231,18 @@ def phase_table(rows, footer: list[str] = ()) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class FitStart(PhaseResult):
+class FitStart(PhaseResult, Units):
     """The first thing a fit tells its observers: the data's shape and the units it works in.
 
     The learners work on X / x_scale and Y / y_scale (see
-    :class:`~mhalearn.learners.base.AttentionLearner`); every later result is
-    in those units.
+    :class:`~mhalearn.learners.base.AttentionLearner` and
+    :class:`~mhalearn.data.units.Units`, whose maps between the units it
+    has); every later result is in those units.
     """
 
     heads: int
-    samples: int
-    length: int
-    dim: int
-    x_scale: float
-    y_scale: float
 
-    def to_data_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
-        """A layer fitted on X / x_scale, Y / y_scale as the layer of X and Y (Θ / x_scale², W · y_scale / x_scale)."""
-        return MultiHeadAttention(layer.thetas / self.x_scale ** 2, layer.ws * (self.y_scale / self.x_scale))
-
-    def to_fit_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
-        """A layer of X and Y as the layer of X / x_scale, Y / y_scale (the inverse of :meth:`to_data_units`)."""
-        return MultiHeadAttention(layer.thetas * self.x_scale ** 2, layer.ws * (self.x_scale / self.y_scale))
+    columns = ("heads", "samples", "length", "dim", "x_scale", "y_scale")
 
 
 class Notifier:
@@ -380,5 +394,5 @@ class ZeroLabelsReport(LearnerReport):
         return self.zero_labels
 
 
-__all__ = ["FitStart", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseResult", "Route",
-           "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]
+__all__ = ["FitStart", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseFile", "PhaseResult",
+           "Route", "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]

@@ -42,9 +42,9 @@ import numpy as np
 
 from .._estimator import store_parameters
 from .._validation import Options, PathLike, check_output_directory
+from ..data.fit_data import FitData
 from .chen_li.fit import SpanSearchFit, sculpt_fit
 from .chen_li.settings import BODY_CONSTRAINTS, SEARCH_SETTING_CONSTRAINTS, BodySettings, settings_from
-from .fit_data import FitData
 from .moment_route import check_moment_memory
 from .registry import register_learner
 from .report import Notifier
@@ -66,7 +66,7 @@ class SculptLearner(SpanSearchLearner):
     (``make_dataset(..., chunks=...)``, ``load_dataset``).  Either way
     ``validation_fraction`` of the sequences are held out at random, each block
     (of 65 536 for NumPy arrays, Dask's chunks otherwise) its share
-    (:func:`~mhalearn.learners.streams.held_out_counts`: the same fraction
+    (:func:`~mhalearn.data.sources.held_out_counts`: the same fraction
     under any chunking; blocks of fewer than 100 sequences warn, as their
     scheduling costs more than their work); phases 1–4
     pass over the training sequences block by block, wherever the active
@@ -76,8 +76,8 @@ class SculptLearner(SpanSearchLearner):
     with the data); phases 5–6 use the first 10⁵
     training and 2·10⁴ held-out
     sequences of that split
-    (:data:`~mhalearn.learners.dask_data.SAMPLE_TRAINING`,
-    :data:`~mhalearn.learners.dask_data.SAMPLE_VALIDATION`).
+    (:data:`~mhalearn.data.dask_data.SAMPLE_TRAINING`,
+    :data:`~mhalearn.data.dask_data.SAMPLE_VALIDATION`).
 
     Parameters
     ----------
@@ -262,7 +262,7 @@ class SculptLearner(SpanSearchLearner):
         results as they end; a fit of the same data with the same ``heads``,
         body settings, integer ``random_state`` and code resumes after the
         last phase kept, and computes what an uninterrupted fit computes
-        (:mod:`mhalearn.learners.checkpoint`; the net's settings may differ).
+        (:mod:`mhalearn.data.checkpoint`; the net's settings may differ).
         The key covers the data's values, whatever their Dask names.  Files
         are JSON plus arrays (no pickle: reading one runs no code), checked
         as they are read; one that fails a check is computed again with a

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import Boolean, Integer, Real, Seed
+from ..data.fit_data import Examples, FitData
 from .base import AttentionLearner, FitResult
 from .chen_li.fit import SpanSearchFit, SpanSearchReport
 from .chen_li.phase6_select import certificate_bounds
 from .chen_li.settings import SEARCH_SETTING_CONSTRAINTS, SearchSettings, settings_from
-from .fit_data import Examples, FitData
 from .report import Notifier
 
 #: Phases 5–6's default settings, whose values are the span-search learners' defaults.

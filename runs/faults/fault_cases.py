@@ -51,7 +51,7 @@ FIT = textwrap.dedent("""
             kept = pickle.load(open(f, "rb")); change(kept)
             with open(f, "wb") as handle: pickle.dump(kept, handle)
         else:
-            from mhalearn.learners.phase_files import read_kept, write_kept
+            from mhalearn.data.phase_files import read_kept, write_kept
             old = dict(np.load(f))["checksum"]
             kept = read_kept(f); change(kept)
             with open(f, "wb") as handle: write_kept(handle, kept)

@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
+from ...data.checkpoint import NoProgress
 from ...seeding import draw_seed
-from ..checkpoint import NoProgress
 from ..report import Notifier, PassPosition, Phase
 from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
 from .decoder import decoding_residuals
@@ -169,7 +169,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     block order; ``scanned`` counts every row of the stream and ``found``
     the rows needed within ``radius``.
 
-    ``progress`` (:meth:`~mhalearn.learners.checkpoint.PhaseCheckpoint.progress`)
+    ``progress`` (:meth:`~mhalearn.data.checkpoint.PhaseCheckpoint.progress`)
     keeps what the pass holds after a wave, as pass ``number`` of its
     phase, when a save is due and at the end; a pass with the same inputs
     resumes after the last wave kept and returns what an uninterrupted

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ...data.sources import CodedTokens
+from ...data.token_codes import block_codes, code_groups
 from ..order_statistics import quantile_of_finite
-from ..streams import CodedTokens
 from .decoder import decode_patterns, decoding_residuals
 from .settings import BodySettings
-from .sign_tables import block_codes, code_groups
 
 # The pool's bound on a residual under a new Ŵ_Σ is shrunk by this share for the decoder's rounding: its
 # residuals above 1 % of ‖y − v_0‖ (every one a bound can rule out) keep 6 digits while the 3 × 3 Gram
@@ -68,7 +68,7 @@ class AgreementRows:
             self.found = len(self.query)
 
     def coded_tokens(self):
-        """The tokens with their codes (:class:`~mhalearn.learners.streams.CodedTokens`) when every one is
+        """The tokens with their codes (:class:`~mhalearn.data.sources.CodedTokens`) when every one is
         Boolean, else the tokens: coded once, since our refit decodes its pool again at every iteration."""
         if self._codes is None:
             codes = np.empty((*self.tokens.shape[:2], code_groups(self.tokens.shape[2])), dtype=np.uint8)

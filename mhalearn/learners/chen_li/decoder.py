@@ -33,9 +33,10 @@ import numpy as np
 from numba import njit
 
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
-from ..streams import kernel_labels, stream_rows
+from ...data.sources import kernel_labels, stream_rows
+from ...data.token_codes import sequence_codes
 from .cholesky import cholesky_in_place, cholesky_solve, cholesky_three, solve_three
-from .sign_tables import coded_token_products, distinct_token_products, sequence_codes, sign_tables
+from .sign_tables import coded_token_products, distinct_token_products, sign_tables
 
 # A Cholesky pivot below this share of the largest diagonal entry marks the
 # distinct tokens' rows of X Ŵ_Σ as linearly dependent (Ŵ_Σ near singular).
@@ -342,7 +343,7 @@ def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None):
     patterns, spreads = (np.empty((n, labels, k)), np.empty((n, labels, k))) if full else (None, None)
     residuals = np.empty((n, labels))
     violations = np.empty((n, labels))
-    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
+    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.data.sources)
     Y, label_scale = kernel_labels(Y)
     X = np.ascontiguousarray(X)
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checkpoint import NoCheckpoint, open_checkpoint
+from ...data.checkpoint import NoCheckpoint, open_checkpoint
+from ...data.sources import ArraySource
 from ..moment_route import MomentSpan, moment_span, sine_distance
-from ..report import LearnerReport, Notifier, Phase, Route, Rule, certificate_line
-from ..streams import ArraySource
+from ..report import LearnerReport, Notifier, Phase, PhaseFile, Route, Rule, certificate_line
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import sculpt_body
 from .phase3_refine_sum import RefinedSum, refine_projection_sum, refit_on_stream
@@ -92,7 +92,7 @@ class SpanSearchReport(LearnerReport, SpanSearchFit):
         return [(Phase.CRUDE_SUM, self.crude_sum), *((Phase.SCULPT, body) for body in self.sculpt or [None]),
                 (Phase.REFINED_SUM, self.refined_sum), (Phase.SPAN, self.span), (Phase.MOMENT, self.moment),
                 (Phase.NET, self.net),
-                *([("compared_net", self.compared_net)] if self.compared_net is not None else []),
+                *([(Phase.COMPARED_NET, self.compared_net)] if self.compared_net is not None else []),
                 (Phase.SELECTION, self.selection)]
 
     def body_phases(self) -> BodyPhases | None:
@@ -133,13 +133,13 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
 
     Parameters
     ----------
-    source : a stream of examples (:mod:`mhalearn.learners.streams`).
+    source : a stream of examples (:mod:`mhalearn.data.sources`).
     heads : m.
     settings : the phases' hyper-parameters.
     rng : random generator (subsamples of rows and constraints).
     notify : told ``(phase, result)`` after each phase.
     checkpoint : keeps each phase's result as it ends, or gives the one a
-        previous run kept (:class:`~mhalearn.learners.checkpoint.PhaseCheckpoint`).
+        previous run kept (:class:`~mhalearn.data.checkpoint.PhaseCheckpoint`).
 
     Returns
     -------
@@ -157,24 +157,24 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
     # all of it, so the fit reads the stream about once (docs/design.md §4.1, "How often a fit reads the stream").
     prefix = source.prefix(settings.prefix_for(heads, source.length) or source.samples)
-    crude = checkpoint.run("1_crude_sum", rng, lambda: crude_projection_sum(prefix))
+    crude = checkpoint.run(PhaseFile.CRUDE_SUM, rng, lambda: crude_projection_sum(prefix))
     notify(Phase.CRUDE_SUM, crude)
-    first = checkpoint.run("2_sculpt", rng,
+    first = checkpoint.run(PhaseFile.SCULPT, rng,
                            lambda: sculpt_body(prefix, crude.w_sum, heads, settings, rng, rule=Rule.QUANTILE))
     notify(Phase.SCULPT, first)
-    refined = checkpoint.run("3_refined_sum", rng,
+    refined = checkpoint.run(PhaseFile.REFINED_SUM, rng,
                              lambda: refine_projection_sum(prefix, heads, first, crude.w_sum, settings, rng))
     if prefix is not source:
         prefix_refined = refined
-        refined = checkpoint.run("3_stream_refit", rng,
+        refined = checkpoint.run(PhaseFile.STREAM_REFIT, rng,
                                  lambda: refit_on_stream(source, heads, prefix_refined, settings,
-                                                         checkpoint.progress("3_stream_refit"), notify))
+                                                         checkpoint.progress(PhaseFile.STREAM_REFIT), notify))
     notify(Phase.REFINED_SUM, refined)
-    final = checkpoint.run("4_sculpt", rng,
+    final = checkpoint.run(PhaseFile.KSTAR, rng,
                            lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE,
                                                candidates=refined.candidates))
     notify(Phase.SCULPT, final)
-    span = checkpoint.run("4_span", rng, lambda: read_span(final.slabs, heads, settings, rng))
+    span = checkpoint.run(PhaseFile.SPAN, rng, lambda: read_span(final.slabs, heads, settings, rng))
     notify(Phase.SPAN, span)
     return BodyPhases(crude, (first, final), refined, span)
 
@@ -288,12 +288,12 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     :func:`select_between_routes`).  ``"body"`` runs the moment route only
     when the body refuses, and warns then, so the body's span is taken
     unchecked; ``"moment"`` skips phases 1–4.  ``source`` is the stream phases 1–4 read
-    (:mod:`mhalearn.learners.streams`; default ``ArraySource(X, Y)``), e.g. a
-    :class:`~mhalearn.learners.streams.DaskSource` of a dataset larger than
+    (:mod:`mhalearn.data.sources`; default ``ArraySource(X, Y)``), e.g. a
+    :class:`~mhalearn.data.dask_data.DaskSource` of a dataset larger than
     memory, of which X, Y are then an in-memory sample for phases 5–6 and
     the moment route.  With ``checkpoint_dir`` phases 1–4 and the moment
     route keep their results there as they end, and a rerun resumes after
-    the last one kept (:mod:`mhalearn.learners.checkpoint`).  Returns a
+    the last one kept (:mod:`mhalearn.data.checkpoint`).  Returns a
     :class:`SpanSearchFit`: the phase results, ``compared_net`` when both routes'
     candidates were compared, ``route``, ``fallback``, ``route_reason``,
     ``resumed``, the phases loaded from the checkpoint, and ``kept_seconds``,
@@ -314,7 +314,7 @@ def sculpt_fit(X, Y, X_val, Y_val, heads: int, *, body: BodySettings = BodySetti
     # max_rows output rows) and its memory is checked before phase 1, and only its span can contradict
     # a bias every bootstrap resample of the body shares (choose_route).
     if span_route != Route.BODY or span.refused is not None:
-        moment = checkpoint.run("moment", rng, lambda: moment_span(X, Y, heads, rng=rng))
+        moment = checkpoint.run(PhaseFile.MOMENT, rng, lambda: moment_span(X, Y, heads, rng=rng))
         notify(Phase.MOMENT, moment)
         fields["moment"] = moment
     if span is None:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ...data.sources import kernel_labels, stream_rows
 from ..least_squares import solve_normal
 from ..report import PhaseResult, data_field
-from ..streams import kernel_labels, stream_rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ def crude_projection_sum(source) -> CrudeSum:
     """Phase 1: Ŵ_Σ by least squares of every output row on its mean token x̄.
 
     Sums the d×d normal equations Σ k·x̄x̄ᵀ and Σ x̄ (Σ_ℓ y_ℓ)ᵀ of every block
-    of the source (:mod:`mhalearn.learners.streams`) in block order, one pass.
+    of the source (:mod:`mhalearn.data.sources`) in block order, one pass.
 
     Raises ValueError when the mean tokens do not span R^d.
     """

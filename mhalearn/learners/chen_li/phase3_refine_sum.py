@@ -31,10 +31,11 @@ import numpy as np
 from numba import njit
 
 from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
-from ..checkpoint import NoProgress
+from ...data.checkpoint import NoProgress
+from ...data.sources import stream_rows
+from ...data.token_codes import code_groups, sequence_codes
 from ..least_squares import least_squares
 from ..report import Notifier, PhaseResult, data_field, detail_line
-from ..streams import stream_rows
 from .agreement_passes import draw_pool, reachable_rows
 from .agreement_rows import AgreementRows
 from .body import ConvexBody
@@ -44,9 +45,7 @@ from .sign_tables import (
     BILINEAR_GROUPS,
     bilinear_form,
     bilinear_tables,
-    code_groups,
     group_identical_tokens,
-    sequence_codes,
     sign_tables,
     token_times,
 )
@@ -219,7 +218,7 @@ def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None
     n = len(rows)
     top = np.empty((n, k), dtype=np.int64)
     mass = np.empty((n, k))
-    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.learners.streams)
+    codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.data.sources)
     X = np.ascontiguousarray(X, dtype=np.float64)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     floor_gap = -math.inf if floor is None else math.log(floor / ((1.0 - floor) * k)) - _GAP_SLACK
@@ -479,7 +478,7 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
 
     Parameters
     ----------
-    source : the examples (:mod:`mhalearn.learners.streams`).
+    source : the examples (:mod:`mhalearn.data.sources`).
     heads : m.
     crude : phase 2's result under the crude Ŵ_Σ (its slabs make the crude
         body; its pool starts our refit when the paper's did not refit).
@@ -541,7 +540,7 @@ def refit_on_stream(source, heads: int, refined: RefinedSum, settings: BodySetti
     threshold, one more pass reads the stream around the new Ŵ_Σ.  Returns
     ``refined`` with this step added and its Ŵ_Σ.  ``progress`` keeps where
     each pass stands, so that an interrupted one resumes
-    (:class:`~mhalearn.learners.checkpoint.PassProgress`), and ``notify``
+    (:class:`~mhalearn.data.checkpoint.PassProgress`), and ``notify``
     is told where each pass stands after every wave (``Phase.PASS``).
     """
     start, observed = time.perf_counter(), notify.seconds

@@ -6,7 +6,8 @@ x_j Ŵ_Σ for every token) and the margin pass of phase 3
 logits x_ℓ Θ x_jᵀ of every row) multiply every token of every sequence by
 one d × d matrix M: d² multiply-adds a token, the largest share of a pass.
 On the Boolean inputs the paper learns from, a token is named by its
-*codes*, one per group of :data:`BITS` entries (:func:`token_codes`: bit b
+*codes*, one per group of :data:`~mhalearn.data.token_codes.BITS` entries
+(:func:`~mhalearn.data.token_codes.token_codes`: bit b
 set where the entry is +1), and
 
 - x M is a signed sum of M's rows: each group's 2^BITS signed sums of its
@@ -39,23 +40,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..._numba import _float_to_bits
+from ...data.token_codes import BITS, token_codes
 
-#: Entries of a token per table: 2^6 rows of d entries a group (12 KB at d = 12, two groups).
-BITS = 6
 #: The most groups (⌈d / BITS⌉) for which the kernels use :func:`bilinear_tables`: 9 tables of 32 KB at
 #: d = 13–18.  Timed on one block of random ±1 sequences and random Θ (k = 4 and 8, the margin kernel with its
 #: floor): the look-ups took 0.64–0.73× the time of the products at d = 10–12, 0.73–0.85× at d = 14–18,
 #: 0.86–1.03× at d = 24 and longer beyond.
 BILINEAR_GROUPS = 3
-#: The bits of 1.0 shifted left by one: those of +1 and of −1 alike, their sign bit shifted out.
-_ONE_SHIFTED = np.int64(0x3FF0000000000000 << 1)
-
-
-@njit(cache=True)
-def code_groups(dim):
-    """⌈d / BITS⌉: the codes, and the tables of :func:`sign_tables`, of a token of dimension ``dim``."""
-    return (dim + BITS - 1) // BITS
 
 
 @njit(cache=True)
@@ -92,44 +83,6 @@ def bilinear_tables(matrix):
                         total += sign * rows[g, a, BITS * h + b]
                     tables[g, h, a, c] = total
     return tables
-
-
-@njit(inline="always", cache=True)
-def token_codes(x, codes):
-    """codes[g] = the code of ``x``'s entries BITS·g, BITS·g + 1, … (bit b set where the entry is +1);
-    returns whether x is in {−1, +1}^d, the case where the codes name x."""
-    d = x.shape[0]
-    # Read from the entries' bits: ±1 are the two doubles whose bits, the sign shifted out, are
-    # _ONE_SHIFTED, and the sign bit is the code's bit.  A test and a conversion per entry cost
-    # as much again as the table look-ups they serve.
-    other = 0
-    for g in range(codes.shape[0]):
-        code = 0
-        for b in range(min(BITS, d - BITS * g)):
-            bits = _float_to_bits(x[BITS * g + b])
-            other |= (bits << 1) ^ _ONE_SHIFTED
-            code |= np.int64(bits >= 0) << b
-        codes[g] = code
-    return other == 0
-
-
-@njit(inline="always", cache=True)
-def sequence_codes(x, codes):
-    """:func:`token_codes` of every token of ``x`` (k, d) into ``codes`` (k, groups); whether all are Boolean."""
-    boolean = True
-    for j in range(x.shape[0]):
-        boolean &= token_codes(x[j], codes[j])
-    return boolean
-
-
-@njit(cache=True)
-def block_codes(X, codes):
-    """:func:`sequence_codes` of every sequence of X (n, k, d) into ``codes`` (n, k, groups) of one byte
-    each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void)."""
-    boolean = True
-    for s in range(X.shape[0]):
-        boolean &= sequence_codes(X[s], codes[s])
-    return boolean
 
 
 @njit(inline="always", cache=True)
