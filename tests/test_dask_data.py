@@ -23,8 +23,8 @@ import mhalearn
 from mhalearn._memory import MemoryBudgetError, memory_budget
 from mhalearn.attention.data import labelled_block, load_dataset
 from mhalearn.attention.teacher_source import TeacherSource
-from mhalearn.data.dask_data import DaskSource, check_dask_pair, dask_statistics, split_blocks
-from mhalearn.data.fit_data import root_mean_square
+from mhalearn.data.dask_data import DaskSource, dask_statistics, split_blocks
+from mhalearn.data.fit_data import check_dask_pair, root_mean_square
 from mhalearn.data.sources import BLOCK_SIZE, ArraySource, CodedTokens, held_out_counts
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, phase1_crude_sum, phase3_refine_sum
 from mhalearn.learners.chen_li.fit import sculpt_span
@@ -33,6 +33,7 @@ from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.seeding import draw_seed
 
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
+TOL = BodySettings.simplex_tol
 SCHEDULERS = ("sync", "threads", "processes")
 
 
@@ -62,10 +63,10 @@ def _pass_results(source, teacher) -> dict:
     """Every pass of phases 1–3 on ``source``, as named arrays (the random caps and the waves triggered)."""
     w_sum = phase1_crude_sum.crude_projection_sum(source).w_sum
     rows = agreement_passes.find_agreement_rows(source, w_sum, quantile=0.2, max_rows=300,
-                                                rng=np.random.default_rng(1))
+                                                rng=np.random.default_rng(1), simplex_tol=TOL)
     margin = phase3_refine_sum.margin_rows(source, teacher.thetas[0], 0.2, 1500)
     first = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.05, max_rows=500,
-                                                  rng=np.random.default_rng(2))
+                                                  rng=np.random.default_rng(2), simplex_tol=TOL)
     results = {"w_sum": w_sum, "scanned": rows.scanned, "found": rows.found, "margin_scanned": margin.scanned,
                "first_scanned": first.scanned, "first_found": first.found, "first_tokens": first.tokens,
                "first_query": first.query}
@@ -94,7 +95,7 @@ def test_passes_give_the_same_bits_on_every_scheduler(teacher, process_pool):
     # The per-block random cap depends on the pass's seed, not on the generator's later draws.
     other = agreement_passes.find_agreement_rows(ArraySource(*DaskSource(X, Y).head(SAMPLES), block_size=CHUNK),
                                                  reference["w_sum"], quantile=0.2, max_rows=300,
-                                                 rng=np.random.default_rng(1))
+                                                 rng=np.random.default_rng(1), simplex_tol=TOL)
     np.testing.assert_array_equal(other.label, reference["rows_label"])
 
 
@@ -221,8 +222,8 @@ def test_split_source_passes_match_passes_over_a_copy(teacher):
             ("crude", phase1_crude_sum.crude_projection_sum(source).w_sum,
              phase1_crude_sum.crude_projection_sum(copy).w_sum),
             *[(f"rows {field}", getattr(first, field), getattr(second, field))
-              for first, second in [(agreement_passes.find_agreement_rows(each, w_sum, quantile=0.3,
-                                                                          max_rows=200, rng=np.random.default_rng(4))
+              for first, second in [(agreement_passes.find_agreement_rows(each, w_sum, quantile=0.3, max_rows=200,
+                                                                          rng=np.random.default_rng(4), simplex_tol=TOL)
                                      for each in (source, copy))]
               for field in ("tokens", "query", "label", "pattern", "residual")],
             *[(f"margin {field}", getattr(first, field), getattr(second, field))
@@ -254,12 +255,13 @@ def test_coded_blocks_carry_the_codes_of_their_tokens_and_scaled_labels_their_bi
 
 def test_pool_decoded_again_from_its_codes_gives_the_same_rows(teacher):
     X, Y = mhalearn.make_dataset(teacher, SAMPLES, LENGTH, rng=34)
-    pool = agreement_passes.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum * 1.05, quantile=0.3)
+    pool = agreement_passes.find_agreement_rows(ArraySource(X, Y), teacher.projection_sum * 1.05, quantile=0.3,
+                                                simplex_tol=TOL)
     w_sum = teacher.projection_sum * 1.01
     plain = agreement_rows.decoded_rows(pool.tokens, pool.query, pool.label, w_sum, pool.scanned)
-    best = pool.best_under(w_sum, 50)  # from the pool's codes
+    best = pool.best_under(w_sum, 50, simplex_tol=TOL)  # from the pool's codes
     assert isinstance(pool.coded_tokens(), CodedTokens)
-    expected = plain.best(50)
+    expected = plain.best(50, simplex_tol=TOL)
     for field in ("tokens", "query", "residual", "violation", "pattern"):
         np.testing.assert_array_equal(getattr(best, field), getattr(expected, field), err_msg=field)
 

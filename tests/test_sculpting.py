@@ -27,6 +27,10 @@ from mhalearn.learners.chen_li.slabs import (
     slab_constraints,
 )
 
+# The helpers take their settings from the caller: the tests that do not vary one pass the default.
+TOL, CONSTRAINTS = BodySettings.simplex_tol, BodySettings.max_constraints
+W_MIN, KAPPA, T_MIN = BodySettings.w_min, BodySettings.slab_width, BodySettings.slab_floor
+
 
 def _constrained_least_squares(values, target):
     """argmin ‖aᵀV − y‖ s.t. Σa = 1 from the KKT system (NumPy, no elimination)."""
@@ -156,9 +160,9 @@ def test_opposite_tokens_are_decoded():
 def test_slabs_hold_for_one_head_and_pin_it_down():
     teacher = mhalearn.sample_teacher(1, 6, rng=7)
     source = ArraySource(*mhalearn.make_dataset(teacher, 2000, 3, rng=8))
-    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6)
+    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-6, simplex_tol=TOL)
     assert rows.fraction == pytest.approx(1.0, abs=0.01)
-    slabs = slab_constraints(rows, kappa=0.0, t_min=1e-6)
+    slabs = slab_constraints(rows, kappa=0.0, t_min=1e-6, w_min=W_MIN)
     assert teacher_feasible_fraction(slabs, teacher) == 1.0
     centre, long_directions, info = phase4_span.read_affine_hull(slabs, 1)
     assert long_directions.shape == (0, 36)
@@ -206,7 +210,7 @@ def test_kstar_threshold_keeps_the_slabs_wanted_of_largest_weight():
     for wanted in (100, 300, 600):
         threshold = kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=wanted, w_max=0.99)
         assert threshold == weights[wanted - 1]  # the wanted-th largest weight, counted independently
-        assert slab_constraints(rows, w_min=threshold).equalities >= wanted
+        assert slab_constraints(rows, w_min=threshold, kappa=KAPPA, t_min=T_MIN).equalities >= wanted
         assert np.count_nonzero(weights > threshold) < wanted
     # Too few slabs to spare any: w_min; a low ceiling caps it.
     assert kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=eligible, w_max=0.99) == 0.02
@@ -263,7 +267,7 @@ def test_dual_certificate_never_exceeds_the_lp_value(rng):
     t = rng.uniform(0.1, 0.5, count)
     b = E @ truth + rng.uniform(-0.05, 0.05, count)
     slabs = SlabSystem(E, b, t, np.zeros((0, dim2)), np.zeros(0), np.arange(count), np.zeros(0, int))
-    convex = body.ConvexBody(slabs, radius=10.0)
+    convex = body.ConvexBody(slabs, radius=10.0, max_constraints=CONSTRAINTS)
     directions = rng.standard_normal((8, dim2))
     bounds = convex.certify(directions)
     for direction, bound in zip(directions, bounds):
@@ -277,8 +281,9 @@ def test_dual_certificate_never_exceeds_the_lp_value(rng):
 def test_certified_rows_are_peaked_for_one_sharp_head():
     teacher = mhalearn.sample_teacher(1, 6, theta_norm=8.0, rng=11)
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=12))
-    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-3)
-    convex = body.ConvexBody(slab_constraints(rows), radius=12.0)
+    rows = agreement_passes.find_agreement_rows(source, teacher.projection_sum, residual_tol=1e-3, simplex_tol=TOL)
+    convex = body.ConvexBody(slab_constraints(rows, w_min=W_MIN, kappa=KAPPA, t_min=T_MIN), radius=12.0,
+                             max_constraints=CONSTRAINTS)
     theta_bar, info = convex.min_norm_point()
     assert info["inconsistent"] == 0
     candidates = projection_sum.margin_rows(source, theta_bar, 0.05, 5000)
@@ -292,7 +297,7 @@ def test_elastic_body_drops_inconsistent_constraints():
     E = np.vstack([np.eye(dim2), np.eye(dim2)[:1]])
     b = np.array([1.0, 1.0, 1.0, 1.0, -5.0])  # the last slab contradicts the first
     slabs = SlabSystem(E, b, np.full(5, 0.1), np.zeros((0, dim2)), np.zeros(0), np.arange(5), np.zeros(0, int))
-    point, info = body.ConvexBody(slabs, radius=10.0).min_norm_point()
+    point, info = body.ConvexBody(slabs, radius=10.0, max_constraints=CONSTRAINTS).min_norm_point()
     assert info["solver_status"] == "optimal" and info["inconsistent"] in (1, 2)
     # The consistent slabs hold, at their minimum-norm point; the contradicted coordinate stays between the
     # two slabs that fight over it (no value outside both is invented).
@@ -364,7 +369,7 @@ def test_best_rows_are_the_smallest_residuals_within_the_simplex(rng):
     usable = np.flatnonzero(violation == 0.0)
     expected = np.sort(usable[np.argsort(residual[usable])[:25]])
     np.testing.assert_array_equal(np.sort(np.flatnonzero(np.isin(residual, best.residual))), expected)
-    assert len(rows.best(10_000)) == len(usable)
+    assert len(rows.best(10_000, simplex_tol=TOL)) == len(usable)
 
 
 def test_pool_keeps_the_best_rows_of_each_block_within_its_budget():
@@ -503,13 +508,14 @@ def test_first_agreement_rows_stop_at_the_block_that_completes_them():
     X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=22)
     source = ArraySource(X, Y, block_size=500)
     w_sum = teacher.projection_sum * 1.01
-    every = agreement_passes.find_agreement_rows(source, w_sum, residual_tol=0.02)
+    every = agreement_passes.find_agreement_rows(source, w_sum, residual_tol=0.02, simplex_tol=TOL)
     per_block = [agreement_passes.find_agreement_rows(ArraySource(X[start:start + 500], Y[start:start + 500]),
-                                                      w_sum, residual_tol=0.02).found for start in range(0, 4000, 500)]
+                                                      w_sum, residual_tol=0.02, simplex_tol=TOL).found
+                 for start in range(0, 4000, 500)]
     assert every.found == sum(per_block) and min(per_block) > 0
     wanted = per_block[0] + per_block[1] // 2  # completed inside the second block
     first = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=wanted,
-                                                  rng=np.random.default_rng(0))
+                                                  rng=np.random.default_rng(0), simplex_tol=TOL)
     assert len(first) == wanted and first.found == per_block[0] + per_block[1] and first.scanned == 2 * 500 * 4
     # Every row kept is an agreement row of the first two blocks; the second block's are a random
     # subset of its rows, not its first ones.
@@ -524,5 +530,5 @@ def test_first_agreement_rows_stop_at_the_block_that_completes_them():
     assert positions[-1] >= 750  # a prefix of the block would stop near its middle
     # Fewer agreement rows than max_rows: the whole stream is read and every row kept.
     every_row = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=10 ** 6,
-                                                      rng=np.random.default_rng(0))
+                                                      rng=np.random.default_rng(0), simplex_tol=TOL)
     assert len(every_row) == every.found == every_row.found and every_row.scanned == 4000 * 4

@@ -177,22 +177,33 @@ def trace_fit(learner, X, Y) -> Walk:
     return tracer.walk
 
 
+def walk_of(learner_name: str, *, dask: bool) -> Walk:
+    """The walk of X through a small fit of the named learner (m = 2, d = 8, k = 3, n = 4 000; Dask arrays in
+    blocks of 1 000 when ``dask``)."""
+    import mhalearn
+
+    teacher = mhalearn.sample_teacher(2, 8, rng=4)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 3, rng=5, chunks=1000 if dask else None)
+    small = {"sculpt": dict(refit_iterations=2, max_candidates=200, refine_iter=5),
+             "moment": dict(max_candidates=200, refine_iter=5), "gradient": dict(max_iter=5)}[learner_name]
+    learner = mhalearn.make_learner(learner_name, 2, random_state=0, **small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trace_fit(learner, X, Y)
+
+
+def walk_counts(learner_name: str, *, dask: bool) -> dict:
+    """:meth:`Walk.counts` of :func:`walk_of`."""
+    return walk_of(learner_name, dask=dask).counts()
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--learner", default="sculpt", choices=["sculpt", "moment", "gradient"])
     parser.add_argument("--dask", action="store_true", help="X, Y as Dask arrays in blocks of 1000 (sculpt only)")
     parser.add_argument("--events", action="store_true", help="print every stay")
     options = parser.parse_args(argv)
-    import mhalearn
-
-    teacher = mhalearn.sample_teacher(2, 8, rng=4)
-    X, Y = mhalearn.make_dataset(teacher, 4000, 3, rng=5, chunks=1000 if options.dask else None)
-    small = {"sculpt": dict(refit_iterations=2, max_candidates=200, refine_iter=5),
-             "moment": dict(max_candidates=200, refine_iter=5), "gradient": dict(max_iter=5)}[options.learner]
-    learner = mhalearn.make_learner(options.learner, 2, random_state=0, **small)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        walk = trace_fit(learner, X, Y)
+    walk = walk_of(options.learner, dask=options.dask)
     if options.events:
         print("\n".join(module.removeprefix("mhalearn.") for module in walk.stays()))
     for caller, callee in walk.climbs:

@@ -16,7 +16,7 @@
 - :mod:`mhalearn.data.checkpoint` and :mod:`mhalearn.data.phase_files` —
   phase results kept as a long fit goes, and their file format.
 
-The package imports nothing of :mod:`mhalearn.learners`; a stream drawn
-from a planted teacher lives with the teachers
-(:mod:`mhalearn.attention.teacher_source`).
+The package imports nothing of :mod:`mhalearn.learners`, and knows of no
+planted layer: a stream generated from one is a source defined beside the
+generators, in :mod:`mhalearn.attention`.
 """

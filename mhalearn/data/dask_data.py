@@ -6,9 +6,9 @@ learners that stream their examples (:class:`~mhalearn.SculptLearner`), and
 prepares them with these functions (:mod:`mhalearn.data.fit_data`).
 Nothing of size n is gathered:
 
-- :func:`check_dask_pair` checks shapes and dtypes without computing
-  anything; :func:`dask_statistics` is one pass over the blocks for the
-  rest (finite entries, Boolean entries, the root mean squares that set the
+- :func:`~mhalearn.data.fit_data.check_dask_pair` checks shapes and
+  dtypes without computing anything; :func:`dask_statistics` is one pass
+  over the blocks for the rest (finite entries, Boolean entries, the root mean squares that set the
   units, the largest token and label norms of the held-out certificate),
   each block returning a few numbers reduced on the caller in block order;
 - :func:`split_blocks` holds out, in every block b, a random subset of its
@@ -32,7 +32,6 @@ import numpy as np
 
 from .._memory import check_memory
 from .._numba import one_thread
-from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
 from ..seeding import draw_seed
 from .sources import WAVE_BLOCKS, BlockSource, held_out_mask, run_block
 from .units import check_representable_units
@@ -42,35 +41,6 @@ from .units import check_representable_units
 SAMPLE_TRAINING = 100_000
 #: Held-out sequences SculptLearner's phase 6 selects and certifies on, on a Dask dataset or NumPy arrays alike.
 SAMPLE_VALIDATION = 20_000
-
-
-def check_dask_pair(X, Y):
-    """Dask arrays X, Y of one shape (n, k, d), real and numeric, as float64 with Y chunked like X along n.
-
-    Computes nothing; raises ValueError naming X or Y otherwise (values are
-    checked by :func:`dask_statistics`).  Warns when X's blocks average fewer than
-    :data:`~mhalearn.attention.data.MIN_BLOCK_SEQUENCES` sequences
-    (:func:`~mhalearn.attention.data.warn_small_blocks`).
-    """
-    import dask.array as da
-
-    arrays = {}
-    for name, array in (("X", X), ("Y", Y)):
-        if not isinstance(array, da.Array):
-            raise ValueError(f"{name}: expected a Dask array like the other of X, Y, received "
-                             f"{type(array).__name__}")
-        if not (np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.bool_)) \
-                or np.issubdtype(array.dtype, np.complexfloating):
-            raise ValueError(f"{name}: expected a real numeric array, received dtype {array.dtype}")
-        if array.ndim != 3 or min(array.shape) < 1:
-            raise ValueError(f"{name}: expected shape (samples, length, dim) with all sizes >= 1, received "
-                             f"{array.shape}")
-        arrays[name] = array.astype(np.float64)
-    if Y.shape != X.shape:
-        raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
-    warn_small_blocks(X.shape[0], len(X.chunks[0]), "X", f"rechunk X and Y to blocks of at least "
-                      f"{MIN_BLOCK_SEQUENCES} sequences, e.g. X.rechunk({{0: {MIN_BLOCK_SEQUENCES}}})")
-    return arrays["X"], arrays["Y"].rechunk({0: X.chunks[0]})
 
 
 @dataclass(frozen=True)
@@ -115,7 +85,8 @@ def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=Tru
 
 
 def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator):
-    """Checked Dask arrays X, Y (:func:`check_dask_pair`) measured and split: ``(statistics, split)``.
+    """Checked Dask arrays X, Y (:func:`~mhalearn.data.fit_data.check_dask_pair`) measured and split:
+    ``(statistics, split)``.
 
     One pass over the blocks checks the values and measures the units
     (:func:`dask_statistics`; refused when float64 cannot carry them:

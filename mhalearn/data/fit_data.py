@@ -6,7 +6,7 @@ learner's shape checks, the zero-labels exit, the ``"start"``
 notification):
 
 1. :func:`check_examples` — shapes, dtypes and values, without computing
-   a Dask array (:func:`~mhalearn.data.dask_data.check_dask_pair`);
+   a Dask array (:func:`check_dask_pair`);
 2. :func:`prepare_fit_data` — the root mean squares the learners divide by
    (:class:`~mhalearn.data.units.Units`; on Dask arrays one pass over the
    blocks, which also checks the values and measures the largest norms),
@@ -34,8 +34,9 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .._validation import check_pair
+from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
 from ..seeding import draw_seed
-from .dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION, DaskStatistics, check_dask_pair, prepare_dask_data
+from .dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION, DaskStatistics, prepare_dask_data
 from .sources import BLOCK_SIZE, Source, held_out_counts, split_in_place
 from .units import Units, check_representable_units
 
@@ -101,6 +102,35 @@ def check_examples(X, Y, *, boolean: bool, streams_dask: bool, learner: str):
                              f"(X.compute(), Y.compute()) or use SculptLearner, which streams Dask arrays")
         return check_dask_pair(X, Y)
     return check_pair(X, Y, boolean=boolean)
+
+
+def check_dask_pair(X, Y):
+    """Dask arrays X, Y of one shape (n, k, d), real and numeric, as float64 with Y chunked like X along n.
+
+    Computes nothing; raises ValueError naming X or Y otherwise (values are
+    checked by :func:`dask_statistics`).  Warns when X's blocks average fewer than
+    :data:`~mhalearn.attention.data.MIN_BLOCK_SEQUENCES` sequences
+    (:func:`~mhalearn.attention.data.warn_small_blocks`).
+    """
+    import dask.array as da
+
+    arrays = {}
+    for name, array in (("X", X), ("Y", Y)):
+        if not isinstance(array, da.Array):
+            raise ValueError(f"{name}: expected a Dask array like the other of X, Y, received "
+                             f"{type(array).__name__}")
+        if not (np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.bool_)) \
+                or np.issubdtype(array.dtype, np.complexfloating):
+            raise ValueError(f"{name}: expected a real numeric array, received dtype {array.dtype}")
+        if array.ndim != 3 or min(array.shape) < 1:
+            raise ValueError(f"{name}: expected shape (samples, length, dim) with all sizes >= 1, received "
+                             f"{array.shape}")
+        arrays[name] = array.astype(np.float64)
+    if Y.shape != X.shape:
+        raise ValueError(f"Y: expected shape {X.shape} to match X, received {Y.shape}")
+    warn_small_blocks(X.shape[0], len(X.chunks[0]), "X", f"rechunk X and Y to blocks of at least "
+                      f"{MIN_BLOCK_SEQUENCES} sequences, e.g. X.rechunk({{0: {MIN_BLOCK_SEQUENCES}}})")
+    return arrays["X"], arrays["Y"].rechunk({0: X.chunks[0]})
 
 
 def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validation_fraction: float,
@@ -209,5 +239,5 @@ def root_mean_square(array: np.ndarray) -> float:
     return peak * float(np.sqrt(np.mean((array / peak) ** 2)))
 
 
-__all__ = ["Examples", "FitData", "block_sizes", "check_examples", "is_dask_array", "prepare_fit_data",
-           "root_mean_square", "standardised_rows", "validation_size"]
+__all__ = ["Examples", "FitData", "block_sizes", "check_dask_pair", "check_examples", "is_dask_array",
+           "prepare_fit_data", "root_mean_square", "standardised_rows", "validation_size"]

@@ -36,9 +36,9 @@ NumPy arrays makes no copy of its training set) and runs the blocks one
 after the other in the calling process;
 :class:`~mhalearn.data.dask_data.DaskSource` wraps Dask arrays chunked
 along n and runs each block as a task of whatever Dask scheduler is active
-(threads, processes or a ``distributed.Client``).  A stream drawn from a
-planted teacher on every pass lives with the teachers
-(:class:`~mhalearn.attention.teacher_source.TeacherSource`).
+(threads, processes or a ``distributed.Client``).  A stream generated
+anew on every pass is a source defined beside its generator, in
+:mod:`mhalearn.attention`.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class Source(Protocol):
 
     Implemented by :class:`BlockSource` and its subclasses
     (:class:`ArraySource`, :class:`PrefixSource`,
-    :class:`~mhalearn.data.dask_data.DaskSource`,
-    :class:`~mhalearn.attention.teacher_source.TeacherSource`).
+    :class:`~mhalearn.data.dask_data.DaskSource` and the generated streams
+    of :mod:`mhalearn.attention`).
     """
 
     samples: int

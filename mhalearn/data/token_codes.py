@@ -1,7 +1,7 @@
 """Boolean tokens named by their codes: one byte per group of :data:`BITS` entries, bit b set where the entry is +1.
 
 A source of Boolean examples (:class:`~mhalearn.data.sources.ArraySource`,
-:class:`~mhalearn.attention.teacher_source.TeacherSource`) codes every token
+a generated stream) codes every token
 of a block once (:func:`block_codes`), and the kernels of Chen & Li's passes
 read the codes instead of the tokens
 (:mod:`mhalearn.learners.chen_li.sign_tables`: x M as ⌈d / BITS⌉ table

@@ -28,7 +28,7 @@ from ..attention.model import MultiHeadAttention, parameter_error
 from ..learners.chen_li.body import ConvexBody
 from ..learners.chen_li.phase3_refine_sum import CertifiedRefit
 from ..learners.chen_li.phase4_span import span_basis
-from ..learners.chen_li.settings import NORM_BOUND
+from ..learners.chen_li.settings import NORM_BOUND, BodySettings
 from ..learners.moment_route import sine_distance
 from ..learners.report import Phase, Route, figures_text, phase_table
 
@@ -175,7 +175,7 @@ class TeacherObserver:
         Class attribute: the phases it records with no figure — phase 5's
         net, whose candidates the teacher judges through phase 6's choice
         (``selection``) — and ``PASS``, where a pass over a stream stands,
-        which it does not record.
+        which it does not record, and ``COMPARED_NET``, which is never told.
     records : list of (phase, figures dict, seconds)
         One per phase result seen, in order; cleared when a new fit starts.
     seconds : float
@@ -267,7 +267,8 @@ class TeacherObserver:
     def _min_norm_comparison(self, result) -> dict:
         """The span K*'s minimum-norm point would give, with its own generator and time."""
         start = time.perf_counter()
-        body = ConvexBody(result.slabs, self.norm_bound, rng=np.random.default_rng(self.random_state))
+        body = ConvexBody(result.slabs, self.norm_bound, max_constraints=BodySettings.max_constraints,
+                          rng=np.random.default_rng(self.random_state))
         point, _ = body.min_norm_point()
         figures = {"min_norm_seconds": time.perf_counter() - start}
         if point is not None:

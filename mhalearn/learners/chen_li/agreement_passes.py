@@ -19,11 +19,10 @@ from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
 from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
 from .decoder import decoding_residuals
-from .settings import BodySettings
 
 
 def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = None,
-                        residual_tol: float | None = None, simplex_tol: float = BodySettings.simplex_tol,
+                        residual_tol: float | None = None, simplex_tol: float,
                         max_rows: int | None = None, rng: np.random.Generator | None = None) -> AgreementRows:
     """Decode every row of ``source`` with Ŵ_Σ and keep the agreement rows.
 
@@ -53,9 +52,8 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
 
 
-def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float,
-                         simplex_tol: float = BodySettings.simplex_tol,
-                         max_rows: int, rng: np.random.Generator) -> AgreementRows:
+def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simplex_tol: float, max_rows: int,
+                         rng: np.random.Generator) -> AgreementRows:
     """Rows within ``residual_tol`` (and ``simplex_tol`` of the simplex), the first ``max_rows`` found.
 
     Blocks are i.i.d., so the first ``max_rows`` agreement rows are a

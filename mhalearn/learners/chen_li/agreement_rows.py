@@ -23,7 +23,6 @@ from ...data.sources import CodedTokens
 from ...data.token_codes import block_codes, code_groups
 from ..order_statistics import quantile_of_finite
 from .decoder import decode_patterns, decoding_residuals
-from .settings import BodySettings
 
 # The pool's bound on a residual under a new Ŵ_Σ is shrunk by this share for the decoder's rounding: its
 # residuals above 1 % of ‖y − v_0‖ (every one a bound can rule out) keep 6 digits while the 3 × 3 Gram
@@ -92,9 +91,9 @@ class AgreementRows:
         """The same rows decoded again with another Ŵ_Σ."""
         return decoded_rows(self.tokens, self.query, self.label, w_sum, self.scanned)
 
-    def best_under(self, w_sum: np.ndarray, count: int, *,
-                   simplex_tol: float = BodySettings.simplex_tol) -> "AgreementRows":
-        """``self.redecode(w_sum).best(count)``, bit for bit, with only the rows that can be chosen decoded.
+    def best_under(self, w_sum: np.ndarray, count: int, *, simplex_tol: float) -> "AgreementRows":
+        """``self.redecode(w_sum).best(count, simplex_tol=simplex_tol)``, bit for bit, with only the rows that
+        can be chosen decoded.
 
         The ranking needs each row's residual and violation alone
         (:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals`), and
@@ -125,14 +124,14 @@ class AgreementRows:
         return decoded_rows(self.tokens[kept], self.query[kept], self.label[kept], w_sum, self.scanned, found)
 
     def accept(self, *, quantile: float | None = None, residual_tol: float | None = None,
-               simplex_tol: float = BodySettings.simplex_tol) -> "AgreementRows":
+               simplex_tol: float) -> "AgreementRows":
         """Rows within ``simplex_tol`` of the simplex whose relative residual is at
         most the ``quantile`` of those rows' residuals (capped by ``residual_tol``
         when both are given) or at most ``residual_tol``."""
         return self.subset(accepted_entries(self.residual, self.violation, quantile, residual_tol,
                                             simplex_tol)[0])
 
-    def best(self, count: int, *, simplex_tol: float = BodySettings.simplex_tol) -> "AgreementRows":
+    def best(self, count: int, *, simplex_tol: float) -> "AgreementRows":
         """The ``count`` rows within ``simplex_tol`` of the simplex with the smallest relative residuals."""
         return self.subset(best_rows(self.residual, self.violation, count, simplex_tol))
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 
-from .settings import BodySettings
 from .slabs import SlabSystem
 
 # Constraints whose slack exceeds this (in units of the slab's half-width
@@ -50,7 +49,7 @@ class ConvexBody:
     """
 
     # The phases pass max_constraints; the default, the setting's, serves callers outside the learner.
-    def __init__(self, slabs: SlabSystem, radius: float, *, max_constraints: int = BodySettings.max_constraints,
+    def __init__(self, slabs: SlabSystem, radius: float, *, max_constraints: int,
                  penalty: float = 100.0, solver: str = "CLARABEL",
                  rng: np.random.Generator | None = None):
         rng = np.random.default_rng(0) if rng is None else rng

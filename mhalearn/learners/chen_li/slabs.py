@@ -120,8 +120,7 @@ def kstar_slab_rule(accepted: AgreementRows, settings: BodySettings) -> dict:
     return {**settings.slab_rule(), "w_min": threshold}
 
 
-def slab_constraints(accepted: AgreementRows, *, w_min: float = BodySettings.w_min,
-                     kappa: float = BodySettings.slab_width, t_min: float = BodySettings.slab_floor) -> SlabSystem:
+def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float) -> SlabSystem:
     """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
 
     For accepted row ℓ with decoded pattern â and top token j₀, and every
