@@ -11,6 +11,7 @@ patterns of the rows it keeps.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -47,8 +48,9 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     rng = np.random.default_rng(0) if rng is None else rng
     seed = None if max_rows is None else draw_seed(rng)
     share = None if max_rows is None else (max_rows, source.samples)
-    parts = source.map_blocks(_agreement_block, w_sum, quantile, residual_tol, simplex_tol, share, seed, None,
-                              indexed=True)
+    rule = BlockRule(w_sum, quantile=quantile, residual_tol=residual_tol, simplex_tol=simplex_tol, share=share,
+                     seed=seed)
+    parts = source.map_blocks(_agreement_block, rule, None, indexed=True)
     return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
 
 
@@ -69,8 +71,9 @@ def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simp
     ``found`` count the rows of the blocks up to the one that completed
     them, so the result is the same whatever the wave size.
     """
-    taken = source.map_until(max_rows, _agreement_block, w_sum, None, residual_tol, simplex_tol, None,
-                             draw_seed(rng), indexed=True)
+    rule = BlockRule(w_sum, quantile=None, residual_tol=residual_tol, simplex_tol=simplex_tol, share=None,
+                     seed=draw_seed(rng))
+    taken = source.map_until(max_rows, _agreement_block, rule, indexed=True)
     return _joined([block.subset(np.arange(take)) for block, take in taken],
                    sum(block.scanned for block, _ in taken), sum(block.found for block, _ in taken))
 
@@ -81,23 +84,43 @@ def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
     return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
 
 
-def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
-                     quantile: float | None, residual_tol: float | None, simplex_tol: float,
-                     share: tuple[int, int] | None, seed: int | None, limit: int | None,
-                     index: int) -> AgreementRows:
-    """The agreement rows of one block's ``sequences`` (indices into X and Y; None: all of them)
+@dataclass(frozen=True)
+class BlockRule:
+    """How a pass of :func:`_agreement_block` accepts and keeps a block's rows, the same for every block.
+
+    ``w_sum``: the Ŵ_Σ the rows are decoded with; ``quantile``,
+    ``residual_tol``, ``simplex_tol``: the acceptance rule
+    (:func:`~mhalearn.learners.chen_li.agreement_rows.accepted_entries`);
+    ``share`` = (r, n): keep about r of n rows, each block its share, at
+    random (None: keep every accepted row); ``seed``: the pass's seed of
+    those random choices (None when there are none).
+    """
+
+    w_sum: np.ndarray
+    quantile: float | None
+    residual_tol: float | None
+    simplex_tol: float
+    share: tuple[int, int] | None
+    seed: int | None
+
+
+def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, rule: BlockRule,
+                     limit: int | None, index: int) -> AgreementRows:
+    """The agreement rows of one block's ``sequences`` (indices into X and Y; None: all of them) under ``rule``
     (:func:`find_agreement_rows`, :func:`first_agreement_rows`).
 
-    With ``share`` = (r, n) the block keeps ⌈r · its sequences / n⌉ of them
+    With ``rule.share`` = (r, n) the block keeps ⌈r · its sequences / n⌉ of them
     at random, in block order; with ``limit``, the first ``limit`` of them in a
-    random order (both random orders from ``default_rng([seed, index])``).
+    random order (both random orders from ``default_rng([rule.seed, index])``).
     ``scanned`` and ``found`` count the block's decoded and accepted rows.
     """
+    w_sum, seed = rule.w_sum, rule.seed
     residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
-    kept, query = accepted_entries(residuals, violations, quantile, residual_tol, simplex_tol)  # kept: positions
+    kept, query = accepted_entries(residuals, violations, rule.quantile, rule.residual_tol,
+                                   rule.simplex_tol)  # kept: positions
     found = len(kept)
-    if share is not None:
-        count = -(-share[0] * residuals.shape[0] // share[1])
+    if rule.share is not None:
+        count = -(-rule.share[0] * residuals.shape[0] // rule.share[1])
         if found > count:
             pick = np.sort(np.random.default_rng([seed, index]).choice(found, count, replace=False))
             kept, query = kept[pick], query[pick]
