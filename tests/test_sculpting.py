@@ -16,7 +16,15 @@ from mhalearn.evaluation import (
     teacher_feasible_fraction,
     teacher_feasible_rows,
 )
-from mhalearn.learners.chen_li import agreement_passes, agreement_rows, body, decoder, phase1_crude_sum, phase4_span
+from mhalearn.learners.chen_li import (
+    agreement_passes,
+    agreement_rows,
+    alternating_refit,
+    body,
+    decoder,
+    phase1_crude_sum,
+    phase4_span,
+)
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import (
@@ -318,7 +326,7 @@ def test_alternating_refit_recovers_projection_sum():
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=14))
     crude = phase1_crude_sum.crude_projection_sum(source).w_sum
     defaults = BodySettings()
-    refined, history = projection_sum.alternating_projection_sum(
+    refined, history = alternating_refit.alternating_projection_sum(
         source, crude, quantile=1.0, iterations=40, refit_rows=defaults.refit_rows, rounds=defaults.refit_rounds,
         pool_fraction=1.0, simplex_tol=defaults.simplex_tol)
     error = np.linalg.norm(refined - teacher.projection_sum) / np.linalg.norm(teacher.projection_sum)
@@ -481,7 +489,7 @@ def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
     errors = {}
     for rounds in (1, 3):
         draws.clear()
-        refined, history = projection_sum.alternating_projection_sum(
+        refined, history = alternating_refit.alternating_projection_sum(
             source, crude, quantile=0.02, iterations=200, rounds=rounds, pool_fraction=0.2, refit_rows=600,
             simplex_tol=BodySettings().simplex_tol)
         assert len(draws) == history[-1]["round"] <= rounds

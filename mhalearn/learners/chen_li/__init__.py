@@ -28,17 +28,11 @@ and 4 solve over; the settings of the phases are in
 :mod:`~mhalearn.learners.chen_li.settings`.
 """
 
+from .alternating_refit import AlternatingRefit, StreamRefit
 from .fit import BodyPhases, SpanSearchFit, SpanSearchReport, route_net, sculpt_fit, sculpt_span, search_and_select
 from .phase1_crude_sum import CrudeSum, crude_projection_sum
 from .phase2_sculpt import SculptedBody, sculpt_body
-from .phase3_refine_sum import (
-    AlternatingRefit,
-    CertifiedRefit,
-    RefinedSum,
-    StreamRefit,
-    refine_projection_sum,
-    refit_on_stream,
-)
+from .phase3_refine_sum import CertifiedRefit, RefinedSum, refine_projection_sum, refit_on_stream
 from .phase4_span import SpanReading, read_span
 from .phase5_net import NetSearch, search_net
 from .phase6_select import Selection, certificate_bounds, select_candidate

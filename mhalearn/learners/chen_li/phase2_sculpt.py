@@ -84,7 +84,7 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`:
     a pass that stops once it has them) — the rows of K*; with
     ``candidates``, the rows of a candidate pass that hold every row Ŵ_Σ can
-    accept (:class:`~mhalearn.learners.chen_li.phase3_refine_sum.StreamRefit`),
+    accept (:class:`~mhalearn.learners.chen_li.alternating_refit.StreamRefit`),
     the first ``max_rows`` of them that pass, found without reading the stream.
     """
     start = time.perf_counter()
