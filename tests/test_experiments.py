@@ -15,13 +15,14 @@ from toy_experiments import TESTS, stored_keys, toy_experiment, toy_run_cell
 
 from mhalearn.evaluation import plant_instance, seeded_rng
 from mhalearn.experiments import EXPERIMENTS, get_experiment
+from mhalearn.experiments.backends import execute_cell
 from mhalearn.experiments.learning import (
     plot_error_vs_samples,
     plot_heads_dependence,
     run_learning_cell,
     samples_to_epsilon,
 )
-from mhalearn.experiments.runner import execute_cell, run_sweep
+from mhalearn.experiments.runner import run_sweep
 from mhalearn.experiments.store import SCHEMA_VERSION, ResultStore, cell_key
 from mhalearn.learners import LEARNERS
 from mhalearn.provenance import code_id

@@ -67,8 +67,8 @@ from ..plotting import (
     write_tables,
 )
 from ..seeding import seeded_rng
+from .backends import cluster_of_task
 from .registry import Experiment, check_label_counts, expand_grid, register_experiment
-from .runner import cluster_of_task
 
 #: Span distance (sin of the largest principal angle) the body must reach.
 SPAN_TARGET = 0.1
