@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mhalearn import _numba
+from mhalearn import _exp, _numba
 from mhalearn.attention import kernels, reference
 from mhalearn.learners.chen_li.decoder import decode_patterns
 from mhalearn.learners.chen_li.phase5_net import score_candidates
@@ -319,11 +319,11 @@ def test_exp_nonpositive_is_accurate():
     expected = np.exp(x)
     normal = expected > 1e-307
     assert np.all(np.abs(values[normal] - expected[normal]) <= 4.5e-16 * expected[normal])
-    assert np.all(values[x < _numba.EXP_FLOOR] == 0.0)
+    assert np.all(values[x < _exp.EXP_FLOOR] == 0.0)
     assert np.all(values[~normal] <= 1e-307)
 
 
 @_numba.njit(fastmath=_numba.FASTMATH)
 def _exp_loop(x, out):
     for i in range(x.size):
-        out[i] = _numba.exp_nonpositive(x[i])
+        out[i] = _exp.exp_nonpositive(x[i])

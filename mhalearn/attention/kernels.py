@@ -26,12 +26,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from .._exp import exp_nonpositive
 from .._numba import (
     BLOCK_ENTRIES,
     DISPATCH,
     FASTMATH,
     chunk_count,
-    exp_nonpositive,
     mm,
     mm_body,
     mm_t,

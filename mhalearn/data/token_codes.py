@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._numba import _float_to_bits
+from .._exp import _float_to_bits
 
 #: Entries of a token per table: 2^6 rows of d entries a group (12 KB at d = 12, two groups).
 BITS = 6

@@ -33,7 +33,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .._numba import DISPATCH, FASTMATH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
+from .._exp import exp_nonpositive
+from .._numba import DISPATCH, FASTMATH, chunk_count, new_counter, next_chunk, thread_driver
 
 # The backward pass splits the batch into this many chunks, each with its own
 # gradient accumulators (no races); a fixed count keeps sums identical

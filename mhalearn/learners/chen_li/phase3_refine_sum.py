@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..._numba import DISPATCH, chunk_count, exp_nonpositive, new_counter, next_chunk, thread_driver
+from ..._exp import exp_nonpositive
+from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...data.checkpoint import NoProgress
 from ...data.sources import stream_rows
 from ...data.token_codes import code_groups, sequence_codes
