@@ -33,7 +33,7 @@ import argparse
 import importlib.util
 import sys
 import warnings
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import numpy as np
@@ -84,12 +84,12 @@ def _members(value) -> list:
     return list(state.values()) if isinstance(state, dict) and not isinstance(value, type) else []
 
 
-@dataclass
 class Walk:
     """The walk's entries (module names) and its climbs back up, as the profiler records them."""
 
-    entries: list[str] = field(default_factory=list)
-    climbs: list[tuple[str, str]] = field(default_factory=list)
+    def __init__(self):
+        self.entries: list[str] = []
+        self.climbs: list[tuple[str, str]] = []
 
     def stays(self) -> list[str]:
         return [module for position, module in enumerate(self.entries)
