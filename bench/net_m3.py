@@ -3,7 +3,7 @@
 For each teacher seed, ``sample_teacher(3, 12, rng=seeded_rng(20_251, 3, seed))``
 (‖Θ_i‖_F = 2, the teachers of bench/sculpt_m3.py) labels 1.2·10⁵ Boolean
 sequences: the first 10⁵ train and the last 2·10⁴ validate, the sizes
-SculptLearner's phases 5–6 use (mhalearn/learners/dask_data.py).  The span
+SculptLearner's phases 5–6 use (mhalearn/data/dask_data.py).  The span
 is the teacher's own, built as phase 4 builds it (the minimum-norm point of
 aff{Θ_i} and the affine hull's directions, :func:`span_basis`), then tilted
 by a random rotation out of it so that every principal angle has sine
