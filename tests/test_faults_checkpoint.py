@@ -39,7 +39,7 @@ def test_a_fit_on_data_changed_in_middle_blocks_is_the_fresh_fit(tmp_path, monke
     # fit's bits, whose body differs from the old data's.
     import dask.array as da
 
-    from mhalearn.learners import dask_data
+    from mhalearn.data import dask_data
 
     monkeypatch.setattr(dask_data.in_memory_sample, "__defaults__", (2000, 1000))  # blocks 0–2 of 1000
     block = 1000

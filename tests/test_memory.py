@@ -211,20 +211,20 @@ def test_sculpt_learner_keeps_codes_and_training_rows_only_within_the_budget_and
     # The codes spare later passes reading X, the training rows drawing each block's split again; without
     # them (over the budget) every pass codes its blocks and draws their splits anew, and the fit is the
     # same to the bit.
-    from mhalearn.learners import fit_data
+    from mhalearn.data import sources
 
     teacher = mhalearn.sample_teacher(2, 6, rng=np.random.default_rng(4))
     X = mhalearn.boolean_inputs(20_000, 3, 6, rng=np.random.default_rng(5))  # X and Y over the moment route's 3.4 MiB
     Y = teacher.predict(X)
     kept = []
-    original = fit_data.ArraySource
+    original = sources.ArraySource
 
     def recording(*args, **kwargs):
         source = original(*args, **kwargs)
         kept.append((source._rows is not None, source._codes is not None))
         return source
 
-    budget.setattr(fit_data, "ArraySource", recording)
+    budget.setattr(sources, "ArraySource", recording)
     models = []
     # The default budget; one the rows (8 bytes a training sequence) fit in but not the codes; one neither does.
     for limit in (None, X.nbytes + Y.nbytes + 8 * len(X), X.nbytes + Y.nbytes):

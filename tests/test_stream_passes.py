@@ -98,7 +98,7 @@ class Interrupted(Exception):
 
 @pytest.mark.parametrize("capped", [False, True])
 def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkeypatch, capped):
-    from mhalearn.learners import checkpoint
+    from mhalearn.data import checkpoint
 
     teacher, source = _stream(samples=20_000)
     centre = teacher.projection_sum + 0.01 * np.random.default_rng(8).standard_normal((7, 7))
@@ -142,7 +142,7 @@ def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkey
 
 
 def test_a_kept_phase_removes_its_passes_progress(tmp_path, monkeypatch):
-    from mhalearn.learners import checkpoint
+    from mhalearn.data import checkpoint
 
     teacher, source = _stream(samples=20_000)
     monkeypatch.setattr(checkpoint, "PROGRESS_SECONDS", 0.0)

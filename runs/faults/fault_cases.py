@@ -82,7 +82,7 @@ def edited(change: str) -> str:
 
 DASK_CHANGED = textwrap.dedent("""
     import sys, numpy as np, dask.array as da, mhalearn
-    from mhalearn.learners import dask_data
+    from mhalearn.data import dask_data
     dask_data.in_memory_sample.__defaults__ = (2000, 1000)
     SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0,
                  random_state=3)
