@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
+from mhalearn.data import dask_data
 from mhalearn.data.dask_data import block_digest
 from mhalearn.data.phase_files import read_kept, write_kept
 from mhalearn.data.sources import BLOCK_SIZE
-from mhalearn.data import dask_data
 from mhalearn.learners.chen_li.agreement_rows import AgreementRows
 
 HEADS, DIM, LENGTH = 3, 12, 4

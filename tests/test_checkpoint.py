@@ -260,8 +260,8 @@ def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
 
 
 def test_a_phase_that_cannot_be_saved_leaves_the_fit_whole(data, uninterrupted, tmp_path, monkeypatch):
-    from mhalearn.data.checkpoint import CheckpointWarning
     from mhalearn.data import checkpoint
+    from mhalearn.data.checkpoint import CheckpointWarning
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
