@@ -483,8 +483,8 @@ def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
     source = ArraySource(*mhalearn.make_dataset(teacher, 20_000, 3, rng=32), block_size=5000)
     crude = phase1_crude_sum.crude_projection_sum(source).w_sum
     draws = []
-    original = projection_sum.draw_pool
-    monkeypatch.setattr(projection_sum, "draw_pool", lambda *args, **kwargs: draws.append(1) or original(*args,
+    original = alternating_refit.draw_pool
+    monkeypatch.setattr(alternating_refit, "draw_pool", lambda *args, **kwargs: draws.append(1) or original(*args,
                                                                                                           **kwargs))
     errors = {}
     for rounds in (1, 3):
