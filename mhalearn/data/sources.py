@@ -28,7 +28,7 @@ again).  They read the examples through a *source*: an object with
   (``map_until``);
 - ``fingerprint()``, a hash of the examples' values (:mod:`mhalearn.data.checkpoint`).
 
-:class:`Source` states that contract as a :class:`typing.Protocol`, and
+:class:`Source` states that contract as a ``typing.Protocol``, and
 :class:`BlockSource` implements what every source shares.
 :class:`ArraySource` wraps arrays already in memory (optionally standardised
 and split block by block, in place: :class:`~mhalearn.SculptLearner` on
