@@ -108,7 +108,7 @@ def check_dask_pair(X, Y):
     """Dask arrays X, Y of one shape (n, k, d), real and numeric, as float64 with Y chunked like X along n.
 
     Computes nothing; raises ValueError naming X or Y otherwise (values are
-    checked by :func:`dask_statistics`).  Warns when X's blocks average fewer than
+    checked by :func:`~mhalearn.data.dask_data.dask_statistics`).  Warns when X's blocks average fewer than
     :data:`~mhalearn.attention.data.MIN_BLOCK_SEQUENCES` sequences
     (:func:`~mhalearn.attention.data.warn_small_blocks`).
     """

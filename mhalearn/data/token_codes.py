@@ -4,7 +4,7 @@ A source of Boolean examples (:class:`~mhalearn.data.sources.ArraySource`,
 a generated stream) codes every token
 of a block once (:func:`block_codes`), and the kernels of Chen & Li's passes
 read the codes instead of the tokens
-(:mod:`mhalearn.learners.chen_li.sign_tables`: x M as ⌈d / BITS⌉ table
+(``mhalearn.learners.chen_li.sign_tables``: x M as ⌈d / BITS⌉ table
 rows added).  Two Boolean tokens are equal exactly when their codes are; a
 token with an entry other than ±1 has no codes (:func:`token_codes` says
 so).
@@ -26,7 +26,7 @@ _ONE_SHIFTED = np.int64(0x3FF0000000000000 << 1)
 @njit(cache=True)
 def code_groups(dim):
     """⌈d / BITS⌉: the codes, and the tables of
-    :func:`~mhalearn.learners.chen_li.sign_tables.sign_tables`, of a token of dimension ``dim``."""
+    ``sign_tables``, of a token of dimension ``dim``."""
     return (dim + BITS - 1) // BITS
 
 
