@@ -9,7 +9,8 @@ the active Dask scheduler (threads by default; with ``--workers N``, a
 :class:`mhalearn.TeacherObserver`.  One JSON line per fit in ``--out``
 (a rerun skips the fits it holds): the route and why, the body's span
 distance and its bootstrap estimate, the moment route's and its estimate
-(``python bench/span_calibration.py FILE`` tables the body's), the refined Ŵ_Σ error, the kept rows' precision, the
+(``python runs/span-refusal/span_calibration.py FILE`` tables the body's), the refined
+Ŵ_Σ error, the kept rows' precision, the
 relative test error of the paper's output (``least_squares_model_``, no
 polish) and of the polished model on 4000 fresh sequences, the wall time and
 the peak memory of the process (and of each worker), and K*'s slab rule
@@ -23,18 +24,19 @@ body's span lie from its hull, in shares of the net's radius: the
 half-width ``net_slab`` needs.  ``--report`` prints every fit of ``--out``
 as one Markdown table and fits nothing.
 
-    python bench/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--max-candidates 2e5]
+    python runs/sculpt-m3/sculpt_m3.py [--samples 1e7] [--seeds 0 1 2] [--workers N] [--max-candidates 2e5]
                               [--net-slab 0.05] [--span-route auto] [--checkpoint DIR]
-                              [--out runs/sculpt_m3.jsonl] [--quick] [--report]
+                              [--out runs/sculpt-m3/sculpt_m3.jsonl] [--quick] [--report]
 """
 
 import argparse
 import json
 import os
+import sys
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
-from _common import load_jsonl, markdown_table, power_of_ten
 from distributed import Client, LocalCluster
 
 import mhalearn
@@ -49,6 +51,10 @@ from mhalearn.learners.chen_li.settings import BodySettings, SearchSettings
 from mhalearn.learners.report import Phase, Route
 from mhalearn.provenance import git_state
 from mhalearn.seeding import seeded_rng
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table, power_of_ten  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
 
@@ -165,7 +171,7 @@ def main():
                         help="SculptLearner's span_route ('body': the body's span unless it refuses)")
     parser.add_argument("--checkpoint", default=None, metavar="DIR",
                         help="keep phases 1–4 here; a rerun (e.g. with another --max-candidates) resumes after them")
-    parser.add_argument("--out", default="runs/sculpt_m3.jsonl")
+    parser.add_argument("--out", default="runs/sculpt-m3/sculpt_m3.jsonl")
     parser.add_argument("--report", action="store_true",
                         help="print the table of every fit in --out and fit nothing")
     args = parser.parse_args()

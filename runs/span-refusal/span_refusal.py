@@ -16,12 +16,12 @@ used; then the two shares the issue asks for.  Each row also records
 rule's contradiction check).  Rows are appended to
 ``--out`` (JSON lines) as they finish; a rerun skips them.
 
-    python bench/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span_refusal.jsonl] [--quick]
+    python runs/span-refusal/span_refusal.py [--seeds 0 1 2 3 4] [--out runs/span-refusal/span_refusal.jsonl] [--quick]
         [--compare-above C] [--nets]
 
 ``--compare-above 0`` lets phase 6 choose between both routes' candidates
 in every fit the spans do not contradict (for choosing
-``compare_routes_above`` on development seeds).  ``bench/span_calibration.py``
+``compare_routes_above`` on development seeds).  ``runs/span-refusal/span_calibration.py``
 reads the rows' estimated against true span errors.  ``--report`` prints
 the table of the rows already in ``--out`` (for the seeds asked for) and
 fits nothing.
@@ -38,9 +38,10 @@ chosen.  An evaluation beside the fit: it changes nothing the fit computes.
 import argparse
 import json
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl, markdown_table, with_progress
 from threadpoolctl import threadpool_limits
 
 from mhalearn import SculptLearner
@@ -49,6 +50,10 @@ from mhalearn.evaluation.observer import span_distance
 from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, route_net, search_and_select
 from mhalearn.learners.moment_route import moment_span, sine_distance
 from mhalearn.learners.report import Phase, Route
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table, with_progress  # noqa: E402
 
 SHAPES = ((14, 5, 60_000), (10, 6, 100_000), (12, 4, 100_000))
 TARGET = 0.1
@@ -135,7 +140,7 @@ def table_row(row) -> list:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--out", default="runs/span_refusal.jsonl")
+    parser.add_argument("--out", default="runs/span-refusal/span_refusal.jsonl")
     parser.add_argument("--quick", action="store_true", help="seed 0 only")
     parser.add_argument("--nets", action="store_true",
                         help="also run phases 5–6 on each route's span and compare their held-out errors")

@@ -7,7 +7,7 @@ W_V,hᵀ W_O,hᵀ, each of rank d/m), n = 2000 Boolean sequences of k = 7 tokens
 are labelled by it, and ``GradientLearner`` learns them back; prints the
 relative test error and the fit time.  Needs ``pip install -e '.[torch]'``.
 
-    python bench/torch_teachers.py
+    python runs/torch-teachers/torch_teachers.py
 """
 
 import time

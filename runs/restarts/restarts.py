@@ -6,23 +6,27 @@ not the seeds 0–9 the README's first claim about restarts was written from.
 Success = relative test error ≤ 1e-6.  Rows are appended to a JSON-lines
 file as they finish, so an interrupted run resumes.
 
-    python bench/restarts.py [--heads 2] [--seeds 10:30] [--out bench/restarts_rows.jsonl]
+    python runs/restarts/restarts.py [--heads 2] [--seeds 10:30] [--out runs/restarts/restarts_rows.jsonl]
 """
 
 import argparse
 import json
-
-from _common import load_jsonl, with_progress
+import sys
+from pathlib import Path
 
 from mhalearn.evaluation import learn_planted
 from mhalearn.experiments.families import SUCCESS_ERROR
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, with_progress  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--seeds", default="10:30", help="first:last seed (last excluded)")
-    parser.add_argument("--out", default="bench/restarts_rows.jsonl")
+    parser.add_argument("--out", default="runs/restarts/restarts_rows.jsonl")
     args = parser.parse_args()
     first, last = (int(part) for part in args.seeds.split(":"))
     cells = [(restarts, seed) for seed in range(first, last) for restarts in (1, 5)]

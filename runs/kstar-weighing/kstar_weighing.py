@@ -14,9 +14,10 @@ their clean rows alone (every head within ℓ1 0.1 of â; chosen by the
 teacher).  Per reading: rows, their precision, the rows the hull kept and
 theirs, the span distance and the estimate.
 
-    python bench/kstar_weighing.py --heads 3 --seed 10 11 --samples 1e7     # development teachers, learned Ŵ_Σ
-    python bench/kstar_weighing.py --heads 2 --seed 10 11 12 --samples 1e6 --decode true --residual-tol 0.1
-    python bench/kstar_weighing.py --report       # the table, from runs/kstar-weighing/kstar_weighing.jsonl
+    python runs/kstar-weighing/kstar_weighing.py --heads 3 --seed 10 11 --samples 1e7   # development, learned Ŵ_Σ
+    python runs/kstar-weighing/kstar_weighing.py --heads 2 --seed 10 11 12 --samples 1e6 --decode true \
+        --residual-tol 0.1
+    python runs/kstar-weighing/kstar_weighing.py --report   # the table, from kstar_weighing.jsonl beside it
 
 (runs/kstar-weighing/README.md lists every command behind the committed rows.)
 The teacher is used only to measure (precision, span distance, the clean
@@ -29,10 +30,11 @@ import dataclasses
 import json
 import os
 import pickle
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl
 
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import agreeing_rows, span_distance, w_sum_error
@@ -42,6 +44,10 @@ from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl  # noqa: E402
 
 COLUMNS = ("m", "teacher", "sequences", "Ŵ_Σ error", "rule", "rows", "precision", "kept rows", "kept precision",
            "span distance", "estimate", "refused")

@@ -1,9 +1,9 @@
 """The body's estimated span error against its true span error, over fits already run.
 
 Reads JSON lines of fits against a planted teacher — by default those of
-``bench/span_refusal.py`` (``runs/span_refusal.jsonl``, the m = 2 route
-table), plus any files given (e.g. ``runs/sculpt_m3*.jsonl`` of
-``bench/sculpt_m3.py``) — each with ``body_distance`` (the body's true span
+``runs/span-refusal/span_refusal.py`` (``runs/span-refusal/span_refusal.jsonl``, the m = 2 route
+table), plus any files given (e.g. ``runs/sculpt-m3/sculpt_m3*.jsonl`` of
+``runs/sculpt-m3/sculpt_m3.py``) — each with ``body_distance`` (the body's true span
 error, sin of the largest principal angle), ``estimated_error`` (its
 bootstrap estimate, phase 4) and ``route`` (the route whose span phases 5–6
 used).  A fit *accepted* the body's span when ``route`` is ``"body"``:
@@ -19,17 +19,22 @@ accepted fits, the share within that factor and the largest true error;
 m, K*'s slab rule).
 Only reads: it runs no fit.
 
-    python bench/span_calibration.py [FILE ...] [--no-default] [--factor 3] [--quick]
-    python bench/span_calibration.py runs/sculpt_m3.jsonl runs/sculpt-vs-m/sculpt-vs-m.csv --report   # per set
+    python runs/span-refusal/span_calibration.py [FILE ...] [--no-default] [--factor 3] [--quick]
+    python runs/span-refusal/span_calibration.py runs/sculpt-m3/sculpt_m3.jsonl runs/sculpt-vs-m/sculpt-vs-m.csv \
+        --report   # per set
 """
 
 import argparse
 import csv
 import os
+import sys
+from pathlib import Path
 
-from _common import load_jsonl, markdown_table
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table  # noqa: E402
 
-DEFAULT = "runs/span_refusal.jsonl"
+DEFAULT = "runs/span-refusal/span_refusal.jsonl"
 #: Fields that name a fit's cell, printed when a row has them.
 CELL = ("heads", "dim", "length", "samples", "seed")
 
@@ -59,7 +64,7 @@ def fits_with_body_span(paths):
 
 
 def slab_rule(row) -> str:
-    """K*'s slab rule where a row records it (``bench/sculpt_m3.py``: ``kstar_w_max``), else nothing."""
+    """K*'s slab rule where a row records it (``runs/sculpt-m3/sculpt_m3.py``: ``kstar_w_max``), else nothing."""
     if "kstar_w_max" in row:
         return ", K\\* raised" if row["kstar_w_max"] is not None else ", K\\* every token ≥ 0.02"
     return ""

@@ -10,7 +10,8 @@ and — with at least d² equalities — the span distance and the gap between
 long and thin directions.  The teacher is used to compute the estimate here,
 so this is a diagnostic, not a learner.
 
-    python bench/agreement_oracle.py [--samples 1000000] [--heads 3,4] [--out runs/agreement_oracle.jsonl]
+    python runs/kstar-oracle/agreement_oracle.py [--samples 1000000] [--heads 3,4]
+        [--out runs/kstar-oracle/agreement_oracle.jsonl]
 
 Each line is also appended to ``--out`` as JSON (a rerun skips the lines it holds
 and prints them again), so ``rate`` — agreement rows per sequence under the
@@ -36,7 +37,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--heads", default="3,4")
-    parser.add_argument("--out", default="runs/agreement_oracle.jsonl")
+    parser.add_argument("--out", default="runs/kstar-oracle/agreement_oracle.jsonl")
     args = parser.parse_args()
     settings = BodySettings()
     done = {}

@@ -7,7 +7,7 @@ thread), the longest cell, the wall time the cells would take on k cores
 a projection, not a measurement) and the span between the first and the
 last stored row (the measured wall time when the sweep ran in one go).
 
-    python bench/sweep_runtime.py results/sparse.db sparse-variables
+    python tools/sweep_runtime.py results/sparse.db sparse-variables
 """
 
 import argparse

@@ -11,18 +11,24 @@ time and whether the fitted layers are bitwise equal.  One JSON line per
 seed in ``--out`` (a rerun skips the seeds it holds; ``--report`` prints
 their table and fits nothing).
 
-    python bench/observer_cost.py [--seeds 3] [--repeats 2] [--samples 100000] [--out runs/observer_cost.jsonl]
+    python runs/observer-cost/observer_cost.py [--seeds 3] [--repeats 2] [--samples 100000]
+        [--out runs/observer-cost/observer_cost.jsonl]
                                   [--report]
 """
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl, markdown_table
 
 from mhalearn import SculptLearner
 from mhalearn.evaluation import fit_timed, plant_instance
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table  # noqa: E402
 
 
 def measure(seed: int, repeats: int, samples: int) -> dict:
@@ -60,7 +66,8 @@ def main():
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--samples", type=int, default=100_000)
-    parser.add_argument("--out", default="runs/observer_cost.jsonl", help="JSON lines, one per seed (resumable)")
+    parser.add_argument("--out", default="runs/observer-cost/observer_cost.jsonl",
+                        help="JSON lines, one per seed (resumable)")
     parser.add_argument("--report", action="store_true", help="print the table of the rows in --out and fit nothing")
     args = parser.parse_args()
     wanted = [(seed, args.repeats, args.samples) for seed in range(args.seeds)]

@@ -19,21 +19,27 @@ Rows, one per fit (every restart, every n probed), are appended to a
 JSON-lines file as they finish, so an interrupted run resumes where it
 stopped; ``--report`` prints the tables from the rows without fitting.
 
-    python bench/sparse_heldout.py [--seeds 201:211] [--restarts 1] [--out runs/sparse_heldout.jsonl]
-    python bench/sparse_heldout.py --report [--out runs/sparse_heldout.jsonl]
+    python runs/sparse-heldout/sparse_heldout.py [--seeds 201:211] [--restarts 1]
+        [--out runs/sparse-heldout/sparse_heldout.jsonl]
+    python runs/sparse-heldout/sparse_heldout.py --report [--out runs/sparse-heldout/sparse_heldout.jsonl]
 """
 
 import argparse
 import json
 import math
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl
 
 from mhalearn.experiments import sparse_variables as experiment
 from mhalearn.sparse_variables.growth import bisect_samples, bootstrap_median, bootstrap_median_ratio
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl  # noqa: E402
 
 LENGTHS = (64, 256, 2048)
 #: (g, student) series, in the order they run; the parity search first (seconds a seed).
@@ -204,7 +210,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="201:211", help="first:last seed (last excluded)")
     parser.add_argument("--restarts", type=int, default=1, help="students fitted per n, the best training loss kept")
-    parser.add_argument("--out", default="runs/sparse_heldout.jsonl")
+    parser.add_argument("--out", default="runs/sparse-heldout/sparse_heldout.jsonl")
     parser.add_argument("--parity-attention", action="store_true",
                         help=f"also the attention student on parity at T = {LENGTHS[0]} (after the rest)")
     parser.add_argument("--functions", default=",".join(FUNCTIONS),

@@ -32,11 +32,11 @@ The rows come from either
 
 The teacher is used throughout, so this is a diagnostic, not a learner.
 
-    python bench/kstar_rows.py --heads 3 --seed 0 1 2 --samples 10000000
-    python bench/kstar_rows.py --heads 4 --seed 0 --progress PASS_FILE --refit REFIT_FILE
-    python bench/kstar_rows.py --heads 4 --seed 2 --progress PASS_FILE --sequences 2e9 --draws 3
-    python bench/kstar_rows.py --report       # the table, from runs/kstar_rows.jsonl
-    python bench/kstar_rows.py --curve        # span against rows, and the rows a span of 0.1 would need
+    python runs/kstar-oracle/kstar_rows.py --heads 3 --seed 0 1 2 --samples 10000000
+    python runs/kstar-oracle/kstar_rows.py --heads 4 --seed 0 --progress PASS_FILE --refit REFIT_FILE
+    python runs/kstar-oracle/kstar_rows.py --heads 4 --seed 2 --progress PASS_FILE --sequences 2e9 --draws 3
+    python runs/kstar-oracle/kstar_rows.py --report       # the table, from runs/kstar-oracle/kstar_rows.jsonl
+    python runs/kstar-oracle/kstar_rows.py --curve        # span against rows, and the rows a span of 0.1 would need
 
 ``--draws D`` also reads D random eighths, quarters and halves of the rows,
 and of the clean rows (how K* would fare on rows of precision 1);
@@ -52,10 +52,11 @@ Each line is appended to ``--out`` as JSON (a rerun skips what it holds).
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl
 
 from mhalearn.attention.data import make_dataset
 from mhalearn.attention.teachers import sample_teacher
@@ -76,6 +77,10 @@ from mhalearn.learners.moment_route import moment_span, sine_distance
 from mhalearn.learners.phase_files import read_kept
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl  # noqa: E402
 
 COLUMNS = ("m", "teacher", "sequences", "rows decoded with", "set", "rows", "slab threshold", "precision",
            "equalities", "disagreement (nats)", "hull ranks", "span distance", "estimate")
@@ -294,7 +299,7 @@ def main():
                         "halves of the rows (the learning curve of --curve)")
     parser.add_argument("--curve", action="store_true", help="print the span distance against K*'s rows from "
                         "--out (random subsets and every row) and the projected rows for 0.1, and stop")
-    parser.add_argument("--out", default="runs/kstar_rows.jsonl")
+    parser.add_argument("--out", default="runs/kstar-oracle/kstar_rows.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
     rows = load_jsonl(args.out)

@@ -21,8 +21,8 @@ random moment and then check the results file:
 
 Finally every file is resumed to completion and compared with the grid.
 
-    python bench/kill_loop.py                    # 50 + 50 kills (≈ 15 min on 2 cores)
-    python bench/kill_loop.py --creation 5 --sweep 5 --out /tmp/kill.jsonl
+    python runs/faults/kill_loop.py                    # 50 + 50 kills (≈ 15 min on 2 cores)
+    python runs/faults/kill_loop.py --creation 5 --sweep 5 --out /tmp/kill.jsonl
 
 Each trial is appended to ``--out`` (JSON lines) as it ends; the counts are
 printed at the end.  Run it on a snapshot of the code (e.g. a ``git clone``):
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent
 EXPERIMENT = "kill-loop"
 
 
@@ -96,7 +96,7 @@ def child(mode: str, db: str, grid_file: str) -> None:
 
 
 def start_child(mode: str, db: Path, grid_file: Path) -> subprocess.Popen:
-    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import kill_loop; "
+    code = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import kill_loop; "
             f"kill_loop.child({mode!r}, {str(db)!r}, {str(grid_file)!r})")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
@@ -148,11 +148,11 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=200, help="cells of the toy grid")
     parser.add_argument("--pause", type=float, default=0.05, help="seconds per cell")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=BENCH / "kill_loop.jsonl", help="JSON lines, one per trial")
+    parser.add_argument("--out", type=Path, default=HERE / "kill_loop.jsonl", help="JSON lines, one per trial")
     parser.add_argument("--dir", type=Path, default=None, help="where the results files go (default: a temp dir)")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(BENCH))
+    sys.path.insert(0, str(HERE))
     directory = args.dir or Path(tempfile.mkdtemp(prefix="mhalearn-kill-loop-"))
     directory.mkdir(parents=True, exist_ok=True)
     grid_file = directory / "grid.toml"

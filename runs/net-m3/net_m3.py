@@ -1,7 +1,7 @@
 """Phases 5–6 at m = 3 on a given span: does the net's spacing or the span's error limit the paper's output?
 
 For each teacher seed, ``sample_teacher(3, 12, rng=seeded_rng(20_251, 3, seed))``
-(‖Θ_i‖_F = 2, the teachers of bench/sculpt_m3.py) labels 1.2·10⁵ Boolean
+(‖Θ_i‖_F = 2, the teachers of runs/sculpt-m3/sculpt_m3.py) labels 1.2·10⁵ Boolean
 sequences: the first 10⁵ train and the last 2·10⁴ validate, the sizes
 SculptLearner's phases 5–6 use (mhalearn/learners/dask_data.py).  The span
 is the teacher's own, built as phase 4 builds it (the minimum-norm point of
@@ -38,8 +38,9 @@ rerun skips the rows it holds; the rows of the seeds, distances and
 budgets asked for are printed at the end as Markdown tables (``--report``:
 only those tables, from the rows already in ``--out``, running nothing).
 
-    python bench/net_m3.py [--seeds 0 1 2] [--distances 0 0.05 0.1 0.15] [--budgets 2e5 4e6 8e7]
-                           [--net-slabs none 0.15] [--memory-budget 6GiB] [--out runs/net_m3.jsonl] [--quick] [--report]
+    python runs/net-m3/net_m3.py [--seeds 0 1 2] [--distances 0 0.05 0.1 0.15] [--budgets 2e5 4e6 8e7]
+                           [--net-slabs none 0.15] [--memory-budget 6GiB] [--out runs/net-m3/net_m3.jsonl]
+                           [--quick] [--report]
 """
 
 import argparse
@@ -47,10 +48,11 @@ import itertools
 import json
 import math
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl, markdown_table, power_of_ten
 
 import mhalearn
 from mhalearn._memory import MemoryBudgetError, peak_memory_mb, set_memory_budget
@@ -66,6 +68,10 @@ from mhalearn.learners.chen_li.settings import SearchSettings
 from mhalearn.learners.dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION
 from mhalearn.learners.least_squares import solve_projections
 from mhalearn.seeding import seeded_rng
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table, power_of_ten  # noqa: E402
 
 HEADS, DIM, LENGTH = 3, 12, 4
 TEST_SAMPLES = 4000
@@ -258,7 +264,7 @@ def main():
                         default=[None], help="SearchSettings.net_slab values ('none': the whole ball)")
     parser.add_argument("--memory-budget", default="6GiB", help="the net's memory budget (set_memory_budget)")
     parser.add_argument("--quick", action="store_true", help="teacher 10, distances 0 and 0.1, budget 2·10⁵")
-    parser.add_argument("--out", default="runs/net_m3.jsonl")
+    parser.add_argument("--out", default="runs/net-m3/net_m3.jsonl")
     parser.add_argument("--report", action="store_true",
                         help="print the tables of the rows in --out for the seeds, distances, budgets and slabs "
                              "asked for, and run nothing")

@@ -6,7 +6,7 @@ each learner's relative test error against the scaled teacher (noiseless,
 m = 2, d = 6, k = 7, n = 2000, teacher seeded 10 000: not a test teacher) and
 the ratio to its error at c = 1.
 
-    python bench/units.py [--quick]
+    python runs/units/units.py [--quick]
 """
 
 import argparse

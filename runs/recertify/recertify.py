@@ -13,16 +13,17 @@ against the teacher next to our refit's, and appends them as one JSON line
 to ``--out`` (``--report`` prints the table of those lines and runs
 nothing; ``--quick`` writes none).
 
-    python bench/recertify.py [--heads 3] [--samples 1e7] [--seed 10] [--margin-samples 2e6] [--quick]
-                              [--out runs/recertify.jsonl] [--report]
+    python runs/recertify/recertify.py [--heads 3] [--samples 1e7] [--seed 10] [--margin-samples 2e6] [--quick]
+                              [--out runs/recertify/recertify.jsonl] [--report]
 """
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl, markdown_table, power_of_ten
 
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import TeacherObserver
@@ -39,6 +40,10 @@ from mhalearn.learners.report import Notifier
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
 
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl, markdown_table, power_of_ten  # noqa: E402
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -48,7 +53,7 @@ def main():
     parser.add_argument("--margin-samples", type=float, default=2e6)
     parser.add_argument("--eta", type=float, nargs="+", default=[0.05, 0.2])
     parser.add_argument("--quick", action="store_true", help="m = 2, n = 10⁵, 10⁶ margin sequences")
-    parser.add_argument("--out", default="runs/recertify.jsonl", help="JSON lines: one row per run, appended")
+    parser.add_argument("--out", default="runs/recertify/recertify.jsonl", help="JSON lines: one row per run, appended")
     parser.add_argument("--report", action="store_true", help="print the table of the rows in --out and run nothing")
     args = parser.parse_args()
     if args.report:

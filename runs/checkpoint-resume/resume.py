@@ -15,11 +15,14 @@ seconds they took when computed, which its report adds to its own), the seconds
 the interruption lost (run 2 + run 3 − run 1) and the largest difference
 between run 3's parameters and run 1's (0: the same bits).
 
-    python bench/resume.py [--samples 1e7] [--seed 0] [--stop-after refined_sum] [--dir runs/resume]
+    python runs/checkpoint-resume/resume.py [--samples 1e7] [--seed 0] [--stop-after refined_sum]
+        [--dir DIR]
 """
 
 import argparse
+import os
 import shutil
+import tempfile
 import time
 
 import numpy as np
@@ -59,7 +62,8 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-after", default="refined_sum",
                         choices=["crude_sum", "sculpt", "refined_sum", "span"])
-    parser.add_argument("--dir", default="runs/resume", help="checkpoint directory (emptied first)")
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "mhalearn-resume"),
+                        help="checkpoint directory (emptied first; default: one under the temporary directory)")
     args = parser.parse_args()
     samples, seed = int(args.samples), args.seed
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))

@@ -13,8 +13,8 @@ its hull kept.  With ``--full`` the whole SculptLearner(m) fit runs
 (span_route="auto": the moment route beside the body) and the route it took
 is recorded too.
 
-    python bench/noise_body.py                         # fits; rows in runs/noise-body/noise_body.jsonl
-    python bench/noise_body.py --report                # the table, from those rows
+    python runs/noise-body/noise_body.py                         # fits; rows in runs/noise-body/noise_body.jsonl
+    python runs/noise-body/noise_body.py --report                # the table, from those rows
 
 The teachers are seeded seeded_rng(20_254, m, seed), seeds 0, 1, 2 by
 default: none was used to choose a setting.  Each line is appended as it
@@ -24,10 +24,11 @@ ends; a rerun skips the fits the file holds.
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl
 
 from mhalearn import SculptLearner
 from mhalearn.attention.data import make_dataset
@@ -37,6 +38,10 @@ from mhalearn.learners.chen_li import BodySettings, sculpt_span
 from mhalearn.learners.report import Notifier, Phase, Route
 from mhalearn.learners.streams import TeacherSource
 from mhalearn.seeding import seeded_rng
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl  # noqa: E402
 
 KEY = ("m", "sigma", "samples", "seed", "estimate_noise", "full")
 

@@ -20,8 +20,8 @@ otherwise) reads
 from all the rows and from the first half of them.  The defaults (8d² =
 1 152 slabs wanted, at most 0.1) were chosen from these rows.
 
-    python bench/kstar_threshold.py --cells 2:1e5:0,1,2 2:1e6:0,1 3:1e7:0,1,2 4:3e8:0,1,2 --cache DIR
-    python bench/kstar_threshold.py --report     # the tables, from runs/kstar_threshold.jsonl
+    python runs/kstar-threshold/kstar_threshold.py --cells 2:1e5:0,1,2 2:1e6:0,1 3:1e7:0,1,2 4:3e8:0,1,2 --cache DIR
+    python runs/kstar-threshold/kstar_threshold.py --report     # the tables, from kstar_threshold.jsonl beside it
 
 ``--cache DIR`` keeps each teacher's decoded rows (a pickle per teacher and
 n), so a rerun reads them again instead of labelling 3·10⁸ sequences (about
@@ -33,11 +33,12 @@ import argparse
 import json
 import os
 import pickle
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
-from _common import load_jsonl
 
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.evaluation import span_distance
@@ -46,6 +47,10 @@ from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_weight_threshold, slab_constraints
 from mhalearn.learners.streams import TeacherSource
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import load_jsonl  # noqa: E402
 
 #: Development teachers: sample_teacher(m, 12, rng=DEVELOPMENT + seed).
 DEVELOPMENT = 500
@@ -128,7 +133,7 @@ def main():
     parser.add_argument("--cells", nargs="+", default=[],
                         help="m:n:seeds, e.g. 4:3e8:0,1,2 (development teachers, n sequences each)")
     parser.add_argument("--cache", help="a directory keeping each teacher's decoded rows")
-    parser.add_argument("--out", default="runs/kstar_threshold.jsonl")
+    parser.add_argument("--out", default="runs/kstar-threshold/kstar_threshold.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table from --out and stop")
     args = parser.parse_args()
     records = load_jsonl(args.out)
