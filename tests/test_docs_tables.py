@@ -1,7 +1,7 @@
 """Every table a script prints from committed rows is the one its page shows (issue 34).
 
-The pages are docs/chen_li.md (the user's guide) and every runs/<study>/README.md
-(the notes beside the rows).  Each ``python bench/NAME.py ... --report`` (or
+The pages are docs/chen_li.md (the user's guide), docs/baselines.md,
+docs/benchmarks.md and every runs/<study>/README.md (the notes beside the rows).  Each ``python bench/NAME.py ... --report`` (or
 ``--curve``) command in a code block of a page, each ``python runs/STUDY/NAME.py
 ... --report`` (or ``--curve``) of a script kept beside its rows, and each
 ``python runs/STUDY/check.py`` (a script that only reads) is run (it reads the
@@ -21,14 +21,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "chen_li.md"
-PAGES = [GUIDE, *sorted((ROOT / "runs").rglob("README.md"))]
+PAGES = [GUIDE, ROOT / "docs" / "baselines.md", ROOT / "docs" / "benchmarks.md",
+         *sorted((ROOT / "runs").rglob("README.md"))]
 
 
 def reads_rows_only(command: str) -> bool:
     """Whether ``command`` prints tables from committed rows and fits nothing."""
-    words = shlex.split(command)
-    if len(words) < 2 or words[0] != "python" or not words[1].startswith(("bench/", "runs/")):
+    if not command.startswith(("python bench/", "python runs/")):
         return False
+    words = shlex.split(command)
     return bool({"--report", "--curve"} & set(words)) or (words[1].startswith("runs/") and
                                                          words[1].endswith("/check.py"))
 
