@@ -1,13 +1,14 @@
 """Every table a script prints from committed rows is the one its page shows (issue 34).
 
 The pages are docs/chen_li.md (the user's guide), docs/baselines.md,
-docs/benchmarks.md and every runs/<study>/README.md (the notes beside the rows).  Each ``python bench/NAME.py ... --report`` (or
-``--curve``) command in a code block of a page, each ``python runs/STUDY/NAME.py
-... --report`` (or ``--curve``) of a script kept beside its rows, and each
-``python runs/STUDY/check.py`` (a script that only reads) is run (it reads the
-rows under ``runs/`` and fits nothing), and every table row it prints must
-appear verbatim on that page: a table edited by hand, or left behind when its
-rows were rerun, fails.  No section is exempt.
+docs/benchmarks.md and every runs/<study>/README.md (the notes beside the
+rows).  Each ``python bench/NAME.py ... --report`` (or ``--curve``) command
+in a code block of a page, each ``python runs/STUDY/NAME.py ... --report``
+(or ``--curve``) of a script kept beside its rows, and each ``python
+runs/STUDY/check.py`` (a script that only reads) is run (it reads the rows
+under ``runs/`` and fits nothing), and every table row it prints must
+appear verbatim on that page: a table edited by hand, or left behind when
+its rows were rerun, fails.  No section is exempt.
 """
 
 import os
