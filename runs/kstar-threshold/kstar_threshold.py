@@ -2,7 +2,7 @@
 
 On a token of small decoded weight the heads' log-ratios can differ by
 nats on a row that passes the agreement test, so its slab makes the hull
-thicker than directions the rows hardly touch (docs/chen_li.md, "Why K*
+thicker than directions the rows hardly touch (runs/kstar-oracle/README.md, "Why K*
 does not read the span at m = 4").  K* therefore raises the weight at and
 above which a token gives a slab while it keeps at least ``kstar_slabs``
 slabs, up to ``kstar_w_max``
