@@ -59,8 +59,11 @@ COMMANDS = [(page, heading, command) for page in PAGES
             for heading, command, _ in report_commands(page.read_text())]
 
 
-def test_the_guide_has_report_commands():
-    assert len([page for page, _, _ in COMMANDS if page == GUIDE]) >= 5, COMMANDS
+def test_the_pages_have_report_commands():
+    # The regex finds the commands: the guide keeps its three measured sections' (m = 1, 2; m = 3; the
+    # span calibration), the notes beside the rows hold the rest.
+    assert len([page for page, _, _ in COMMANDS if page == GUIDE]) >= 3, COMMANDS
+    assert len(COMMANDS) >= 20, COMMANDS
 
 
 def test_a_fitting_command_is_not_taken_for_a_report():
