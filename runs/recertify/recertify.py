@@ -2,7 +2,7 @@
 
 Chen & Li refit Ŵ_Σ on rows that the body's minimum-norm point Θ̄ gives a
 clear margin, each certified by LP against the body.  Against the crude body
-it certifies nothing (docs/design.md §4.1b).  After our refit, K* (phase 2
+it certifies nothing ([decision: certified-refit]).  After our refit, K* (phase 2
 under the refined Ŵ_Σ) is thinner and need not contain the origin, so this
 script runs phases 1–4 on a teacher stream (``sample_teacher`` seeded as
 ``sculpt-vs-m``; development seeds), builds K*'s body, its minimum-norm point

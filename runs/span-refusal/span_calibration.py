@@ -8,7 +8,7 @@ error, sin of the largest principal angle), ``estimated_error`` (its
 bootstrap estimate, phase 4) and ``route`` (the route whose span phases 5–6
 used).  A fit *accepted* the body's span when ``route`` is ``"body"``:
 taken alone, or chosen by phase 6 over the moment route's candidates (the
-route rule, docs/design.md §4.1b).  A ``.csv`` file is read as the export
+route rule, [decision: route-rule]).  A ``.csv`` file is read as the export
 of the ``sculpt-vs-m`` experiment (``mhalearn export sculpt-vs-m``), whose
 cells run the body alone: ``span_distance`` is its true span error and a
 cell accepted the span when ``refused`` is empty.  Prints one line per fit with a body
