@@ -1,4 +1,4 @@
-"""Acceptance figures of random-feature attention (Fu, Guo, Bai & Mei; docs/design.md §4.3).
+"""Acceptance figures of random-feature attention (Fu, Guo, Bai & Mei; [design: random-features]).
 
 Prints, from one run over several seeds (median):
 

@@ -2,7 +2,7 @@
 Random-feature attention in a few lines
 =======================================
 
-Random-feature attention vs a random-feature MLP (Fu, Guo, Bai & Mei; docs/design.md §4.3).
+Random-feature attention vs a random-feature MLP (Fu, Guo, Bai & Mei; [design: random-features]).
 
 A query x_0 and N = 16 keys on the sphere of radius √d (d = 16).  The target
 f = (1/N) Σ_j ReLU(⟨x_0, x_j⟩/√d) ⟨β, x_j⟩ weights every key by its

@@ -1,4 +1,4 @@
-"""The scikit-learn estimator contract shared by every estimator of mhalearn (docs/design.md §4).
+"""The scikit-learn estimator contract shared by every estimator of mhalearn ([design: learners]).
 
 * :func:`check_fitted` — the one not-fitted check: scikit-learn's
   ``check_is_fitted``, so every estimator raises ``NotFittedError`` (a

@@ -1,4 +1,4 @@
-"""A vectorisable exp for the softmax logits, and the bit casts it is built from (docs/design.md §3).
+"""A vectorisable exp for the softmax logits, and the bit casts it is built from ([design: kernels]).
 
 :func:`exp_nonpositive` is what every softmax of mhalearn's kernels calls
 (compiled with :data:`~mhalearn._numba.FASTMATH`, like every kernel);

@@ -1,4 +1,4 @@
-"""Output paths: what may be written where, and writing a file whole (docs/design.md §6).
+"""Output paths: what may be written where, and writing a file whole ([design: bad-input]).
 
 Every file mhalearn writes (a model, a table, a results file, a figure, a
 lock) is checked with :func:`check_output_file` before the work that produces

@@ -1,4 +1,4 @@
-"""The shared Numba pieces of every kernel in mhalearn (docs/design.md §3).
+"""The shared Numba pieces of every kernel in mhalearn ([design: kernels]).
 
 What the attention layer's kernels (:mod:`mhalearn.attention.kernels`), the
 sparse-variables bit attention (:mod:`mhalearn.sparse_variables.kernels`),

@@ -1,4 +1,4 @@
-"""Input validation shared by every public entry point (docs/design.md §6).
+"""Input validation shared by every public entry point ([design: bad-input]).
 
 Every check raises ``ValueError`` naming the argument, what was expected and
 what was received, so that a user's mistake is reported where it was made and

@@ -1,7 +1,7 @@
 """The attention layer's Numba kernels under their public name (they live in :mod:`mhalearn.attention.kernels`).
 
 ``forward``, ``attention``, ``head_features`` and ``loss_and_grad`` of
-F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i, compiled once and cached (docs/design.md §3).
+F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i, compiled once and cached ([design: kernels]).
 """
 
 from .attention.kernels import attention, forward, head_features, loss_and_grad

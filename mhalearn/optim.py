@@ -1,4 +1,4 @@
-"""The optimisers' shared pieces: one Adam(W) step and one flat-parameter view (docs/design.md §4).
+"""The optimisers' shared pieces: one Adam(W) step and one flat-parameter view ([design: learners]).
 
 * :class:`AdamW` — Adam (Kingma & Ba, "Adam: a method for stochastic
   optimization", ICLR 2015) with decoupled weight decay (Loshchilov & Hutter,

@@ -1,6 +1,6 @@
 """Figures: the helpers shared by the experiments' figures, and the demo's figure (matplotlib, Agg, PNG).
 
-The experiments (docs/design.md §5) summarise seeds by the median and the
+The experiments ([design: experiments]) summarise seeds by the median and the
 interquartile band; these helpers group stored rows, compute those
 summaries, draw them, and write PNG files with the plain-text tables of the
 numbers they show.  :func:`demo_figure` is ``mhalearn demo``'s picture of a

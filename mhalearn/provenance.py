@@ -1,4 +1,4 @@
-"""Which code computed a result: the provenance stored with every row of a sweep (docs/design.md §5).
+"""Which code computed a result: the provenance stored with every row of a sweep ([design: experiments]).
 
 :func:`code_provenance` describes the running code once per process:
 

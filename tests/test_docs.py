@@ -25,6 +25,7 @@ needs_tools = pytest.mark.skipif(bool(MISSING), reason=f"the docs extra is not i
                                                        "pip install -e '.[docs]'")
 PAGES = ["index", "install", "quickstart", "experiments", "grids", "cluster", "interop", "maths", "design", "api",
          "chen_li", "learners_vs_m", "baselines", "random_features", "sparse_variables", "benchmarks",
+         "decisions/index", "decisions/route-rule",
          "auto_examples/index", "auto_examples/plot_chen_li", "auto_examples/plot_fu_random_features",
          "auto_examples/plot_edelman_sparse_variables", "auto_examples/recover_teacher",
          "auto_examples/chen_li_phases"]

@@ -98,7 +98,7 @@ np.save(sys.argv[1], np.stack([X, Y]))
 
 @pytest.mark.slow
 def test_another_cpu_draws_the_same_signs_and_labels_within_1e_12(tmp_path):
-    """What docs/design.md §3 promises across CPUs: the same signs (integer arithmetic), labels within
+    """What [design: kernels] promises across CPUs: the same signs (integer arithmetic), labels within
     1e-12 of the NumPy reference, not necessarily the same bits.  The other CPU is this one compiled for
     the x86-64 baseline (SSE2, no fused multiply-add), in a process with a cache of its own."""
     if os.uname().machine not in ("x86_64", "AMD64"):

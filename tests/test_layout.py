@@ -98,15 +98,45 @@ def test_the_runs_readme_shows_the_provenance_the_rows_hold():
     assert [line for line in printed if line not in readme] == []
 
 
-def test_every_design_section_the_code_cites_exists():
-    # The code cites docs/design.md by section number ("docs/design.md §4.1b"): a section renumbered or moved
-    # away must take its citations with it.
-    headings = re.findall(r"^#{2,4} (\d+(?:\.\d+)?[a-z]?)[. ]", (ROOT / "docs" / "design.md").read_text(),
-                          flags=re.MULTILINE)
+def cited_labels() -> dict[tuple[str, str], str]:
+    """Every ``[design: NAME]`` and ``[decision: NAME]`` the code cites, with the first file citing it."""
     cited = {}
-    for folder in ("mhalearn", "tests", "bench", "examples", "tools"):
+    for folder in ("mhalearn", "tests", "bench", "examples", "tools", "runs"):
         for path in (ROOT / folder).rglob("*.py"):
-            for section in re.findall(r"design\.md §(\d+(?:\.\d+)?[a-z]?)", path.read_text()):
-                cited.setdefault(section, path.relative_to(ROOT).as_posix())
-    assert len(headings) >= 10 and len(cited) >= 10
-    assert {section: path for section, path in cited.items() if section not in headings} == {}
+            for kind, name in re.findall(r"\[(design|decision): ([a-z0-9-]+)\]", path.read_text()):
+                cited.setdefault((kind, name), path.relative_to(ROOT).as_posix())
+    return cited
+
+
+def test_every_label_the_code_cites_exists():
+    # The code cites a part of docs/design.md by the label above it ("(design-kernels)=", cited as
+    # "[design: kernels]") and a decision by its record ("[decision: route-rule]" is
+    # docs/decisions/route-rule.md), never by a section number: a section renumbered, or a label or record
+    # renamed or removed, must take its citations with it.
+    design_labels = set(re.findall(r"^\(design-([a-z0-9-]+)\)=$", (ROOT / "docs" / "design.md").read_text(),
+                                   flags=re.MULTILINE))
+    records = {path.stem for path in (ROOT / "docs" / "decisions").glob("*.md")}
+    cited = cited_labels()
+    assert len(design_labels) >= 10 and len(records) >= 10
+    assert len({name for kind, name in cited if kind == "design"}) >= 8
+    assert len({name for kind, name in cited if kind == "decision"}) >= 3
+    missing = {f"[{kind}: {name}]": path for (kind, name), path in cited.items()
+               if name not in (design_labels if kind == "design" else records)}
+    assert missing == {}
+
+
+def test_no_code_cites_design_by_section_number():
+    numbered = {path.relative_to(ROOT).as_posix()
+                for folder in ("mhalearn", "tests", "bench", "examples", "tools", "runs")
+                for path in (ROOT / folder).rglob("*.py")
+                if re.search(r"design\.md ?§", path.read_text()) and path.name != "test_layout.py"}
+    assert numbered == set()
+
+
+def test_every_decision_record_has_its_parts():
+    for path in (ROOT / "docs" / "decisions").glob("*.md"):
+        if path.stem == "index":
+            continue
+        text = path.read_text()
+        assert text.startswith(f"# {path.stem}: "), path.name
+        assert all(f"**{part}.**" in text for part in ("Context", "Decision", "Consequences", "Evidence")), path.name

@@ -1,4 +1,4 @@
-"""Random-feature attention, its MLP baseline, targets and experiment (docs/design.md §4.3)."""
+"""Random-feature attention, its MLP baseline, targets and experiment ([design: random-features])."""
 
 import tracemalloc
 

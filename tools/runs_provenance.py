@@ -37,8 +37,10 @@ def sweep_provenance(path: Path) -> tuple[int, str]:
 
 def file_commits(path: Path) -> str:
     """The commits that added or changed ``path``, oldest first (git's view: the rows name no code)."""
-    log = subprocess.run(["git", "log", "--format=%h", "--", str(path.relative_to(ROOT))], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout.split()
+    # --follow: rows moved beside the script that wrote them keep the commits that wrote them; the move
+    # itself (a rename, not A or M) wrote none.
+    command = ["git", "log", "--follow", "--diff-filter=AM", "--format=%h", "--", str(path.relative_to(ROOT))]
+    log = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     return ", ".join(reversed(log)) or "not committed"
 
 

@@ -1,15 +1,15 @@
 """The multi-head attention layer: the model, its Numba kernels, input laws and planted teachers.
 
 F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
-:mod:`mhalearn.learners` recovers (docs/design.md §1–3):
+:mod:`mhalearn.learners` recovers ([design: object], [design: kernels]):
 
 * :mod:`~mhalearn.attention.model` — :class:`MultiHeadAttention` and the
   error measures (relative error, head matching, parameter error, head collapse);
 * :mod:`~mhalearn.attention.kernels` — forward pass, attention weights, head
-  features and loss-and-gradient in Numba (docs/design.md §3);
+  features and loss-and-gradient in Numba ([design: kernels]);
 * :mod:`~mhalearn.attention.data` — input laws and labelled datasets;
 * :mod:`~mhalearn.attention.teachers` — planted teachers with explicit
-  non-degeneracy conditions and the registry of teacher families (§2);
+  non-degeneracy conditions and the registry of teacher families ([design: teacher]);
 * :mod:`~mhalearn.attention.hard_teachers` — families built so that m matters
   (near-identical, sharp, small-margin and cancelling heads);
 * :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).

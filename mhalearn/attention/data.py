@@ -1,4 +1,4 @@
-"""Input laws and labelled datasets drawn from a planted teacher (docs/design.md §1–2)."""
+"""Input laws and labelled datasets drawn from a planted teacher ([design: object], [design: teacher])."""
 
 from __future__ import annotations
 

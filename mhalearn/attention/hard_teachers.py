@@ -1,4 +1,4 @@
-"""Teacher families built to make the number of heads m matter (docs/design.md §2).
+"""Teacher families built to make the number of heads m matter ([design: teacher]).
 
 The ``random`` family's heads are far apart, soft and of comparable weight:
 random-start gradient descent recovers them from a few hundred sequences up

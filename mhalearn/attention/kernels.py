@@ -1,4 +1,4 @@
-"""Numba kernels of the attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i (docs/design.md §3).
+"""Numba kernels of the attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i ([design: kernels]).
 
 The forward pass (:func:`forward`, with the attention weights on request),
 the attention weights alone (:func:`attention`), the per-head features

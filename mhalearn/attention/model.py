@@ -1,4 +1,4 @@
-"""The multi-head attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i (docs/design.md §1)."""
+"""The multi-head attention layer F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i ([design: object])."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Pure-NumPy reference of the attention layer's maths: F(X), its loss and gradients (docs/design.md §3).
+"""Pure-NumPy reference of the attention layer's maths: F(X), its loss and gradients ([design: kernels]).
 
 Written with batched matmuls only, independently of the Numba kernels
 (:mod:`mhalearn.attention.kernels`), so the tests can compare the two and

@@ -1,4 +1,4 @@
-"""Planted teachers that satisfy explicit non-degeneracy conditions (docs/design.md §2).
+"""Planted teachers that satisfy explicit non-degeneracy conditions ([design: teacher]).
 
 A teacher is a :class:`~mhalearn.MultiHeadAttention` whose heads are distinct,
 whose attention matrices have a fixed Frobenius norm and whose projection sum
@@ -90,7 +90,7 @@ class NondegeneracyReport:
 def nondegeneracy(model: MultiHeadAttention, *, gram_floor: float = DEFAULT_GRAM_FLOOR,
                   condition_ceiling: float = DEFAULT_CONDITION_CEILING,
                   w_floor: float = DEFAULT_W_FLOOR) -> NondegeneracyReport:
-    """Measure the non-degeneracy conditions of docs/design.md §2 on ``model``."""
+    """Measure the non-degeneracy conditions of [design: teacher] on ``model``."""
     norms = np.linalg.norm(model.thetas.reshape(model.heads, -1), axis=1)
     if np.any(norms == 0):
         gram_ratio = 0.0

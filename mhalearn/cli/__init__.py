@@ -1,4 +1,4 @@
-"""The ``mhalearn`` command (docs/design.md §5).
+"""The ``mhalearn`` command ([design: experiments]).
 
 Subcommands::
 

@@ -1,4 +1,4 @@
-"""The data layer: how examples reach a learner, one floor below the learners (docs/design.md §4).
+"""The data layer: how examples reach a learner, one floor below the learners ([design: learners]).
 
 - :mod:`mhalearn.data.fit_data` — the examples of a fit, prepared once:
   :func:`~mhalearn.data.fit_data.check_examples`, then

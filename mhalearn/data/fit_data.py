@@ -1,4 +1,4 @@
-"""The examples of a fit, prepared once: checked, measured, split and standardised (docs/design.md §4).
+"""The examples of a fit, prepared once: checked, measured, split and standardised ([design: learners]).
 
 :meth:`AttentionLearner.fit <mhalearn.learners.base.AttentionLearner.fit>`
 hands X, Y to this package twice, around what only it decides (the

@@ -172,7 +172,7 @@ class PrefixSource(BlockSource):
     Block b of the prefix is block b of the source, its index included, so a
     pass that draws from ``default_rng([seed, b])`` draws the same on both:
     a phase run on the prefix computes what it computes on a source that
-    ends there.  Phases 1–3 of the body read one (docs/design.md §4.1, "How often a fit reads the stream").
+    ends there.  Phases 1–3 of the body read one ([decision: candidate-pass]).
     """
 
     def __init__(self, source: BlockSource, samples: int):

@@ -1,4 +1,4 @@
-"""Evaluation: watching learners from outside (docs/design.md §5).
+"""Evaluation: watching learners from outside ([design: experiments]).
 
 - :class:`TeacherObserver` — the teacher's view of a fit, passed as its
   ``callback``: each phase result measured against the planted layer

@@ -104,7 +104,7 @@ def hull_direction_ranks(slabs, teacher: MultiHeadAttention) -> list[int]:
     and equal only when the hull is exactly an eigenspace).  All the slabs
     count, before phase 4's trimming
     (:func:`~mhalearn.learners.chen_li.phase4_span.trimmed_affine_hull`).
-    Followed as rows are added (bench/kstar_rows.py), a rank that stops
+    Followed as rows are added (runs/kstar-oracle/kstar_rows.py), a rank that stops
     falling above m − 1 is a bias of the rows that more rows of the same
     kind do not remove: at m = 4 it fell from 52 to 23 over 493–3 949 rows
     and then stalled at 15 by 26 187.

@@ -1,4 +1,4 @@
-"""Plant → fit → measure: one learner on one planted instance (docs/design.md §5).
+"""Plant → fit → measure: one learner on one planted instance ([design: experiments]).
 
 Everything that compares learners on planted teachers goes through here —
 the learning experiments (:mod:`mhalearn.experiments.learning`,

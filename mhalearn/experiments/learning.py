@@ -1,4 +1,4 @@
-"""The learning experiments ``error-vs-samples`` and ``heads-dependence`` (docs/design.md §5).
+"""The learning experiments ``error-vs-samples`` and ``heads-dependence`` ([design: experiments]).
 
 Both plant a teacher from a registered family, draw ``samples`` noisy
 examples from it, fit a registered learner, and measure the relative error

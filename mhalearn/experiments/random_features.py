@@ -1,4 +1,4 @@
-"""The ``random-features`` experiment (docs/design.md §4.3, §5).
+"""The ``random-features`` experiment ([design: random-features], [design: experiments]).
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023.

@@ -1,4 +1,4 @@
-"""The registry of named experiments and their grid files (docs/design.md §5).
+"""The registry of named experiments and their grid files ([design: experiments]).
 
 An experiment is a named grid of independent cells.  Each experiment module
 builds an :class:`Experiment` and calls :func:`register_experiment` at import;

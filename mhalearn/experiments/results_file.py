@@ -1,4 +1,4 @@
-"""The results file on disk: its schema, atomic creation, inspection and write checks (docs/design.md §5).
+"""The results file on disk: its schema, atomic creation, inspection and write checks ([design: experiments]).
 
 :class:`~mhalearn.experiments.store.ResultStore` reads and writes rows; this
 module is what it does before: a new file is built under a temporary name and

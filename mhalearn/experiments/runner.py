@@ -1,4 +1,4 @@
-"""Run a named experiment's grid, resumably, on local processes or a Dask cluster (docs/design.md §5).
+"""Run a named experiment's grid, resumably, on local processes or a Dask cluster ([design: experiments]).
 
 :func:`run_sweep` asks the results store which cells of the experiment's grid
 are already stored, submits only the others, and writes each result from the

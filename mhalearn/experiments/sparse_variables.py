@@ -1,4 +1,4 @@
-"""The ``sparse-variables`` experiments (docs/design.md §4.4, §5).
+"""The ``sparse-variables`` experiments ([design: sparse-variables], [design: experiments]).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.

@@ -1,4 +1,4 @@
-"""The SQLite results store of the experiment runner (docs/design.md §5).
+"""The SQLite results store of the experiment runner ([design: experiments]).
 
 A results file holds one row per finished cell of a sweep in the table
 ``results``.  A row is keyed by ``cell_key``, the canonical JSON of the

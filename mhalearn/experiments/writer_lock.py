@@ -1,4 +1,4 @@
-"""The one-writer rule of a results file: :class:`WriterLock`, and what a failed write means (docs/design.md §5).
+"""The one-writer rule of a results file: :class:`WriterLock`, and what a failed write means ([design: experiments]).
 
 Only the coordinating process of a sweep writes rows.  A second sweep on the
 same file stops with a clear message instead of recomputing every cell, and

@@ -1,4 +1,4 @@
-"""Learners of a multi-head attention layer (docs/design.md §4).
+"""Learners of a multi-head attention layer ([design: learners]).
 
 - :mod:`mhalearn.learners.chen_li` — Chen & Li's learner, one module per
   phase, chained by :func:`~mhalearn.learners.chen_li.sculpt_fit`;

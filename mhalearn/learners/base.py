@@ -1,4 +1,4 @@
-"""The estimator base class of every learner of a multi-head attention layer (docs/design.md §4)."""
+"""The estimator base class of every learner of a multi-head attention layer ([design: learners])."""
 
 from __future__ import annotations
 

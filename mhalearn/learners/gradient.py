@@ -1,4 +1,4 @@
-"""GradientLearner: what a practitioner would do (docs/design.md §4.2)."""
+"""GradientLearner: what a practitioner would do ([design: baselines])."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ squares problem (:func:`solve_projections`, variable projection); Chen &
 Li's phases solve small normal equations (:func:`least_squares`), and
 every learner may polish all parameters by L-BFGS on the Numba gradient
 (:func:`lbfgs_refine`).  This module imports the layer's kernels and the
-optimiser helpers only (docs/design.md §3).
+optimiser helpers only ([design: kernels]).
 """
 
 from __future__ import annotations

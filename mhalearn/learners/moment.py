@@ -1,4 +1,4 @@
-"""MomentLearner: our moment route to the span, then Chen & Li's net and selection (docs/design.md §4.2).
+"""MomentLearner: our moment route to the span, then Chen & Li's net and selection ([design: baselines]).
 
 Not Chen & Li: the span comes from the first-order expansion of softmax
 (:mod:`~mhalearn.learners.moment_route`); phases 5 and 6 — the net of

@@ -1,4 +1,4 @@
-"""The moment route to span{Θ_i} — ours, not Chen & Li (docs/design.md §4.1).
+"""The moment route to span{Θ_i} — ours, not Chen & Li ([design: sculpt]).
 
 To first order around uniform attention, softmax(x_ℓᵀΘX) ≈ 1/k + (centred
 logits)/k, so

@@ -1,4 +1,4 @@
-"""SculptLearner: Chen & Li's learner of a multi-head attention layer (docs/design.md §4.1).
+"""SculptLearner: Chen & Li's learner of a multi-head attention layer ([design: sculpt]).
 
 Chen & Li, *Provably learning a multi-head attention layer*, learn
 F(X) = Σ_i softmax(XΘ_iXᵀ)XW_i from uniform Boolean examples: sculpt a convex
@@ -110,8 +110,8 @@ class SculptLearner(SpanSearchLearner):
         rows do not remove, so K* turns the tokens of least weight into
         half-spaces once it can spare their slabs.  Chosen with
         ``kstar_w_max`` on development teachers seeded 500–502 (m = 2–4,
-        rows decoded with the true W_Σ); docs/chen_li.md says where it was
-        tested.
+        rows decoded with the true W_Σ); [decision: kstar-slab-threshold] says
+        where it was tested.
     kstar_w_max : float
         The highest weight threshold K* raises to.
     slab_width : float
@@ -154,7 +154,7 @@ class SculptLearner(SpanSearchLearner):
         stream one *candidate pass* then keeps every row that any Ŵ_Σ within
         ``candidate_radius`` of phase 3's could accept, and our refit goes on
         and K* is read on those rows in memory: a fit reads the stream about
-        once (docs/design.md §4.1, "How often a fit reads the stream").
+        once ([decision: candidate-pass]).
     candidate_radius : float
         The candidate pass keeps every row whose relative residual under
         some Ŵ'_Σ with ‖Ŵ'_Σ − Ŵ_Σ‖₂ ≤ ``candidate_radius``·‖Ŵ_Σ‖₂ can be at

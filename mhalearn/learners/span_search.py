@@ -1,4 +1,4 @@
-"""The estimator base of the learners that search a span: Chen & Li's and the moment route's (docs/design.md §4.1).
+"""The estimator base of the learners that search a span: Chen & Li's and the moment route's ([design: sculpt]).
 
 :class:`SpanSearchLearner` is the base of :class:`~mhalearn.SculptLearner`
 and :class:`~mhalearn.MomentLearner`: both end with Chen & Li's phases 5–6

@@ -2,7 +2,7 @@
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023
-(docs/design.md §4.3).
+([design: random-features]).
 
 * :mod:`~mhalearn.random_features.kernels` — the random-feature attention
   and random-feature MLP features (Numba);

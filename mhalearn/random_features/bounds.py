@@ -1,4 +1,4 @@
-"""What the random-feature bound predicts for each target and model (docs/design.md §4.3).
+"""What the random-feature bound predicts for each target and model ([design: random-features]).
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023.

@@ -1,4 +1,4 @@
-"""Random-feature attention and its random-feature MLP baseline (docs/design.md §4.3).
+"""Random-feature attention and its random-feature MLP baseline ([design: random-features]).
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023.

@@ -1,4 +1,4 @@
-"""Inputs and target functions of the random-feature attention setting (docs/design.md §4.3).
+"""Inputs and target functions of the random-feature attention setting ([design: random-features]).
 
 Reference: H. Fu, T. Guo, Y. Bai and S. Mei, "What can a single attention
 layer learn? A study through the random features lens", NeurIPS 2023.

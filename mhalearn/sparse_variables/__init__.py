@@ -2,7 +2,7 @@
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022
-(docs/design.md §4.4).
+([design: sparse-variables]).
 
 * :mod:`~mhalearn.sparse_variables.tasks` — :class:`SparseBooleanTask`,
   y = g(x_S) for a hidden support S of s out of T bits;

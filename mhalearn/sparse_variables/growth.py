@@ -1,6 +1,6 @@
 """Samples-to-target statistics: bisection on n, bootstrap over seeds, and growth-law fits.
 
-Used by the ``sparse-variables`` experiments (docs/design.md §4.4) to measure how
+Used by the ``sparse-variables`` experiments ([design: sparse-variables]) to measure how
 the number of samples a learner needs grows with the sequence length T.
 
 * :func:`bisect_samples` finds, for one seed, the smallest n at which a

@@ -2,7 +2,7 @@ r"""Numba kernels of the sparse-variables attention student: one softmax head ov
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022
-(docs/design.md §4.4).
+([design: sparse-variables]).
 
 One softmax attention head over T Boolean tokens.  Token t of a sequence
 x ∈ {±1}^T is embedded as z_t = p_t + x_t r_t: a learned positional embedding

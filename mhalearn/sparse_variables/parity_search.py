@@ -2,7 +2,7 @@
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022
-(docs/design.md §4.4, "As built"): :class:`SparseParitySearch` measures the
+([design: sparse-variables]): :class:`SparseParitySearch` measures the
 statistical side of their claim for sparse parity — samples growing like
 log T — free of the computational barrier that slows the gradient-trained
 students of :mod:`~mhalearn.sparse_variables.students`.

@@ -1,4 +1,4 @@
-"""The two gradient-trained students of the sparse-variables study (docs/design.md §4.4).
+"""The two gradient-trained students of the sparse-variables study ([design: sparse-variables]).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.

@@ -1,4 +1,4 @@
-"""Tables and figures of the ``sparse-variables`` sweep (docs/design.md §4.4 "As built", §5).
+"""Tables and figures of the ``sparse-variables`` sweep ([design: sparse-variables], [design: experiments]).
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022.

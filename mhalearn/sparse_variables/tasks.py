@@ -2,7 +2,7 @@
 
 Reference: B. L. Edelman, S. Goel, S. Kakade and C. Zhang, "Inductive biases
 and variable creation in self-attention mechanisms", ICML 2022
-(docs/design.md §4.4).
+([design: sparse-variables]).
 
 The teacher hides a support S ⊂ [T] of size s and labels x ∈ {±1}^T by
 y = g(x_S) with g ∈ {AND, parity, majority} (:class:`SparseBooleanTask`,

@@ -1,11 +1,12 @@
-"""Both agreement-rate laws, fitted on runs/agreement-rate.db, against fresh teachers' rates (τ = 0.1, rows per row).
+"""Both agreement-rate laws, fitted on runs/agreement-rate/agreement-rate.db, against fresh teachers'
+rates (τ = 0.1, rows per row).
 
     python runs/agreement-rate-fresh/check.py        (from the repository root)
 """
 from mhalearn.experiments.agreement_rate import fresh_teacher_check
 from mhalearn.experiments.store import ResultStore
 
-with ResultStore("runs/agreement-rate.db", readonly=True) as store:
+with ResultStore("runs/agreement-rate/agreement-rate.db", readonly=True) as store:
     fitted = store.rows("agreement-rate")
 with ResultStore("runs/agreement-rate-fresh/agreement-rate-fresh.db", readonly=True) as store:
     fresh = store.rows("agreement-rate")

@@ -16,7 +16,7 @@ by its k rows; :func:`decode_patterns`, a Numba kernel run by the dispatcher of
 and an â close to the simplex flag an agreement row
 (:mod:`~mhalearn.learners.chen_li.agreement_rows`).  The test needs d > k:
 at d ≤ k the k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1
-and residuals carry almost no information (docs/design.md §4.1, step 2).
+and residuals carry almost no information ([decision: agreement-rows]).
 
 The kernel decodes a sequence in the steps of its worker: the labels read,
 the distinct tokens multiplied by Ŵ_Σ (from their codes, given or coded

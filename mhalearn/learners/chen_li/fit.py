@@ -149,13 +149,13 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
     if source.dim <= source.length:
         # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
         # every row is fitted with (almost) zero residual: agreement rows
-        # cannot be told apart (docs/design.md §4.1, step 2).
+        # cannot be told apart ([decision: agreement-rows]).
         span = SpanReading(seconds=0.0, refused=f"d = {source.dim} <= k = {source.length}: the decoding "
                                                 f"residual cannot detect agreement rows (needs d > k)")
         notify(Phase.SPAN, span)
         return BodyPhases(None, (), None, span)
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
-    # all of it, so the fit reads the stream about once (docs/design.md §4.1, "How often a fit reads the stream").
+    # all of it, so the fit reads the stream about once ([decision: candidate-pass]).
     prefix = source.prefix(settings.prefix_for(heads, source.length) or source.samples)
     crude = checkpoint.run(PhaseFile.CRUDE_SUM, rng, lambda: crude_projection_sum(prefix))
     notify(Phase.CRUDE_SUM, crude)
@@ -213,7 +213,7 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     the moment route's a parametric bootstrap through the softmax
     (:func:`~mhalearn.learners.moment_route.moment_span`); the check rests
     on the moment route's estimate being right, a bias of another kind
-    (its linearisation's) than the body's (docs/design.md §4.1b).
+    (its linearisation's) than the body's ([decision: route-rule]).
     """
     if span.refused is not None:
         return Route.MOMENT, f"the body refused ({span.refused}); used the moment route"
@@ -223,7 +223,7 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     # within e and e' of the truth lie within e + e' of each other.  The moment route's estimate reads
     # up to 1.2× low on the development fits (m = 2), hence room of 2e'; farther apart than that, the
     # body's estimate is the one to distrust, blind as it is to a bias its resamples share
-    # (docs/design.md §4.1b).
+    # ([decision: route-rule]).
     apart = sine_distance(span.basis, moment.basis)
     allowed = span.estimated_error + 2.0 * moment.estimated_error
     if apart > allowed:
@@ -245,7 +245,7 @@ def route_net(route: Route, span: SpanReading | None, moment: MomentSpan | None,
 
     SculptLearner's radius rule is the body's (√m times the norm the span was
     read from) on either route; MomentLearner scales one head's norm
-    (docs/design.md §4.1b).  Only the body reads a hull.
+    ([decision: net-around-hull]).  Only the body reads a hull.
     """
     if route == Route.BODY:
         return span.basis, search.radius(span.head_norm, heads), span.hull

@@ -28,7 +28,7 @@ exceeds the true share of agreement rows.  The second under-estimates it
 when the noise-free test cuts into the agreement rows and passes only their
 best-explained few: at m = 1, σ = 0.1 σ̂ is 0.021 (d = 10, 5 000
 sequences) and 0.021 and 0.015 on two of three fresh instances at d = 12,
-whose bodies then refuse (docs/chen_li.md).  Where the noise-free test
+whose bodies then refuse ([decision: noise-tolerance]).  Where the noise-free test
 passes no row, σ̂ is within 0.8–1.0× of σ.  Without noise σ̂ is the
 size of Ŵ_Σ's error and of the
 near-agreement rows' residuals, and the tolerance stays at ``residual_tol``

@@ -1,7 +1,7 @@
 """Phase 3 of Chen & Li's learner: refine Ŵ_Σ — the paper's certified refit, then ours.
 
 Phase 2 decodes rows with Ŵ_Σ, so Ŵ_Σ must be accurate to a few per cent
-before the body carries the span (docs/design.md §4.1a).  Phase 3 improves
+before the body carries the span ([decision: agreement-rows]).  Phase 3 improves
 the crude estimate of phase 1:
 
 - the paper's certified refit: rows to which the minimum-norm point Θ̄ of

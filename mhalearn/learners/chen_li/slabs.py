@@ -101,7 +101,7 @@ def kstar_weight_threshold(accepted: AgreementRows, *, w_min: float, slabs_wante
     slabs of larger weight carry less of it.  With few rows every slab is
     needed (K* must hold ``equalities_needed``); with more, the tokens of
     smallest weight become half-spaces, so K* trades the slabs it can spare
-    for a thinner hull (docs/chen_li.md, "K*'s slab threshold").
+    for a thinner hull ([decision: kstar-slab-threshold]).
     """
     weights = distinct_token_weights(accepted)
     weights = weights[weights >= w_min]
