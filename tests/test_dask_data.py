@@ -158,6 +158,11 @@ def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, sync_fit, pro
     assert mhalearn.relative_error(learned, teacher, X_test) < 1e-6
 
 
+# Slow: its worker processes start slowly.  By default, worker processes are covered by the "processes"
+# scheduler of test_fit_gives_the_same_bits_on_every_scheduler, and a distributed cluster by
+# test_checkpoint's test_a_sculpt_vs_m_cell_on_a_cluster_spreads_its_passes_and_stores_the_local_row,
+# each to the bit.
+@pytest.mark.slow
 def test_fit_same_bits_on_a_local_cluster(one_head_data, sync_fit):
     distributed = pytest.importorskip("distributed")
     _, X, Y = one_head_data
