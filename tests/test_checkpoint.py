@@ -8,6 +8,7 @@ other data or other body settings.
 """
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,7 +44,25 @@ def data():
 
 @pytest.fixture(scope="module")
 def uninterrupted(data):
-    return mhalearn.SculptLearner(HEADS, **SMALL).fit(*data)
+    """The fit without a checkpoint, with BLAS on two threads (the thread-count test fits on one)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        return mhalearn.SculptLearner(HEADS, **SMALL).fit(*data)
+
+
+@pytest.fixture(scope="module")
+def kept_once(data, tmp_path_factory):
+    """A directory holding every phase of one checkpointed fit of ``data`` with ``SMALL``, fitted once."""
+    directory = tmp_path_factory.mktemp("kept")
+    mhalearn.SculptLearner(HEADS, checkpoint=directory, **SMALL).fit(*data)
+    return directory
+
+
+@pytest.fixture
+def kept(kept_once, tmp_path):
+    """A copy of ``kept_once`` for one test to resume from, damage or add to (as a fit of its own would leave)."""
+    return Path(shutil.copytree(kept_once, tmp_path / "kept"))
 
 
 def _same_fit(fitted, reference):
@@ -68,22 +87,20 @@ def test_interrupted_fit_resumes_to_the_same_bits(data, uninterrupted, tmp_path,
     _same_fit(again, uninterrupted)
 
 
-def test_other_data_or_body_settings_do_not_reuse_a_checkpoint(data, tmp_path):
+def test_other_data_or_body_settings_do_not_reuse_a_checkpoint(data, kept):
     X, Y = data
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(X, Y)
     flipped = X.copy()
     flipped[0, 0, 0] *= -1
-    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(flipped, Y).report_.resumed == ()
-    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **{**SMALL, "max_rows": 5000}
+    assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **SMALL).fit(flipped, Y).report_.resumed == ()
+    assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **{**SMALL, "max_rows": 5000}
                                   ).fit(X, Y).report_.resumed == ()
-    assert mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **{**SMALL, "random_state": 4}
+    assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **{**SMALL, "random_state": 4}
                                   ).fit(X, Y).report_.resumed == ()
 
 
-def test_other_net_settings_reuse_phases_1_to_4(data, tmp_path):
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+def test_other_net_settings_reuse_phases_1_to_4(data, kept):
     settings = {**SMALL, "max_candidates": 1000}
-    resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **settings).fit(*data)
+    resumed = mhalearn.SculptLearner(HEADS, checkpoint=kept, **settings).fit(*data)
     assert "4_span" in resumed.report_.resumed
     _same_fit(resumed, mhalearn.SculptLearner(HEADS, **settings).fit(*data))
 
@@ -220,41 +237,42 @@ def test_a_sweep_whose_cells_keep_no_checkpoints_refuses_them_before_any_work(tm
     assert not (tmp_path / "rows.db").exists()
 
 
-def test_span_route_names_the_checkpoint(data, tmp_path):
+def test_span_route_names_the_checkpoint(data, kept):
     # The moment route runs after phases 1–4 with span_route="auto" and first with "moment": the
     # generator it draws from differs, so a moment route kept by one must not serve the other.
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
-    moment_only = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, span_route="moment", **SMALL).fit(*data)
+    moment_only = mhalearn.SculptLearner(HEADS, checkpoint=kept, span_route="moment", **SMALL).fit(*data)
     assert moment_only.report_.resumed == ()
     _same_fit(moment_only, mhalearn.SculptLearner(HEADS, span_route="moment", **SMALL).fit(*data))
 
 
-def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data):
+def test_a_fit_computes_the_same_bits_whatever_the_blas_thread_count(data, uninterrupted):
     # A resumed fit is compared with one run earlier in the process, or in another process, where
     # BLAS may have had another thread count (a sweep's worker limits it process-wide): a fit whose
     # bits depended on it would not resume to the uninterrupted fit's bits on every machine.
+    # The fit on two threads is ``uninterrupted``'s.
     from threadpoolctl import threadpool_limits
 
     from mhalearn.data.fit_data import root_mean_square
 
     X, Y = data
-    scales, thetas = [], []
+    scales = []
     for threads in (1, 2):
         with threadpool_limits(limits=threads, user_api="blas"):
             scales.append(root_mean_square(Y))
-            thetas.append(mhalearn.SculptLearner(HEADS, **SMALL).fit(X, Y).model_.thetas)
+    with threadpool_limits(limits=1, user_api="blas"):
+        one_thread = mhalearn.SculptLearner(HEADS, **SMALL).fit(X, Y)
     assert scales[0] == scales[1]
-    np.testing.assert_array_equal(thetas[0], thetas[1])
+    np.testing.assert_array_equal(one_thread.model_.thetas, uninterrupted.model_.thetas)
+    np.testing.assert_array_equal(one_thread.model_.ws, uninterrupted.model_.ws)
 
 
-def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, tmp_path):
+def test_a_damaged_phase_file_is_computed_again(data, uninterrupted, kept):
     from mhalearn.data.checkpoint import CheckpointWarning
 
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
-    [kept] = list(tmp_path.iterdir())
-    (kept / "3_refined_sum.npz").write_bytes(b"not a phase file")
+    [phases] = list(kept.iterdir())
+    (phases / "3_refined_sum.npz").write_bytes(b"not a phase file")
     with pytest.warns(CheckpointWarning, match="3_refined_sum.npz could not be read"):
-        resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*data)
+        resumed = mhalearn.SculptLearner(HEADS, checkpoint=kept, **SMALL).fit(*data)
     assert resumed.report_.resumed == ("1_crude_sum", "2_sculpt", "4_sculpt", "4_span", "moment")
     _same_fit(resumed, uninterrupted)
 

@@ -140,10 +140,17 @@ def one_head_data():
     return teacher, X, Y
 
 
-def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, process_pool):
-    teacher, X, Y = one_head_data
+@pytest.fixture(scope="module")
+def sync_fit(one_head_data) -> dict:
+    """``_fit_figures`` of ``one_head_data`` on Dask's synchronous scheduler: the reference of the scheduler tests."""
+    _, X, Y = one_head_data
     with dask.config.set(scheduler="sync"):
-        reference = _fit_figures(X, Y)
+        return _fit_figures(X, Y)
+
+
+def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, sync_fit, process_pool):
+    teacher, X, Y = one_head_data
+    reference = sync_fit
     for scheduler in SCHEDULERS[1:]:
         with _scheduler(scheduler, process_pool):
             _assert_same_bits(_fit_figures(X, Y), reference)
@@ -153,11 +160,15 @@ def test_fit_gives_the_same_bits_on_every_scheduler(one_head_data, process_pool)
     assert mhalearn.relative_error(learned, teacher, X_test) < 1e-6
 
 
-def test_fit_same_bits_on_a_local_cluster(one_head_data):
+# Slow: its worker processes start slowly.  By default, worker processes are covered by the "processes"
+# scheduler of test_fit_gives_the_same_bits_on_every_scheduler, and a distributed cluster by
+# test_checkpoint's test_a_sculpt_vs_m_cell_on_a_cluster_spreads_its_passes_and_stores_the_local_row,
+# each to the bit.
+@pytest.mark.slow
+def test_fit_same_bits_on_a_local_cluster(one_head_data, sync_fit):
     distributed = pytest.importorskip("distributed")
     _, X, Y = one_head_data
-    with dask.config.set(scheduler="sync"):
-        reference = _fit_figures(X, Y)
+    reference = sync_fit
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, distributed.Client(cluster):
         _assert_same_bits(_fit_figures(X, Y), reference)
