@@ -16,8 +16,8 @@ from mhalearn.experiments.samples_to_eps import (
     predict,
     run_samples_to_eps_cell,
     samples_to_eps_cells,
-    search_samples_needed,
 )
+from mhalearn.sample_search import search_samples_needed
 
 
 def brute_force(curve, epsilon, budget, minimum=1):
