@@ -1,4 +1,4 @@
-"""Every table a bench prints from committed rows is the one docs/chen_li.md shows (issue 34).
+"""Every table a bench or a runs/ script prints from committed rows is the one its page shows (issue 34).
 
 Each ``python bench/NAME.py ... --report`` (or ``--curve``) command in a code block of the
 page is run (it reads the rows under ``runs/`` and fits nothing), and every
@@ -17,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "chen_li.md"
+#: Pages whose tables are checked, the first one against its bench commands too.
+PAGES = (PAGE, ROOT / "docs" / "learners_vs_m.md")
 
 
 def report_commands(text: str) -> list[tuple[str, str, str]]:
@@ -40,22 +42,23 @@ def table_rows(output: str) -> list[str]:
             if line.startswith("| ") and not re.fullmatch(r"\|( --- \|)+", line.strip())]
 
 
-COMMANDS = report_commands(PAGE.read_text())
+COMMANDS = [(page, *command) for page in PAGES for command in report_commands(page.read_text())]
 
 
-def test_the_page_has_report_commands():
-    assert len(COMMANDS) >= 5, COMMANDS
+def test_the_pages_have_report_commands():
+    assert all(sum(page == each for each, *_ in COMMANDS) >= (5 if page == PAGE else 1) for page in PAGES), COMMANDS
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("heading, command, section", COMMANDS, ids=[command for _, command, _ in COMMANDS])
-def test_report_tables_are_on_the_page(heading, command, section):
+@pytest.mark.parametrize("page, heading, command, section", COMMANDS,
+                         ids=[f"{page.name}: {command}" for page, _, command, _ in COMMANDS])
+def test_report_tables_are_on_the_page(page, heading, command, section):
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
                             env=environment, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     printed = table_rows(result.stdout)
     assert printed, f"{command} printed no table"
-    page = {line.strip() for line in PAGE.read_text().splitlines()}
-    missing = [line for line in printed if line not in page]
+    lines = {line.strip() for line in page.read_text().splitlines()}
+    missing = [line for line in printed if line not in lines]
     assert not missing, f"{command}: rows not on the page:\n" + "\n".join(missing)
