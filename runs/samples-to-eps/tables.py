@@ -34,6 +34,7 @@ COMMITTED = [
     (2, "gradient", "polished", (1, 2, 4, 8), (16, 24), 1.5),
     (3, "gradient", "polished", (1, 2, 4, 8, 16, 24), (3, 6, 12), 1.5),
     (4, "moment", "polished", (1, 2, 3, 4, 5, 6), (7,), 2.0),
+    (5, "moment", "polished", (1, 2, 3, 4, 5, 6, 7), (12,), 2.0),
 ]
 FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
 
