@@ -5,7 +5,7 @@ docs/benchmarks.md and every runs/<study>/README.md (the notes beside the
 rows).  Each ``python bench/NAME.py ... --report`` (or ``--curve``) command
 in a code block of a page, each ``python runs/STUDY/NAME.py ... --report``
 (or ``--curve``) of a script kept beside its rows, and each ``python
-runs/STUDY/check.py`` (a script that only reads) is run (it reads the rows
+runs/STUDY/check.py`` or ``tables.py`` (scripts that only read) is run (it reads the rows
 under ``runs/`` and fits nothing), and every table row it prints must
 appear verbatim on that page: a table edited by hand, or left behind when
 its rows were rerun, fails.  No section is exempt.
@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "chen_li.md"
-PAGES = [GUIDE, ROOT / "docs" / "baselines.md", ROOT / "docs" / "benchmarks.md",
+PAGES = [GUIDE, ROOT / "docs" / "baselines.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "learners_vs_m.md",
          *sorted((ROOT / "runs").rglob("README.md"))]
 
 
@@ -32,7 +32,7 @@ def reads_rows_only(command: str) -> bool:
         return False
     words = shlex.split(command)
     return bool({"--report", "--curve"} & set(words)) or (words[1].startswith("runs/") and
-                                                         words[1].endswith("/check.py"))
+                                                         words[1].endswith(("/check.py", "/tables.py")))
 
 
 def report_commands(text: str) -> list[tuple[str, str, str]]:
@@ -69,6 +69,7 @@ def test_the_pages_have_report_commands():
 def test_a_fitting_command_is_not_taken_for_a_report():
     assert reads_rows_only("python runs/net-m3/net_m3.py --report --seeds 0 1")
     assert reads_rows_only("python runs/agreement-rate-fresh/check.py")
+    assert reads_rows_only("python runs/samples-to-eps/tables.py")
     assert not reads_rows_only("python runs/net-m3/net_m3.py --seeds 0 1")
     assert not reads_rows_only("python bench/sculpt.py --seeds 4")
     assert not reads_rows_only("mhalearn plot sculpt-vs-m --report")

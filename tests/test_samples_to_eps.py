@@ -16,8 +16,8 @@ from mhalearn.experiments.samples_to_eps import (
     predict,
     run_samples_to_eps_cell,
     samples_to_eps_cells,
-    search_samples_needed,
 )
+from mhalearn.sample_search import search_samples_needed
 
 
 def brute_force(curve, epsilon, budget, minimum=1):
@@ -183,3 +183,16 @@ def test_a_law_fitted_without_an_m_predicts_it_and_a_censored_median_is_not_a_nu
             row.update(censored=True, samples_needed=None)
     check = next(entry for entry in held_out_table(rows) if entry["heads"] == 16 and entry["form"] == "power")
     assert check["ratio"] is None and math.isinf(check["measured"])
+
+
+def test_the_docs_page_quotes_the_committed_rows_provenance():
+    """docs/learners_vs_m.md states which code computed the samples-to-eps rows as their own columns say."""
+    from pathlib import Path
+
+    from mhalearn.experiments.learners_vs_m import provenance_statement
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "runs" / "samples-to-eps" / "samples-to-eps.db"
+    statement = provenance_statement(path, "samples-to-eps").split(": ", 1)[1]
+    page = " ".join((root / "docs" / "learners_vs_m.md").read_text(encoding="utf-8").split())
+    assert f"| samples-to-eps.db | {statement} |" in page, statement

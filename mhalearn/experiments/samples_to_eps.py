@@ -53,9 +53,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -64,15 +62,12 @@ from ..attention.model import relative_error
 from ..evaluation import fit_timed, plant_instance
 from ..learners import get_learner
 from ..plotting import group_rows, save_figure, set_grid_ticks, style_for, write_tables
+from ..sample_search import RESOLUTION, search_samples_needed
 from ..sparse_variables.growth import bootstrap_median
 from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
 from .learning import learning_constraints
 from .registry import Experiment, expand_grid, register_experiment
 
-#: Resolution of a search: n* and the largest failing n below it are within this factor.
-RESOLUTION = 1.25
-#: Where one probe took longer than ``coarse_seconds``, the search may stop at this factor.
-COARSE_RESOLUTION = 2.0
 #: The closing probe of a search is at this factor × n* (a failure there flags a non-monotone curve).
 CONFIRM = 2.0
 #: Level of the bootstrap intervals over teachers.
@@ -91,138 +86,6 @@ CELL_FIELDS = ("learner", "family", "dim", "length", "noise", "heads", "output",
 #: The columns of an export that a user reads first (every row has them).
 EXPORT_COLUMNS = ("learner", "family", "dim", "length", "heads", "noise", "seed", "eps", "samples_needed",
                   "samples_lower", "censored", "probes", "route", "fit_seconds")
-
-
-# ------------------------------------------------------------------ the search
-
-@dataclass
-class SampleSearch:
-    """What :func:`search_samples_needed` found.
-
-    Attributes
-    ----------
-    samples_needed : int or None
-        n*: the smallest n found with error ≤ ε (None when censored).
-    samples_lower : int
-        The largest n below n* that failed (0 when the smallest n tried
-        succeeded; ``budget`` when censored).
-    censored : bool
-        The error at ``budget`` is above ε: n* > budget.
-    non_monotone : bool
-        Some n failed above an n that succeeded.
-    probes : list of (n, error, seconds)
-        Every probe, in the order made (probes given in ``known`` that the
-        search used included).
-    """
-
-    samples_needed: int | None
-    samples_lower: int
-    censored: bool
-    non_monotone: bool
-    probes: list = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """n* / samples_lower: the resolution reached (inf when nothing failed or censored)."""
-        if self.samples_needed is None or self.samples_lower <= 0:
-            return math.inf
-        return self.samples_needed / self.samples_lower
-
-
-def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilon: float, *, start: int,
-                          budget: int, minimum: int = 1, resolution: float = RESOLUTION,
-                          coarse_seconds: float | None = None, confirm: float = 0.0,
-                          known: dict | None = None) -> SampleSearch:
-    """The smallest n with ``error_at(n)`` ≤ ε, by bracketing (halving/doubling) and bisection on log n.
-
-    The bracket keeps every failure below every success, so a failure above
-    a success (a non-monotone error curve) can only show on a probe outside
-    it: with ``confirm`` > 1 the search ends with a probe at ``confirm`` × n*
-    (unless one at or above it was made, or it exceeds the budget), and
-    ``non_monotone`` is set when any probe failed above one that succeeded.
-
-    Parameters
-    ----------
-    error_at : callable
-        n ↦ (error, seconds).  An error that is NaN or None counts as a
-        failure (e.g. a learner that refuses n).
-    epsilon : float
-        The target error.
-    start : int
-        The first n probed (clipped to [minimum, budget]).
-    budget : int
-        The largest n probed; failing there censors the search.
-    minimum : int
-        The smallest n probed.
-    resolution : float
-        Bisect until n* / (largest failing n below it) ≤ ``resolution``.
-    coarse_seconds : float, optional
-        Once a probe took longer than this, stop at :data:`COARSE_RESOLUTION`.
-    confirm : float
-        The factor of the closing probe above n* (0: none).
-    known : dict, optional
-        n ↦ (error, seconds) of probes already made (a resumed search): used
-        instead of calling ``error_at``.
-
-    Returns
-    -------
-    SampleSearch
-    """
-    if not (budget >= minimum >= 1 and resolution > 1.0 and epsilon >= 0.0):
-        raise ValueError(f"search: expected budget ≥ minimum ≥ 1, resolution > 1 and ε ≥ 0, received "
-                         f"budget = {budget}, minimum = {minimum}, resolution = {resolution}, ε = {epsilon}")
-    known = dict(known or {})
-    probes = []
-
-    def succeeds(n: int) -> bool:
-        if n not in known:
-            known[n] = tuple(error_at(n))
-        if not any(n == probe[0] for probe in probes):
-            probes.append((n, *known[n]))
-        return _success(known[n][0], epsilon)
-
-    n = min(max(int(start), minimum), budget)
-    lower, needed = 0, None
-    if succeeds(n):
-        needed = n
-        while needed > minimum:
-            smaller = max(minimum, needed // 2)
-            if not succeeds(smaller):
-                lower = smaller
-                break
-            needed = smaller
-    else:
-        lower = n
-        while lower < budget:
-            larger = min(budget, 2 * lower)
-            if succeeds(larger):
-                needed = larger
-                break
-            lower = larger
-    if needed is not None:
-        while lower > 0:
-            slow = coarse_seconds is not None and max(probe[2] for probe in probes) > coarse_seconds
-            if needed / lower <= (max(resolution, COARSE_RESOLUTION) if slow else resolution):
-                break
-            middle = int(round(math.sqrt(lower * needed)))
-            if middle <= lower or middle >= needed:
-                break
-            if succeeds(middle):
-                needed = middle
-            else:
-                lower = middle
-    if needed is not None and confirm and not any(probe[0] >= confirm * needed for probe in probes):
-        check = int(round(confirm * needed))
-        if check <= budget:
-            succeeds(check)
-    successes = [probe[0] for probe in probes if _success(probe[1], epsilon)]
-    failures = [probe[0] for probe in probes if not _success(probe[1], epsilon)]
-    non_monotone = bool(successes and failures and max(failures) > min(successes))
-    return SampleSearch(needed, lower, needed is None, non_monotone, probes)
-
-
-def _success(error, epsilon: float) -> bool:
-    return error is not None and not math.isnan(error) and error <= epsilon
 
 
 # --------------------------------------------------------------------- cells

@@ -27,6 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..sample_search import bracket_smallest
+
 #: Growth laws fitted to samples-to-target against T.
 LAWS = ("log", "power")
 
@@ -81,28 +83,9 @@ def bisect_samples(evaluate: Callable[[int], float], *, target: float, start: in
         probes.append((n, accuracy))
         return accuracy >= target
 
-    failing, n = None, start
-    while not passes(n):
-        failing = n
-        if n >= max_samples:
-            return math.inf, probes
-        n = min(2 * n, max_samples)
-    passing = n
-    while failing is None and passing > min_samples:
-        n = max(passing // 2, min_samples)
-        if passes(n):
-            passing = n
-        else:
-            failing = n
-    while failing is not None and passing / failing > 2 ** (1 / per_octave) * (1 + 1e-12):
-        middle = int(round(math.sqrt(failing * passing)))
-        if middle <= failing or middle >= passing:
-            break
-        if passes(middle):
-            passing = middle
-        else:
-            failing = middle
-    return float(passing), probes
+    passing, _ = bracket_smallest(passes, start=start, budget=max_samples, minimum=min_samples,
+                                  resolution=2 ** (1 / per_octave) * (1 + 1e-12))
+    return (math.inf if passing is None else float(passing)), probes
 
 
 def median_with_inf(values: Sequence[float]) -> float:

@@ -1,0 +1,127 @@
+"""The tables of docs/learners_vs_m.md, printed from the committed samples-to-eps rows (nothing is fitted to data
+anew but the growth laws, which are deterministic in the rows).
+
+    python runs/samples-to-eps/tables.py [DB]      (default: runs/samples-to-eps/samples-to-eps.db)
+
+Prints, as Markdown tables: n* per curve and m; the growth laws per curve; every committed held-out prediction
+(PREDICTIONS.md), recomputed from the rows of the m it was fitted on, against the measured median; the
+unpolished error at the budget (the moment route's floor); which code computed the rows, from their own
+provenance columns.  tests/test_docs_tables.py checks that every row printed is on the page.
+"""
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from mhalearn.experiments.learners_vs_m import provenance_statement
+from mhalearn.experiments.samples_to_eps import (
+    CURVE_KEYS,
+    fit_growth_laws,
+    predict,
+    samples_needed_table,
+    teacher_value,
+)
+from mhalearn.experiments.store import ResultStore
+
+PATH = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/samples-to-eps/samples-to-eps.db")
+#: The predictions committed in PREDICTIONS.md before their m ran: (block, learner, output, fitted on m,
+#: held-out m, pass factor).
+COMMITTED = [
+    (1, "gradient", "polished", (1, 2, 4), (8, 16, 24), 1.5),
+    (2, "gradient", "polished", (1, 2, 4, 8), (16, 24), 1.5),
+    (3, "gradient", "polished", (1, 2, 4, 8, 16, 24), (3, 6, 12), 1.5),
+    (4, "moment", "polished", (1, 2, 3, 4, 5, 6), (7,), 2.0),
+    (5, "moment", "polished", (1, 2, 3, 4, 5, 6, 7), (12,), 2.0),
+]
+FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
+
+
+def number(value: float, budget: int = 0) -> str:
+    return f"> {budget}" if math.isinf(value) else f"{value:.4g}"
+
+
+def table(header: list[str], rows: list[tuple]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+    print()
+
+
+with ResultStore(PATH, readonly=True) as store:
+    rows = store.rows("samples-to-eps")
+random = [row for row in rows if row["family"] == "random"]
+
+
+def curve_of(row: dict) -> tuple:
+    return tuple(row[key] for key in CURVE_KEYS)
+
+
+def routes(cells: list[dict]) -> str:
+    counts = Counter(row["route"] for row in cells)
+    return ", ".join(f"{route} {count}" for route, count in sorted(counts.items()))
+
+
+print("n* per curve and m: median over teachers [90 % bootstrap interval]; censored teachers count as > budget")
+entries = samples_needed_table(rows)
+table(["family", "d", "k", "learner", "output", "ε", "m", "teachers", "censored", "resolved ≤ 1.5×",
+       "n* median [90 %]", "route at n*"],
+      [(e["family"], e["dim"], e["length"], e["learner"], e["output"], f"{e['eps']:g}", e["heads"], e["teachers"],
+        e["censored"], e["resolved_1_5"], f"{number(e['median'], e['budget'])} [{number(e['low'], e['budget'])}, "
+        f"{number(e['high'], e['budget'])}]",
+        routes([row for row in rows if curve_of(row) == tuple(e[key] for key in CURVE_KEYS)
+                and row["heads"] == e["heads"]]))
+       for e in entries])
+
+print("growth laws: least squares on log n* over every uncensored teacher, 90 % bootstrap over teachers")
+table(["family", "d", "k", "learner", "output", "ε", "n* =", "a [90 %]", "b [90 %]", "rms log₁₀", "fitted on m",
+       "teachers (censored)"],
+      [(law["family"], law["dim"], law["length"], law["learner"], law["output"], f"{law['eps']:g}",
+        FORM_NAMES[law["form"]], f"{law['a']:.3g} [{law['a_low']:.3g}, {law['a_high']:.3g}]",
+        "1 (fixed)" if law["form"] == "labels-per-unknown" else
+        f"{law['b']:.3g} [{law['b_low']:.3g}, {law['b_high']:.3g}]", f"{law['rms_log10']:.3f}",
+        law["heads"].replace(",", ", "), f"{law['points'] + law['censored']} ({law['censored']})")
+       for law in fit_growth_laws(rows)])
+
+print("held-out m: each prediction committed in PREDICTIONS.md before its m ran, recomputed from the rows of the "
+      "m it was fitted on, against the measured median n*")
+held = []
+for block, learner, output, fitted_on, held_out, factor in COMMITTED:
+    mine = [row for row in random if (row["learner"], row["output"], row["dim"], row["length"]) == (
+        learner, output, 12, 4)]
+    laws = fit_growth_laws([row for row in mine if row["heads"] in fitted_on], resamples=10)
+    for heads in held_out:
+        measured = [teacher_value(row) for row in mine if row["heads"] == heads]
+        if not measured:
+            continue
+        median = float(np.median(measured))
+        for law in laws:
+            ratio = predict(law, heads) / median if math.isfinite(median) else math.nan
+            verdict = "censored" if math.isnan(ratio) else (
+                "within" if 1 / factor <= ratio <= factor else "missed")
+            held.append((block, learner, output, ", ".join(map(str, fitted_on)), FORM_NAMES[law["form"]], heads,
+                         f"{predict(law, heads):.0f}", f"{number(median)} ({len(measured)})",
+                         f"{ratio:.2f}×", f"{verdict} {factor:g}×"))
+table(["block", "learner", "output", "fitted on m", "n* =", "held-out m", "predicted", "measured median (teachers)",
+       "predicted / measured", "verdict"], held)
+
+print("unpolished relative test error at the budget (n = 2000), every teacher searched there: median [min, max]")
+floor = []
+for row in rows:
+    for probe in json.loads(row["probe_log"]):
+        if probe["samples"] == row["budget"] and probe["unpolished_error"] is not None and row["learner"] != "gradient":
+            floor.append((row["family"], row["learner"], row["heads"], probe["unpolished_error"], probe["route"]))
+groups: dict = {}
+for family, learner, heads, error, route in floor:
+    groups.setdefault((family, learner, heads), []).append((error, route))
+table(["family", "learner", "m", "teachers", "unpolished error at n = 2000", "route"],
+      [(*key, len(values), f"{np.median([e for e, _ in values]):.3g} [{min(e for e, _ in values):.3g}, "
+        f"{max(e for e, _ in values):.3g}]", ", ".join(f"{r} {c}" for r, c in sorted(Counter(
+            r for _, r in values).items())))
+       for key, values in sorted(groups.items())])
+
+print("which code computed the rows (from the rows' own provenance columns)")
+table(["results file", "rows by code"], [(PATH.name, provenance_statement(PATH, "samples-to-eps").split(": ", 1)[1])])
