@@ -425,14 +425,13 @@ class TeacherSource(BlockSource):
         return min(self.block_size, self.samples - index * self.block_size)
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
-        from .chen_li.sign_tables import block_codes, code_groups
+        from .chen_li.sign_tables import code_groups
 
         size = self.block_samples(index)
-        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size)
-        # Coded once where the block is drawn, as ArraySource codes its blocks: the passes' kernels
-        # read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
+        # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
+        # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
         codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
-        block_codes(X, codes)
+        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes)
         return CodedTokens(X, codes), Y, None
 
     def __dask_tokenize__(self):
