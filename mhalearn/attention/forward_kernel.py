@@ -80,32 +80,47 @@ def _reciprocal_lanes(u):
     return (1.0 / u[0], 1.0 / u[1], 1.0 / u[2], 1.0 / u[3], 1.0 / u[4], 1.0 / u[5], 1.0 / u[6], 1.0 / u[7])
 
 
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _sums_lanes(left, right, out):
-    """out[i, j] = Σ_c left[c, i] ⊙ right[c, j] over the rows c of ``right``, lane by lane, in order of c.
+def _lane_sums(transposed: bool, accumulate: bool):
+    """The kernel out[i, j] (+)= Σ_c left[c, i] ⊙ right[c, j] (``transposed``: Σ_c left[i, c] ⊙ right[j, c])
+    over the rows c of ``right`` (its columns when ``transposed``), lane by lane, the sum in order of c,
+    added to out[i, j] when ``accumulate``; both flags are constants of the kernel, so its loops hold no
+    test of them.
 
-    ``left`` holds lanes (a 3-d array) or one scalar for every lane (2-d).  The sums are computed in 2 × 2
-    blocks, four independent sums that the core overlaps (one sum alone waits on each multiply-add's
-    latency), each load serving two of them; an odd last row or column repeats its neighbour's index,
-    which computes the same sum twice and stores it twice.
+    ``left`` holds lanes (a 3-d array) or one scalar for every lane (2-d); ``right`` holds lanes.  The sums
+    are computed in 2 × 2 blocks, four independent sums that the core overlaps (one sum alone waits on each
+    multiply-add's latency), each load serving two of them; an odd last row or column repeats its
+    neighbour's index, which computes the same sum twice and stores it twice.
     """
-    rows, cols = out.shape[0], out.shape[1]
-    for i in range(0, rows, 2):
-        i1 = min(i + 1, rows - 1)
-        for j in range(0, cols, 2):
-            j1 = min(j + 1, cols - 1)
-            s00, s01, s10, s11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
-            for c in range(right.shape[0]):
-                u0, u1 = _as_lanes(left[c, i]), _as_lanes(left[c, i1])
-                v0, v1 = right[c, j], right[c, j1]
-                s00 = _fma_lanes(s00, u0, v0)
-                s01 = _fma_lanes(s01, u0, v1)
-                s10 = _fma_lanes(s10, u1, v0)
-                s11 = _fma_lanes(s11, u1, v1)
-            _store_lanes(out[i, j], s00)
-            _store_lanes(out[i, j1], s01)
-            _store_lanes(out[i1, j], s10)
-            _store_lanes(out[i1, j1], s11)
+    @njit(inline="always", fastmath=FASTMATH, cache=True)
+    def sums(left, right, out):
+        rows, cols = out.shape[0], out.shape[1]
+        inner = right.shape[1] if transposed else right.shape[0]
+        for i in range(0, rows, 2):
+            i1 = min(i + 1, rows - 1)
+            for j in range(0, cols, 2):
+                j1 = min(j + 1, cols - 1)
+                s00, s01, s10, s11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
+                if accumulate:
+                    s00, s01 = _as_lanes(out[i, j]), _as_lanes(out[i, j1])
+                    s10, s11 = _as_lanes(out[i1, j]), _as_lanes(out[i1, j1])
+                for c in range(inner):
+                    if transposed:
+                        u0, u1, v0, v1 = _as_lanes(left[i, c]), _as_lanes(left[i1, c]), right[j, c], right[j1, c]
+                    else:
+                        u0, u1, v0, v1 = _as_lanes(left[c, i]), _as_lanes(left[c, i1]), right[c, j], right[c, j1]
+                    s00 = _fma_lanes(s00, u0, v0)
+                    s01 = _fma_lanes(s01, u0, v1)
+                    s10 = _fma_lanes(s10, u1, v0)
+                    s11 = _fma_lanes(s11, u1, v1)
+                _store_lanes(out[i, j], s00)
+                _store_lanes(out[i, j1], s01)
+                _store_lanes(out[i1, j], s10)
+                _store_lanes(out[i1, j1], s11)
+    return sums
+
+
+_sums_lanes = _lane_sums(transposed=False, accumulate=False)
+_added_sums_lanes = _lane_sums(transposed=True, accumulate=True)
 
 
 @njit(inline="always", cache=True)
@@ -147,23 +162,7 @@ def _head_lanes(x_lanes, projections, weights, out_lanes):
         inverse = _reciprocal_lanes(total)
         for b in range(k):
             _store_lanes(weights[a, b], _scale_lanes(_as_lanes(weights[a, b]), inverse))
-    for e in range(0, d, 2):
-        e1 = min(e + 1, d - 1)
-        for a in range(0, k, 2):
-            a1 = min(a + 1, k - 1)
-            o00, o01 = _as_lanes(out_lanes[e, a]), _as_lanes(out_lanes[e, a1])
-            o10, o11 = _as_lanes(out_lanes[e1, a]), _as_lanes(out_lanes[e1, a1])
-            for b in range(k):
-                weight, weight1 = weights[a, b], weights[a1, b]
-                value, value1 = projections[d + e, b], projections[d + e1, b]
-                o00 = _fma_lanes(o00, weight, value)
-                o01 = _fma_lanes(o01, weight1, value)
-                o10 = _fma_lanes(o10, weight, value1)
-                o11 = _fma_lanes(o11, weight1, value1)
-            _store_lanes(out_lanes[e, a], o00)
-            _store_lanes(out_lanes[e, a1], o01)
-            _store_lanes(out_lanes[e1, a], o10)
-            _store_lanes(out_lanes[e1, a1], o11)
+    _added_sums_lanes(projections[d:], weights, out_lanes)  # out[e, a] += Σ_b (x W)[b, e] A[a, b]
 
 
 _FORWARD_SIGNATURE = types.void(types.float64[:, :, ::1], types.float64[:, :, ::1], types.int64,
