@@ -11,6 +11,7 @@ import mhalearn
 from mhalearn import _numba
 from mhalearn.attention import kernels, reference
 from mhalearn.attention.data import boolean_block, labelled_block, sign_key
+from mhalearn.data.token_codes import block_codes, code_groups
 
 MASK = (1 << 64) - 1
 
@@ -46,6 +47,18 @@ def test_signs_are_the_bits_of_the_blocks_words(length, dim):
     np.testing.assert_array_equal(X, expected)
     # The key is SeedSequence's, a function of (seed, index) alone: another block has other signs.
     assert not np.array_equal(X, boolean_block(seed, index + 1, size, length, dim))
+
+
+@pytest.mark.parametrize("length, dim", [(4, 12), (5, 14), (1, 1), (3, 7), (2, 40)])
+def test_codes_drawn_with_the_signs_are_those_of_the_signs(length, dim):
+    """The codes read off a sequence's words (one word: 4 × 12, 1 × 1, 3 × 7) or off its entries (more
+    words) are block_codes of the signs drawn."""
+    codes = np.full((29, length, code_groups(dim)), 255, dtype=np.uint8)
+    X = boolean_block(3, 1, 29, length, dim, codes=codes)
+    expected = np.empty_like(codes)
+    assert block_codes(X, expected)
+    np.testing.assert_array_equal(codes, expected)
+    np.testing.assert_array_equal(X, boolean_block(3, 1, 29, length, dim))  # the same signs with codes or not
 
 
 def test_signs_are_balanced_and_uncorrelated():

@@ -6,7 +6,7 @@ import pytest
 import mhalearn
 from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.data.sources import ArraySource
-from mhalearn.learners.chen_li import agreement_passes, decoder, sculpt_span
+from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, sculpt_span
 from mhalearn.learners.chen_li.noise import NOISE_SAMPLES
 from mhalearn.learners.chen_li.settings import BodySettings
 
@@ -64,6 +64,38 @@ def test_the_candidate_pass_keeps_every_row_a_nearby_estimate_can_accept(rng, ca
         assert all((X[s].tobytes(), q) in kept for s, q in zip(sequence, query))
     # Not everything: the pass keeps a small share of the rows.
     assert len(rows) < 0.5 * rows.scanned and checked
+
+
+@pytest.mark.parametrize("heads, held_out", [(2, False), (3, True)])
+def test_a_blocks_needs_are_those_of_every_rows_reach(rng, heads, held_out):
+    # The candidate pass computes a row's reach only where a bound does not rule the row out; the rows, their
+    # needs and the count of rows needed are those of the reach of every row, to the bit.
+    teacher = mhalearn.sample_teacher(heads, 9, rng=40 + heads)
+    X, Y = mhalearn.make_dataset(teacher, 4000, 4, rng=rng)
+    # ScaledLabels blocks, CodedTokens and training rows, or not.
+    source = ArraySource(X, Y, 4000, held_out=[500] if held_out else None, seed=6,
+                         scales=(1.0, 3.0 if held_out else 1.0), boolean=not held_out)
+    block_X, block_Y, sequences = source._block(0)
+    tokens, labels = np.asarray(block_X), np.asarray(block_Y)
+    if sequences is not None:
+        tokens, labels = tokens[sequences], labels[sequences]
+    for spread in (0.01, 0.05):
+        centre = teacher.projection_sum + spread * rng.standard_normal((9, 9))
+        radius, threshold = 0.05 * np.linalg.norm(centre, 2), 0.03
+        residuals, violations = decoder.decoding_residuals(block_X, block_Y, centre, sequences)
+        reach = (1 + 8 * TOL) * agreement_rows.residual_reach(tokens, labels)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            every_need = np.maximum(residuals - threshold, 0.0) / reach
+        needed = (violations <= 10 * TOL) & np.isfinite(residuals) & (every_need <= radius)
+        for covered in (radius, 0.5 * radius):
+            rows, need, found = agreement_passes._reachable_block(block_X, block_Y, sequences, centre, threshold,
+                                                                  radius, covered, TOL)
+            sequence, query = np.nonzero(needed & (every_need <= covered))
+            assert found == np.count_nonzero(needed) and len(sequence) > 10
+            np.testing.assert_array_equal(need, every_need[sequence, query])
+            np.testing.assert_array_equal(rows.tokens, tokens[sequence])
+            np.testing.assert_array_equal(rows.query, query)
+            np.testing.assert_array_equal(rows.residual, residuals[sequence, query])
 
 
 def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkeypatch):

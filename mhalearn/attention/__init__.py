@@ -6,7 +6,8 @@ F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
 * :mod:`~mhalearn.attention.model` — :class:`MultiHeadAttention` and the
   error measures (relative error, head matching, parameter error, head collapse);
 * :mod:`~mhalearn.attention.kernels` — forward pass, attention weights, head
-  features and loss-and-gradient in Numba ([design: kernels]);
+  features and loss-and-gradient in Numba ([design: kernels]), the forward pass's
+  kernel, 8 sequences side by side, in ``mhalearn.attention.forward_kernel``;
 * :mod:`~mhalearn.attention.data` — input laws and labelled datasets;
 * :mod:`~mhalearn.attention.teachers` — planted teachers with explicit
   non-degeneracy conditions and the registry of teacher families ([design: teacher]);

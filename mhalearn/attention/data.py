@@ -110,6 +110,8 @@ def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
 _GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)
+# Bits of a token code (mhalearn.data.token_codes.BITS; tests/test_generated_blocks.py compares the codes).
+_CODE_BITS = 6
 
 
 @njit(inline="always", cache=True)
@@ -122,22 +124,42 @@ def _splitmix64(key, counter):
 
 
 @njit(cache=True, nogil=True)
-def _draw_signs(key, out):
+def _draw_signs(key, out, codes):
     """out[s] = ±1 entries from the bits of words s·w + 1 … s·w + w of the stream ``key``, w = ⌈k·d / 64⌉:
-    entry (a, c) is bit (a·d + c) mod 64 of the sequence's word (a·d + c) // 64, 1 → +1, 0 → −1."""
-    n = out.shape[0]
-    entries = out.shape[1] * out.shape[2]
+    entry (a, c) is bit (a·d + c) mod 64 of the sequence's word (a·d + c) // 64, 1 → +1, 0 → −1.
+
+    With ``codes`` (n, k, ⌈d / BITS⌉) not empty, also the tokens' codes
+    (:func:`~mhalearn.data.token_codes.block_codes`: bit b of code g set where entry
+    BITS·g + b is +1), read off the word where a sequence holds one, at no cost next to coding X afterwards.
+    """
+    n, k, d = out.shape
+    entries = k * d
     words = (entries + 63) // 64
     flat = out.reshape(n, entries)
+    groups = codes.shape[2]
     counter = np.uint64(0)
     for s in range(n):
         row = flat[s]
+        word = np.uint64(0)
         for j in range(words):
             counter += np.uint64(1)
             word = _splitmix64(key, counter)
             start = 64 * j
             for bit in range(min(64, entries - start)):
                 row[start + bit] = 2.0 * np.float64((word >> np.uint64(bit)) & np.uint64(1)) - 1.0
+        if codes.shape[0] == 0:
+            continue
+        for a in range(k):
+            for g in range(groups):
+                first = _CODE_BITS * g
+                width = min(_CODE_BITS, d - first)
+                if words == 1:
+                    code = (word >> np.uint64(a * d + first)) & np.uint64((1 << width) - 1)
+                else:
+                    code = np.uint64(0)
+                    for b in range(width):
+                        code |= np.uint64(row[a * d + first + b] > 0.0) << np.uint64(b)
+                codes[s, a, g] = np.uint8(code)
 
 
 def sign_key(seed: int, index: int) -> np.uint64:
@@ -145,17 +167,18 @@ def sign_key(seed: int, index: int) -> np.uint64:
     return np.random.SeedSequence([seed, index], spawn_key=(0,)).generate_state(1, np.uint64)[0]
 
 
-def boolean_block(seed: int, index: int, size: int, length: int, dim: int, out: np.ndarray | None = None
-                  ) -> np.ndarray:
+def boolean_block(seed: int, index: int, size: int, length: int, dim: int, out: np.ndarray | None = None,
+                  codes: np.ndarray | None = None) -> np.ndarray:
     """Block ``index`` of the Boolean inputs of a generated dataset: ``size`` sequences of length × dim signs,
-    into ``out`` (C-contiguous float64) when given (:func:`labelled_block`)."""
+    into ``out`` (C-contiguous float64) when given (:func:`labelled_block`), and their tokens' codes into
+    ``codes`` (size, length, ⌈dim / 6⌉) uint8 when given (:func:`_draw_signs`)."""
     out = np.empty((size, length, dim)) if out is None else out
-    _draw_signs(sign_key(seed, index), out)
+    _draw_signs(sign_key(seed, index), out, np.empty((0, 0, 0), dtype=np.uint8) if codes is None else codes)
     return out
 
 
 def labelled_block(teacher, length: int, law: str, noise: float, seed: int, index: int,
-                   size: int) -> tuple[np.ndarray, np.ndarray]:
+                   size: int, codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Block ``index`` of a generated dataset: ``size`` sequences and their labels, drawn from ``seed`` and ``index``.
 
     Boolean inputs are the bits of counter-based 64-bit words keyed by
@@ -165,19 +188,21 @@ def labelled_block(teacher, length: int, law: str, noise: float, seed: int, inde
     wherever and whenever it is drawn, which is what lets a pass re-draw it
     instead of storing it (:class:`~mhalearn.attention.teacher_source.TeacherSource`,
     ``make_dataset(..., chunks=...)``).  X and Y are the two halves of one
-    (2, size, length, dim) array (:func:`_labelled_pairs`).
+    (2, size, length, dim) array (:func:`_labelled_pairs`).  ``codes``
+    (Boolean inputs only) receives the tokens' codes (:func:`boolean_block`).
     """
-    X, Y = _labelled_pairs(teacher, length, law, noise, seed, index, size)
+    X, Y = _labelled_pairs(teacher, length, law, noise, seed, index, size, codes)
     return X, Y
 
 
-def _labelled_pairs(teacher, length: int, law: str, noise: float, seed: int, index: int, size: int) -> np.ndarray:
+def _labelled_pairs(teacher, length: int, law: str, noise: float, seed: int, index: int, size: int,
+                    codes: np.ndarray | None = None) -> np.ndarray:
     """:func:`labelled_block` as one array (2, size, length, dim): the inputs, then their labels."""
     pairs = np.empty((2, size, length, teacher.dim))
     X, Y = pairs
     rng = np.random.default_rng([seed, index])
     if law == "boolean":
-        boolean_block(seed, index, size, length, teacher.dim, out=X)
+        boolean_block(seed, index, size, length, teacher.dim, out=X, codes=codes)
         check_logit_range(np.ones((1, 1, 1)), teacher.thetas)  # the inputs' entries are ±1
     else:
         X[...] = rng.standard_normal(X.shape)

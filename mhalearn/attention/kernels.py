@@ -24,7 +24,7 @@ The pure-NumPy statement of the same maths lives in :mod:`mhalearn.attention.ref
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import njit
 
 from .._exp import exp_nonpositive
 from .._numba import (
@@ -37,11 +37,11 @@ from .._numba import (
     mm_t,
     new_counter,
     next_chunk,
-    slp_vectorised,
     thread_driver,
     transpose_into,
 )
 from .._validation import check_logit_range
+from .forward_kernel import LANES, forward_worker, stacked_projections
 
 # --------------------------------------------------------------------------
 # Per-sequence attention
@@ -138,218 +138,6 @@ def _untranspose_weights(weights_t, out):
                 out[i, a, b] = weights_t[b, i * k + a]
 
 
-# The forward kernel works on LANES sequences at once, each sequence one lane
-# of every scratch array (their last axis).  Each step holds LANES running
-# sums as a tuple, in registers, that LLVM's SLP vectoriser packs into the
-# host's vectors (two AVX2 registers or one AVX-512 register), even at the
-# k = 4, d = 12 of the body's passes, where a sequence's own axes are too
-# short to fill a vector and a loop over LANES entries in memory would spend
-# more on loads, stores and loop set-up than on arithmetic.  Every lane runs
-# the operations of :func:`_attention_t` for a lone sequence in the same
-# order (fused multiply-adds in the order of the sums, no reassociation), so
-# a sequence's output depends neither on its lane nor on its group or chunk:
-# the same bits as :func:`attention` gives its weights, on any thread count.
-#: Sequences a forward step computes side by side.
-LANES = 8
-_ZERO_LANES = (0.0,) * LANES
-
-
-@njit(inline="always", cache=True)
-def _lanes(row):
-    return (row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7])
-
-
-@njit(inline="always", cache=True)
-def _store_lanes(row, v):
-    row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7] = v
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _fma_lanes(acc, u, v):
-    """acc + u ⊙ v, lane by lane (a fused multiply-add each)."""
-    return (acc[0] + u[0] * v[0], acc[1] + u[1] * v[1], acc[2] + u[2] * v[2], acc[3] + u[3] * v[3],
-            acc[4] + u[4] * v[4], acc[5] + u[5] * v[5], acc[6] + u[6] * v[6], acc[7] + u[7] * v[7])
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _axpy_lanes(acc, t, v):
-    """acc + t · v, lane by lane, for a scalar t."""
-    return (acc[0] + t * v[0], acc[1] + t * v[1], acc[2] + t * v[2], acc[3] + t * v[3],
-            acc[4] + t * v[4], acc[5] + t * v[5], acc[6] + t * v[6], acc[7] + t * v[7])
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _project_lanes(projection_t, x_lanes, projections):
-    """projections[e, a] = Σ_c projection_t[e, c] x_lanes[c, a], lane by lane, the sum in order of c.
-
-    Two rows e and two tokens a at a time, as :func:`_head_lanes` blocks its sums: four independent
-    sums, and each load of x_lanes serves two of them.
-    """
-    rows, d = projection_t.shape
-    k = x_lanes.shape[1]
-    for e in range(0, rows, 2):
-        e1 = min(e + 1, rows - 1)
-        for a in range(0, k, 2):
-            a1 = min(a + 1, k - 1)
-            p00, p01, p10, p11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
-            for c in range(d):
-                t0, t1 = projection_t[e, c], projection_t[e1, c]
-                x0, x1 = x_lanes[c, a], x_lanes[c, a1]
-                p00 = _axpy_lanes(p00, t0, x0)
-                p01 = _axpy_lanes(p01, t0, x1)
-                p10 = _axpy_lanes(p10, t1, x0)
-                p11 = _axpy_lanes(p11, t1, x1)
-            _store_lanes(projections[e, a], p00)
-            _store_lanes(projections[e, a1], p01)
-            _store_lanes(projections[e1, a], p10)
-            _store_lanes(projections[e1, a1], p11)
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _max_lanes(u, v):
-    return (v[0] if v[0] > u[0] else u[0], v[1] if v[1] > u[1] else u[1], v[2] if v[2] > u[2] else u[2],
-            v[3] if v[3] > u[3] else u[3], v[4] if v[4] > u[4] else u[4], v[5] if v[5] > u[5] else u[5],
-            v[6] if v[6] > u[6] else u[6], v[7] if v[7] > u[7] else u[7])
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _exp_shifted_lanes(u, shift):
-    return (exp_nonpositive(u[0] - shift[0]), exp_nonpositive(u[1] - shift[1]), exp_nonpositive(u[2] - shift[2]),
-            exp_nonpositive(u[3] - shift[3]), exp_nonpositive(u[4] - shift[4]), exp_nonpositive(u[5] - shift[5]),
-            exp_nonpositive(u[6] - shift[6]), exp_nonpositive(u[7] - shift[7]))
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _add_lanes(u, v):
-    return (u[0] + v[0], u[1] + v[1], u[2] + v[2], u[3] + v[3], u[4] + v[4], u[5] + v[5], u[6] + v[6], u[7] + v[7])
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _scale_lanes(u, v):
-    return (u[0] * v[0], u[1] * v[1], u[2] * v[2], u[3] * v[3], u[4] * v[4], u[5] * v[5], u[6] * v[6], u[7] * v[7])
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _reciprocal_lanes(u):
-    return (1.0 / u[0], 1.0 / u[1], 1.0 / u[2], 1.0 / u[3], 1.0 / u[4], 1.0 / u[5], 1.0 / u[6], 1.0 / u[7])
-
-
-@njit(inline="always", cache=True)
-def _load_lanes(X, first, count, x_lanes):
-    """x_lanes[c, a, lane] = X[first + lane, a, c] for lane < count, 0 for the lanes past the batch."""
-    _, k, d = X.shape
-    for lane in range(count):
-        x = X[first + lane]
-        for a in range(k):
-            for c in range(d):
-                x_lanes[c, a, lane] = x[a, c]
-    for lane in range(count, LANES):
-        for a in range(k):
-            for c in range(d):
-                x_lanes[c, a, lane] = 0.0
-
-
-@njit(inline="always", fastmath=FASTMATH, cache=True)
-def _head_lanes(x_lanes, projections, weights, out_lanes):
-    """One head on LANES sequences: weights[a, b] = A[a, b] and out_lanes[e, a] += Σ_b A[a, b] (x W)[b, e],
-    lane by lane.
-
-    ``projections`` (2d, k, LANES) holds (x Θ)ᵀ in rows 0…d−1 and (x W)ᵀ in rows d…2d−1.  The logits
-    and the outputs are computed in 2 × 2 blocks, four independent sums that the core overlaps (one
-    sum alone waits on each multiply-add's latency); an odd last row or column repeats its neighbour's
-    index, which computes the same sum twice and stores it twice.
-    """
-    d, k, _ = x_lanes.shape
-    for a in range(0, k, 2):
-        a1 = min(a + 1, k - 1)
-        for b in range(0, k, 2):
-            b1 = min(b + 1, k - 1)
-            l00, l01, l10, l11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
-            for e in range(d):
-                query, query1 = projections[e, a], projections[e, a1]
-                token, token1 = x_lanes[e, b], x_lanes[e, b1]
-                l00 = _fma_lanes(l00, token, query)
-                l01 = _fma_lanes(l01, token1, query)
-                l10 = _fma_lanes(l10, token, query1)
-                l11 = _fma_lanes(l11, token1, query1)
-            _store_lanes(weights[a, b], l00)
-            _store_lanes(weights[a, b1], l01)
-            _store_lanes(weights[a1, b], l10)
-            _store_lanes(weights[a1, b1], l11)
-    for a in range(k):
-        # The stable softmax of row a, as _attention_t: max, exponentials of the shifted logits, their sum
-        # in order of b, one reciprocal.
-        peak = _lanes(weights[a, 0])
-        for b in range(1, k):
-            peak = _max_lanes(peak, _lanes(weights[a, b]))
-        total = _ZERO_LANES
-        for b in range(k):
-            w = _exp_shifted_lanes(_lanes(weights[a, b]), peak)
-            _store_lanes(weights[a, b], w)
-            total = _add_lanes(total, w)
-        inverse = _reciprocal_lanes(total)
-        for b in range(k):
-            _store_lanes(weights[a, b], _scale_lanes(_lanes(weights[a, b]), inverse))
-    for e in range(0, d, 2):
-        e1 = min(e + 1, d - 1)
-        for a in range(0, k, 2):
-            a1 = min(a + 1, k - 1)
-            o00, o01 = _lanes(out_lanes[e, a]), _lanes(out_lanes[e, a1])
-            o10, o11 = _lanes(out_lanes[e1, a]), _lanes(out_lanes[e1, a1])
-            for b in range(k):
-                weight, weight1 = weights[a, b], weights[a1, b]
-                value, value1 = projections[d + e, b], projections[d + e1, b]
-                o00 = _fma_lanes(o00, weight, value)
-                o01 = _fma_lanes(o01, weight1, value)
-                o10 = _fma_lanes(o10, weight, value1)
-                o11 = _fma_lanes(o11, weight1, value1)
-            _store_lanes(out_lanes[e, a], o00)
-            _store_lanes(out_lanes[e, a1], o01)
-            _store_lanes(out_lanes[e1, a], o10)
-            _store_lanes(out_lanes[e1, a1], o11)
-
-
-_FORWARD_SIGNATURE = types.void(types.float64[:, :, ::1], types.float64[:, :, ::1], types.int64,
-                                types.int64[::1], types.float64[:, :, ::1], types.float64[:, :, :, ::1],
-                                types.boolean)
-
-
-@slp_vectorised(_FORWARD_SIGNATURE, fastmath=FASTMATH, cache=True, nogil=True)
-def _forward_worker(X, projection_t, chunks, counter, out, weights_out, store_weights):
-    """out[s] = Σ_i A_i (x_s W_i); with ``store_weights`` also weights_out[s] = A.
-
-    ``projection_t`` (m, 2d, d) holds Θ_iᵀ in rows 0…d−1 and W_iᵀ in rows d…2d−1 of head i.
-    """
-    n, k, d = X.shape
-    m = projection_t.shape[0]
-    x_lanes = np.empty((d, k, LANES))
-    projections = np.empty((2 * d, k, LANES))
-    weights = np.empty((k, k, LANES))
-    out_lanes = np.empty((d, k, LANES))
-    chunk = next_chunk(counter)
-    while chunk < chunks:
-        stop = (chunk + 1) * n // chunks
-        for first in range(chunk * n // chunks, stop, LANES):
-            count = min(LANES, stop - first)
-            _load_lanes(X, first, count, x_lanes)
-            out_lanes[:, :, :] = 0.0
-            for i in range(m):
-                _project_lanes(projection_t[i], x_lanes, projections)
-                _head_lanes(x_lanes, projections, weights, out_lanes)
-                if store_weights:
-                    for lane in range(count):
-                        head = weights_out[first + lane, i]
-                        for a in range(k):
-                            for b in range(k):
-                                head[a, b] = weights[a, b, lane]
-            for lane in range(count):
-                out_s = out[first + lane]
-                for a in range(k):
-                    for e in range(d):
-                        out_s[a, e] = out_lanes[e, a, lane]
-        chunk = next_chunk(counter)
-
-
 @njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _attention_worker(X, theta_t, chunks, counter, out):
     n = X.shape[0]
@@ -441,7 +229,7 @@ def _loss_and_grad_worker(X, Y, theta_t, w_cols, chunks, counter, losses, grads)
         chunk = next_chunk(counter)
 
 
-_forward_parallel = thread_driver(_forward_worker)
+_forward_parallel = thread_driver(forward_worker)
 _attention_parallel = thread_driver(_attention_worker)
 _head_features_parallel = thread_driver(_head_features_worker)
 _loss_and_grad_parallel = thread_driver(_loss_and_grad_worker)
@@ -460,11 +248,6 @@ def _side_by_side(ws):
     """(m, d, d) → (d, m·d) with column block i = W_i, so that x @ result = [x W_i]_i."""
     m, d, _ = ws.shape
     return np.ascontiguousarray(ws.transpose(1, 0, 2)).reshape(d, m * d)
-
-
-def _stacked_projections(thetas, ws):
-    """(m, d, d) twice → (m, 2d, d): Θ_iᵀ above W_iᵀ, C-contiguous (:func:`_forward_worker`)."""
-    return np.ascontiguousarray(np.concatenate([thetas, ws], axis=2).transpose(0, 2, 1))
 
 
 def _per_head(stacked, m):
@@ -504,8 +287,8 @@ def forward_into(X: np.ndarray, thetas: np.ndarray, ws: np.ndarray, out: np.ndar
     store_weights = weights is not None
     weights = np.empty((0, 0, 0, 0)) if weights is None else weights
     # Chunks of at least LANES sequences: a shorter chunk would fill most of a step's lanes with padding.
-    DISPATCH.run("forward", 2 * n * m * k * d * (k + d), _forward_worker, _forward_parallel, X,
-                 _stacked_projections(thetas, ws), chunk_count(-(-n // LANES)), new_counter(), out, weights,
+    DISPATCH.run("forward", 2 * n * m * k * d * (k + d), forward_worker, _forward_parallel, X,
+                 stacked_projections(thetas, ws), chunk_count(-(-n // LANES)), new_counter(), out, weights,
                  store_weights)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from .._numba import one_thread
 from .._validation import check_positive_int
 from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, run_block
-from ..data.token_codes import block_codes, code_groups
+from ..data.token_codes import code_groups
 from .data import labelled_block
 
 
@@ -55,11 +55,10 @@ class TeacherSource(BlockSource):
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
         size = self.block_samples(index)
-        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size)
-        # Coded once where the block is drawn, as ArraySource codes its blocks: the passes' kernels
-        # read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
+        # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
+        # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
         codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
-        block_codes(X, codes)
+        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes)
         return CodedTokens(X, codes), Y, None
 
     def __dask_tokenize__(self):

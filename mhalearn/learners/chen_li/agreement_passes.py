@@ -18,7 +18,15 @@ import numpy as np
 from ...data.checkpoint import NoProgress
 from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
-from .agreement_rows import AgreementRows, accepted_entries, decoded_rows, residual_reach, simplex_slack
+from ..streams import kernel_labels, stream_rows
+from .agreement_rows import (
+    AgreementRows,
+    accepted_entries,
+    decoded_rows,
+    reachable_sequences,
+    residual_reach,
+    simplex_slack,
+)
 from .decoder import decoding_residuals
 
 
@@ -252,20 +260,38 @@ def _cut(parts: list, needs: list, max_rows: int) -> tuple[AgreementRows, np.nda
     return _joined(parts, 0, 0).subset(keep), joined[keep], float(joined[order[max_rows]])
 
 
+#: Relative slack of :func:`~mhalearn.learners.chen_li.agreement_rows.reachable_sequences`'s test over
+#: :func:`_reachable_block`'s: far above the rounding of two orders of summing 2d squares.
+_REACH_SLACK = 1e-9
+
+
 def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
                      threshold: float, radius: float, covered: float,
                      simplex_tol: float) -> tuple[AgreementRows, np.ndarray, int]:
     """One block's rows needed within ``covered`` (:func:`reachable_rows`), decoded, the radius each is
-    needed from, and how many rows are needed within ``radius`` (the pass's ``found``)."""
+    needed from, and how many rows are needed within ``radius`` (the pass's ``found``).
+
+    A row's reach (:func:`~mhalearn.learners.chen_li.agreement_rows.residual_reach`) is computed only for
+    the sequences a looser test does not rule out
+    (:func:`~mhalearn.learners.chen_li.agreement_rows.reachable_sequences`, a few in a hundred at m ≥ 3):
+    NumPy's reductions over the block cost half as much as decoding it.  The needs are those of every
+    row's reach, to the bit.
+    """
     residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
-    tokens, labels = np.asarray(X), np.asarray(Y)
-    if sequences is not None:
-        tokens, labels = tokens[sequences], labels[sequences]
-    reach = simplex_slack(tokens.shape[1], simplex_tol) * residual_reach(tokens, labels)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.maximum(residuals - threshold, 0.0) / reach
+    slack = simplex_slack(X.shape[1], simplex_tol)
+    labels, label_scale = kernel_labels(Y)
+    codes = getattr(X, "codes", None)  # a CodedTokens block: Boolean tokens
+    maybe = reachable_sequences(residuals, violations, np.asarray(X), codes is not None, labels, label_scale,
+                                stream_rows(sequences, len(X)), threshold, radius * slack * (1.0 + _REACH_SLACK),
+                                10 * simplex_tol)
     # A row with no finite residual (y = 0) can never be accepted.
-    needed = (violations <= 10 * simplex_tol) & np.isfinite(residuals) & (need <= radius)
+    usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])
+    at = maybe if sequences is None else sequences[maybe]
+    tokens, labels = np.asarray(X)[at], Y[at]
+    reach = slack * residual_reach(tokens, labels)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.maximum(residuals[maybe] - threshold, 0.0) / reach
+    needed = usable & (need <= radius)
     kept, query = np.nonzero(needed & (need <= covered))
     rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
     return rows, need[kept, query], int(np.count_nonzero(needed))
