@@ -11,10 +11,14 @@ rerun skips the cells already there.  ``--dump DIR`` also keeps each fit's
 slab system and kept rows (``.npz``) for reading the estimate again offline.
 ``estimate_at_second_level`` is the same estimate at level
 ``SECOND_LEVEL`` (0.5, the median), read beside the fit from its kept
-rows.  ``--report`` prints the table of the rows in ``--out`` and fits nothing.
+rows.  ``--from-dumps DIR`` reads the estimate again, with this code and the
+learner's defaults, from the slabs kept by ``--dump`` (no fit), beside
+the estimate each fit recorded: how the estimate was chosen on the
+development fits.  ``--report`` prints the table of the rows in ``--out`` and fits nothing.
 
     python bench/span_shapes.py --shapes 14,5,60000 16,6,150000 --heads 2 --seeds 40 41 42 43 44 --out FILE
     python bench/span_shapes.py --out runs/span-shapes/heldout.jsonl --report
+    python bench/span_shapes.py --out runs/span-shapes/dev.jsonl --from-dumps runs/span-shapes/dev-slabs
 """
 
 import argparse
@@ -29,10 +33,16 @@ from span_calibration import within
 from mhalearn import SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.learners.chen_li.phase4_span import bootstrap_span_error
+from mhalearn.learners.chen_li.settings import BodySettings
+from mhalearn.learners.chen_li.slabs import SlabSystem
+from mhalearn.learners.moment_route import sine_distance
 from mhalearn.learners.report import Phase, Route
 
 #: A second level of the estimate, read beside the fit from its kept rows (the fit uses its own level).
 SECOND_LEVEL = 0.5
+
+
+KEY = ("heads", "dim", "length", "samples", "seed")
 
 
 def shape(text: str) -> tuple[int, int, int]:
@@ -62,7 +72,7 @@ def fit_row(heads, dim, length, samples, seed, dump=None) -> dict:
     report, observer, span = learner.report_, keeper.observer, keeper.span
     if dump is not None and span.slabs is not None:
         slabs = span.slabs
-        np.savez_compressed(os.path.join(dump, f"m{heads}-d{dim}-k{length}-n{samples}-s{seed}.npz"),
+        np.savez_compressed(os.path.join(dump, dump_name(heads, dim, length, samples, seed)),
                             E=slabs.E, b=slabs.b, t=slabs.t, slab_row=slabs.slab_row,
                             kept=np.array([] if span.kept is None else span.kept),
                             basis=np.array([] if span.basis is None else span.basis),
@@ -79,6 +89,24 @@ def fit_row(heads, dim, length, samples, seed, dump=None) -> dict:
             "kept_precision": observer.figure(Phase.SPAN, "kept_precision"),
             "noise_estimate": report.sculpt[-1].noise if report.sculpt else None,
             "fit_seconds": seconds}
+
+
+def dump_name(heads, dim, length, samples, seed) -> str:
+    return f"m{heads}-d{dim}-k{length}-n{samples}-s{seed}.npz"
+
+
+def estimate_again(row, directory: str) -> tuple[float, float]:
+    """(true span error, estimate) read again from the slabs a fit kept, with this code's estimate."""
+    kept = np.load(os.path.join(directory, dump_name(*(row[k] for k in KEY))))
+    count = len(kept["b"])
+    slabs = SlabSystem(kept["E"], kept["b"], kept["t"], np.zeros((0, kept["E"].shape[1])), np.zeros(0),
+                       kept["slab_row"], np.zeros(0, int))
+    settings = BodySettings()
+    estimate = bootstrap_span_error(slabs, kept["kept"].astype(int), kept["basis"], row["heads"],
+                                    resamples=settings.bootstrap_resamples, level=settings.bootstrap_level,
+                                    rng=np.random.default_rng(row["seed"]))
+    assert count == row["equalities"]
+    return sine_distance(kept["basis"], kept["thetas"]), estimate
 
 
 def verdict(row, factor: float, target: float) -> str:
@@ -131,12 +159,25 @@ def main():
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--target", type=float, default=0.15, help="the span error the refusal should hold")
     parser.add_argument("--report", action="store_true", help="print the table of the rows in --out, fit nothing")
+    parser.add_argument("--from-dumps", default=None, help="read the estimate again from these kept slabs, fit nothing")
     args = parser.parse_args()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
-    key = ("heads", "dim", "length", "samples", "seed")
+    key = KEY
     done = {tuple(r[k] for k in key): r for r in load_jsonl(args.out)}
+    if args.from_dumps:
+        lines = []
+        for row in done.values():
+            if row["body_distance"] is None:
+                continue
+            truth, estimate = estimate_again(row, args.from_dumps)
+            lines.append([row["heads"], f"({row['dim']}, {row['length']}, {row['samples']:,})", row["seed"],
+                          f"{truth:.3f}", f"{row['estimated_error']:.3f} ({row['estimated_error'] / truth:.2f})",
+                          f"{estimate:.3f} ({estimate / truth:.2f})"])
+        print(markdown_table(("m", "(d, k, n)", "seed", "true span error", "fit's estimate (/ true)",
+                              "this code's estimate (/ true)"), lines))
+        return
     if not args.report:
         cells = [(m, *s, seed) for m in args.heads for s in args.shapes for seed in args.seeds]
         for cell in with_progress([c for c in cells if c not in done], "span shapes"):
