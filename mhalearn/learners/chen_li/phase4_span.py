@@ -197,7 +197,8 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
         estimate = span_basis(centre, long_directions, heads)
         scale = math.sqrt(max(drawn_equations - unknowns, 0.0) / max(total - drawn_equations, 1.0))
         distances.append(sine_distance(estimate, basis) * scale)
-    return float(np.quantile(distances, level))
+    # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
+    return min(float(np.quantile(distances, level)), 1.0)
 
 
 def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np.ndarray:
