@@ -159,8 +159,11 @@ def main():
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--target", type=float, default=0.15, help="the span error the refusal should hold")
     parser.add_argument("--report", action="store_true", help="print the table of the rows in --out, fit nothing")
+    parser.add_argument("--quick", action="store_true", help="teacher 40 only (stored in the default --out)")
     parser.add_argument("--from-dumps", default=None, help="read the estimate again from these kept slabs, fit nothing")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds = [40]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
