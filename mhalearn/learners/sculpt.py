@@ -186,7 +186,7 @@ class SculptLearner(SpanSearchLearner):
     max_span_error : float
         The body refuses when the estimate of its span's error (sin of the
         largest principal angle; rescaled subsamples of the kept rows)
-        exceeds this.  The estimate reads 1.2–2.0× the true error at
+        exceeds this.  The estimate read 0.93–1.98× the true error at
         m = 2 over d = 10–16 (runs/span-shapes/); 0.15 separated, on
         development fits (m = 2, 3), the spans within 0.1 of the truth from
         those beyond 0.11.
