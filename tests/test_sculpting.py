@@ -478,6 +478,36 @@ def test_bootstrap_error_grows_with_the_noise_of_the_slabs(rng):
     assert estimates[0] < 1e-8 < estimates[1] < estimates[2]
 
 
+@pytest.mark.parametrize("rows_per_unknown", [1.5, 2.0, 10.0])
+def test_span_error_estimate_within_3x_of_the_truth_from_few_rows_to_many(rows_per_unknown):
+    # Rows off the hull by a little (their slabs tilt along Θ_1 − Θ_2) and noisy log-ratios: the true
+    # error grows as N/p falls, and a bootstrap with replacement overshoots it many-fold at N ≈ 1.5 p.
+    unknowns = 36
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        heads = rng.standard_normal((2, unknowns))
+        across = (heads[0] - heads[1]) / np.linalg.norm(heads[0] - heads[1])
+        count = int(rows_per_unknown * unknowns)
+        E = rng.standard_normal((count, unknowns))
+        E += np.outer(0.02 * rng.standard_normal(count) - E @ across, across)
+        b = E @ heads[0] + 0.01 * rng.standard_normal(count)
+        slabs = SlabSystem(E, b, np.ones(count), np.zeros((0, unknowns)), np.zeros(0), np.arange(count),
+                           np.zeros(0, int))
+        centre, long_directions, _ = phase4_span.read_affine_hull(slabs, 2)
+        basis = phase4_span.span_basis(centre, long_directions, 2)
+        truth = span_distance(basis, mhalearn.MultiHeadAttention(heads.reshape(2, 6, 6), np.zeros((2, 6, 6))))
+        estimate = phase4_span.bootstrap_span_error(slabs, np.arange(count), basis, 2, resamples=16, level=0.9,
+                                                    rng=np.random.default_rng(seed))
+        assert truth / 3 <= estimate <= 3 * truth, (seed, truth, estimate)
+
+
+def test_a_subsample_takes_about_half_way_from_the_unknowns_to_the_equations():
+    equations = np.full(100, 2.0)
+    assert phase4_span.subsample_rows(np.arange(100), equations, 2) in (50, 51)  # N ≫ p: half the rows
+    assert phase4_span.subsample_rows(np.arange(100), equations, 150) == 88  # (200 + 150) / 2 equations
+    assert phase4_span.subsample_rows(np.arange(2), equations, 4) == 1  # never every row
+
+
 def test_alternating_refit_redraws_its_pool_once_per_round(monkeypatch):
     teacher = mhalearn.sample_teacher(2, 8, rng=31)
     source = ArraySource(*mhalearn.make_dataset(teacher, 20_000, 3, rng=32), block_size=5000)

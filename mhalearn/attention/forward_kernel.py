@@ -21,7 +21,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from .._numba import FASTMATH, exp_nonpositive, next_chunk, slp_vectorised
+from .._exp import exp_nonpositive
+from .._numba import FASTMATH, next_chunk, slp_vectorised
 
 #: Sequences a forward step computes side by side.
 LANES = 8

@@ -184,13 +184,15 @@ class SculptLearner(SpanSearchLearner):
         row the core's hull explains as well as its own (1: no core, every
         row starts).
     max_span_error : float
-        The body refuses when the bootstrap estimate of its span's error
-        (sin of the largest principal angle) exceeds this.  The estimate runs
-        up to 2× high when few rows are kept (≈ 350 kept rows for d² = 196);
-        0.15 separated, on development fits (m = 2, 3), the spans within 0.1
-        of the truth from those beyond 0.11.
+        The body refuses when the estimate of its span's error (sin of the
+        largest principal angle; rescaled subsamples of the kept rows)
+        exceeds this.  The estimate read 0.93–1.98× the true error at
+        m = 2 over d = 10–16 (runs/span-shapes/); 0.15 separated, on
+        development fits (m = 2, 3), the spans within 0.1 of the truth from
+        those beyond 0.11.
     bootstrap_resamples, bootstrap_level : int, float
-        Resamples of the kept rows of K*, and the quantile of their span
+        Subsamples of the kept rows of K* (each of about (N + d²)/2 of
+        their N equations), and the quantile of their rescaled span
         distances taken as the estimate of the span's error.
     compare_routes_above : float
         With ``span_route="auto"`` the moment route runs beside the body in

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...data.checkpoint import NoProgress
+from ...data.sources import kernel_labels, stream_rows
 from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
-from ..streams import kernel_labels, stream_rows
 from .agreement_rows import (
     AgreementRows,
     accepted_entries,

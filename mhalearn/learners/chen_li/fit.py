@@ -201,14 +201,14 @@ def choose_route(span: SpanReading, moment: MomentSpan | None, settings: BodySet
     The moment route's span is used if the body refused, or if the two
     spans lie farther apart than the body's estimated error plus twice the
     moment route's — which two spans within those distances of the truth
-    cannot, the distance being a metric — since the body's bootstrap is
-    blind to a bias its resamples share.  Otherwise the spans agree, and
+    cannot, the distance being a metric — since the body's estimate is
+    blind to a bias its subsamples share.  Otherwise the spans agree, and
     the body's is used alone if its estimate is at most
     ``settings.compare_routes_above``; above it, ``"both"``: phase 6 picks
     between the two routes' net candidates on held-out data
     (:func:`sculpt_fit`).  ``moment`` None (``span_route="body"``) takes
     the body's span unchecked.  The estimates come from the data alone:
-    the body's is the 90th percentile of its bootstrap distances
+    the body's is the 90th percentile of its rescaled subsample distances
     (:func:`~mhalearn.learners.chen_li.phase4_span.bootstrap_span_error`),
     the moment route's a parametric bootstrap through the softmax
     (:func:`~mhalearn.learners.moment_route.moment_span`); the check rests

@@ -151,23 +151,54 @@ def trimmed_affine_hull(slabs: SlabSystem, heads: int, *, trim: float, core: flo
     return centre, long_directions, info, kept, discarded
 
 
+def subsample_rows(rows: np.ndarray, equations: np.ndarray, unknowns: int) -> int:
+    """How many of ``rows`` (each giving ``equations[row]`` slabs) a subsample draws: about
+    (N + p) / 2 equations of the N they give, p = ``unknowns``, at least one row and one row fewer than all."""
+    total = float(np.sum(equations[rows]))
+    share = 0.5 * (total + unknowns) / total
+    return int(min(max(round(share * len(rows)), 1), len(rows) - 1))
+
+
 def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
                          resamples: int, level: float, rng: np.random.Generator) -> float:
-    """An estimate of the span's error from the data: a quantile of its bootstrap distances.
+    """An estimate of the span's error from the data: a quantile of subsampled, rescaled span distances.
 
-    Resamples the kept rows with replacement ``resamples`` times, reads the
-    span from each resample's slabs and returns the ``level`` quantile of
-    sin(largest principal angle) between it and ``basis``, the span read
-    from all kept rows.  It measures the spread the rows' sampling and
-    decoding put into the span (not a bias shared by every resample).
+    Reads the span from ``resamples`` subsamples of the kept rows drawn
+    without replacement and returns the ``level`` quantile of
+    sin(largest principal angle) between each and ``basis`` (the span read
+    from all N kept equations), each multiplied by √((N_h − p)/(N − N_h)),
+    N_h the subsample's equations and p = d² the unknowns.
+
+    Why this factor: for least squares on N equations in p unknowns with
+    independent errors, E‖θ̂_N − θ‖² ∝ p/(N − p) (Gaussian design), and a
+    subsample's estimate, nested in the full one, differs from it by
+    E‖θ̂_h − θ̂_N‖² ∝ p/(N_h − p) − p/(N − p); their ratio is
+    (N_h − p)/(N − N_h).  The body's long directions and centre are such
+    least-squares readings (a row off the hull moves them as a residual
+    does), so the rescaled subsample distance estimates the full span's.
+    The subsamples take about (N + p)/2 equations (:func:`subsample_rows`),
+    where the factor is 1: half the rows when N ≫ p, and never so few that
+    a subsample's hull is ill-posed.  A bootstrap with replacement instead
+    keeps ≈ 63 % distinct rows and reads its hull from ≈ 0.63 N equations,
+    worse than the whole by a factor that grows without bound as N nears
+    1.6 p (several-fold high at N ≈ 2p).  Like any resampling, it measures
+    the spread the rows' sampling and decoding put into the span, not a
+    bias shared by every subsample.
     """
+    unknowns = slabs.E.shape[1]
+    equations = np.bincount(slabs.slab_row, minlength=slabs.row_count()).astype(np.float64)
+    total = float(np.sum(equations[rows]))
+    size = subsample_rows(rows, equations, unknowns)
     distances = []
     for _ in range(resamples):
-        weights = slabs.row_weights(rng.choice(rows, len(rows)))
-        centre, long_directions, _ = read_affine_hull(slabs, heads, weights)
+        drawn = rng.choice(rows, size, replace=False)
+        drawn_equations = float(np.sum(equations[drawn]))
+        centre, long_directions, _ = read_affine_hull(slabs, heads, slabs.row_weights(drawn))
         estimate = span_basis(centre, long_directions, heads)
-        distances.append(sine_distance(estimate, basis))
-    return float(np.quantile(distances, level))
+        scale = math.sqrt(max(drawn_equations - unknowns, 0.0) / max(total - drawn_equations, 1.0))
+        distances.append(sine_distance(estimate, basis) * scale)
+    # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
+    return min(float(np.quantile(distances, level)), 1.0)
 
 
 def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np.ndarray:
@@ -181,7 +212,7 @@ class SpanReading(PhaseResult):
     """Phase 4's result: span{Θ_i} read from K*, and whether the body refuses it.
 
     ``refused`` is None when the span is used.  ``estimated_error`` is the
-    bootstrap estimate of the span's error (:func:`bootstrap_span_error`);
+    subsampling estimate of the span's error (:func:`bootstrap_span_error`);
     the body refuses when it exceeds ``max_span_error``.
     ``spectral_gap`` is σ_m/σ_{m−1} of the scaled slab matrix (inf at
     m = 1), ``singular_values`` its smallest m + 2 relative to the largest;
@@ -229,12 +260,12 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     Refuses with fewer than ``settings.equalities_needed(d)`` slabs; reads
     the hull from the rows consistent with it (:func:`trimmed_affine_hull`, ``hull_core``
     and ``hull_trim``);
-    refuses when the bootstrap estimate of the span's error
+    refuses when the subsampling estimate of the span's error
     (:func:`bootstrap_span_error`, ``bootstrap_resamples`` at level
     ``bootstrap_level``) exceeds ``max_span_error``, or at m ≥ 2 when the
     spectral gap is below ``min_gap``; with ``span_point="min_norm"`` also
-    when K*'s minimum-norm problem fails.  ``rng`` draws the bootstrap's
-    resamples and subsamples K*'s constraints for the minimum-norm problem.
+    when K*'s minimum-norm problem fails.  ``rng`` draws the estimate's
+    subsamples and subsamples K*'s constraints for the minimum-norm problem.
     """
     start = time.perf_counter()
     dim = int(round(math.sqrt(slabs.E.shape[1])))

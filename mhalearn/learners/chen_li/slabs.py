@@ -67,7 +67,7 @@ class SlabSystem:
         """(E/t, b/t): the equality system with each slab scaled to unit half-width.
 
         Computed once per system and shared (read-only): phase 4 reads its
-        hull from them some 35 times (trimming, residuals, bootstrap).
+        hull from them some 35 times (trimming, residuals, the error estimate).
         """
         return self._weighted_equalities
 
