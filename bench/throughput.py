@@ -42,11 +42,11 @@ from threadpoolctl import threadpool_limits
 from mhalearn import SculptLearner
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.data.sources import CodedTokens
+from mhalearn.data.token_codes import block_codes, code_groups
 from mhalearn.learners.chen_li import AlternatingRefit
 from mhalearn.learners.chen_li.decoder import decoding_residuals
 from mhalearn.learners.chen_li.phase1_crude_sum import token_sums
 from mhalearn.learners.chen_li.phase3_refine_sum import margin_mass
-from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH = 2, 12, 4

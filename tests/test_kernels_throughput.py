@@ -47,7 +47,8 @@ def test_margin_mass_on_real_inputs_and_ties(rng):
 def test_token_times_by_sign_tables_matches_the_product(rng, dim):
     from numba import njit
 
-    from mhalearn.learners.chen_li.sign_tables import code_groups, sign_tables, token_times
+    from mhalearn.data.token_codes import code_groups
+    from mhalearn.learners.chen_li.sign_tables import sign_tables, token_times
 
     @njit
     def products(X, tables, matrix):
@@ -69,7 +70,8 @@ def test_token_times_by_sign_tables_matches_the_product(rng, dim):
 def test_bilinear_tables_give_the_bilinear_form_of_boolean_tokens(rng, dim):
     from numba import njit
 
-    from mhalearn.learners.chen_li.sign_tables import bilinear_form, bilinear_tables, code_groups, token_codes
+    from mhalearn.data.token_codes import code_groups, token_codes
+    from mhalearn.learners.chen_li.sign_tables import bilinear_form, bilinear_tables
 
     @njit
     def forms(X, Z, tables):
@@ -91,7 +93,7 @@ def test_bilinear_tables_give_the_bilinear_form_of_boolean_tokens(rng, dim):
 def test_token_codes_name_exactly_the_boolean_tokens():
     from numba import njit
 
-    from mhalearn.learners.chen_li.sign_tables import BITS, code_groups, token_codes
+    from mhalearn.data.token_codes import BITS, code_groups, token_codes
 
     @njit
     def codes_of(x):
@@ -133,8 +135,8 @@ def test_margin_mass_floor_skips_only_rows_below_it(rng, dim):
 @pytest.mark.parametrize("dim", [7, 12, 19])  # one group and a half, two, four (no bilinear tables)
 def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
     from mhalearn.data.sources import CodedTokens
+    from mhalearn.data.token_codes import block_codes, code_groups
     from mhalearn.learners.chen_li.decoder import decode_patterns, decoding_residuals
-    from mhalearn.learners.chen_li.sign_tables import block_codes, code_groups
 
     X = mhalearn.boolean_inputs(2000, 4, dim, rng=rng)
     X[:200, 3] = X[:200, 1]

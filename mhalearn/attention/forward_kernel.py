@@ -2,7 +2,7 @@
 
 :func:`~mhalearn.attention.kernels.forward` and
 :func:`~mhalearn.attention.kernels.forward_into` run :func:`forward_worker`
-(docs/design.md §3).  Each sequence is one lane of every scratch array (their
+([design: kernels]).  Each sequence is one lane of every scratch array (their
 last axis).  Each step holds LANES running sums as a tuple, in registers,
 that LLVM's SLP vectoriser packs into the host's vectors (two AVX2 registers
 or one AVX-512 register), even at the k = 4, d = 12 of the body's passes,
