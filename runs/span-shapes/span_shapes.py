@@ -14,7 +14,8 @@ slab system and kept rows (``.npz``) for reading the estimate again offline.
 rows.  ``--from-dumps DIR`` reads the estimate again, with this code and the
 learner's defaults, from the slabs kept by ``--dump`` (no fit), beside
 the estimate each fit recorded: how the estimate was chosen on the
-development fits.  ``--report`` prints the table of the rows in ``--out`` and fits nothing.
+development fits.  ``--report`` prints the table of the rows in ``--out`` and fits nothing
+(``--summary``: the per-shape summary only).
 
     python runs/span-shapes/span_shapes.py --shapes 14,5,60000 16,6,150000 --heads 2 --seeds 40 41 42 43 44 --out FILE
     python runs/span-shapes/span_shapes.py --out runs/span-shapes/heldout.jsonl --report
@@ -125,7 +126,8 @@ def verdict(row, factor: float, target: float) -> str:
     return "accepted, right" if truth <= target else "accepted, wrong"
 
 
-def report(rows, factor: float, target: float) -> str:
+def report(rows, factor: float, target: float, summary_only: bool = False) -> str:
+    """The per-fit table and the per-shape summary of ``rows`` (the summary alone with ``summary_only``)."""
     lines = []
     for row in rows:
         truth, estimate = row["body_distance"], row["estimated_error"]
@@ -152,7 +154,7 @@ def report(rows, factor: float, target: float) -> str:
     table2 = markdown_table(("m", "(d, k, n)", "fits", f"estimate within {factor:g}×",
                              f"accepted ≤ {target}", f"refused > {target}", f"refused ≤ {target}",
                              f"accepted > {target}", "too few slabs"), summary)
-    return table + "\n\n" + table2
+    return table2 if summary_only else table + "\n\n" + table2
 
 
 def main():
@@ -165,6 +167,7 @@ def main():
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--target", type=float, default=0.15, help="the span error the refusal should hold")
     parser.add_argument("--report", action="store_true", help="print the table of the rows in --out, fit nothing")
+    parser.add_argument("--summary", action="store_true", help="with --report: the per-shape summary only")
     parser.add_argument("--quick", action="store_true", help="teacher 40 only (stored in the default --out)")
     parser.add_argument("--from-dumps", default=None, help="read the estimate again from these kept slabs, fit nothing")
     args = parser.parse_args()
@@ -195,7 +198,7 @@ def main():
             with open(args.out, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
             print(json.dumps({k: row[k] for k in (*key, "body_distance", "estimated_error", "refused")}), flush=True)
-    print(report(list(done.values()), args.factor, args.target))
+    print(report(list(done.values()), args.factor, args.target, summary_only=args.summary))
 
 
 if __name__ == "__main__":
