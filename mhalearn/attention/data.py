@@ -18,6 +18,7 @@ from .._validation import (
     check_positive_int,
     check_real,
 )
+from ..data.token_codes import BITS
 from ..seeding import draw_seed
 from .kernels import forward_into
 from .model import MultiHeadAttention
@@ -110,8 +111,6 @@ def add_label_noise(Y: np.ndarray, noise: float, rng=None) -> np.ndarray:
 _GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)
-# Bits of a token code (mhalearn.data.token_codes.BITS; tests/test_generated_blocks.py compares the codes).
-_CODE_BITS = 6
 
 
 @njit(inline="always", cache=True)
@@ -151,8 +150,8 @@ def _draw_signs(key, out, codes):
             continue
         for a in range(k):
             for g in range(groups):
-                first = _CODE_BITS * g
-                width = min(_CODE_BITS, d - first)
+                first = BITS * g
+                width = min(BITS, d - first)
                 if words == 1:
                     code = (word >> np.uint64(a * d + first)) & np.uint64((1 << width) - 1)
                 else:
