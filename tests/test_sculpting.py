@@ -34,6 +34,7 @@ from mhalearn.learners.chen_li.slabs import (
     kstar_weight_threshold,
     slab_constraints,
 )
+from mhalearn.learners.moment_route import sine_distance
 
 # The helpers take their settings from the caller: the tests that do not vary one pass the default.
 TOL, CONSTRAINTS = BodySettings.simplex_tol, BodySettings.max_constraints
@@ -499,6 +500,43 @@ def test_span_error_estimate_within_3x_of_the_truth_from_few_rows_to_many(rows_p
         estimate = phase4_span.bootstrap_span_error(slabs, np.arange(count), basis, 2, resamples=16, level=0.9,
                                                     rng=np.random.default_rng(seed))
         assert truth / 3 <= estimate <= 3 * truth, (seed, truth, estimate)
+
+
+def test_span_error_estimate_follows_the_rows_design_where_few_rows_read_some_unknowns():
+    # 25 of 300 rows read the last 12 of 36 unknowns: a half-sample reads them from about 14 rows, far
+    # worse than half as well as all 25 do.  Scaled by the equations' count alone (a Gaussian design),
+    # the subsamples' spread reads the error 5-28x high here; scaled by the design's own
+    # tr A_h^-1 - tr A^-1 against tr A^-1 it is within 3x at level 0.9 and about right at the median.
+    unknowns, rare, count, rare_rows = 36, 12, 300, 25
+    upper, middle = [], []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        theta = rng.standard_normal(unknowns)
+        E = np.zeros((count, unknowns))
+        E[:, :unknowns - rare] = rng.standard_normal((count, unknowns - rare))
+        E[:rare_rows, unknowns - rare:] = rng.standard_normal((rare_rows, rare))
+        b = E @ theta + 0.05 * rng.standard_normal(count)
+        slabs = SlabSystem(E, b, np.ones(count), np.zeros((0, unknowns)), np.zeros(0), np.arange(count),
+                           np.zeros(0, int))
+        centre, long_directions, _ = phase4_span.read_affine_hull(slabs, 1)
+        basis = phase4_span.span_basis(centre, long_directions, 1)
+        truth = sine_distance(basis, theta[None])
+        for level, ratios in ((0.9, upper), (0.5, middle)):
+            estimate = phase4_span.bootstrap_span_error(slabs, np.arange(count), basis, 1, resamples=16, level=level,
+                                                        rng=np.random.default_rng(seed))
+            ratios.append(estimate / truth)
+    assert all(1 / 3 <= ratio <= 3 for ratio in upper), upper
+    assert 0.7 <= np.median(middle) <= 1.3, middle
+
+
+def test_affine_hull_inverse_trace_is_the_trace_of_the_inverse_normal_matrix(rng):
+    E = rng.standard_normal((50, 9))
+    t = rng.uniform(0.5, 2.0, 50)
+    slabs = SlabSystem(E, rng.standard_normal(50), t, np.zeros((0, 9)), np.zeros(0), np.arange(50), np.zeros(0, int))
+    scaled = E / t[:, None]
+    _, _, info = phase4_span.read_affine_hull(slabs, 1)
+    assert info["rank"] == 9
+    assert info["inverse_trace"] == pytest.approx(np.trace(np.linalg.inv(scaled.T @ scaled)), rel=1e-9)
 
 
 def test_a_subsample_takes_about_half_way_from_the_unknowns_to_the_equations():

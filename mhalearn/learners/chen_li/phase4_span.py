@@ -55,7 +55,11 @@ def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None =
     Returns the centre (d²,), the long directions (m − 1, d²) and the
     singular values relative to the largest (the last m + 2), with the gap
     σ_m / σ_{m−1} between the first thin and the last long direction,
-    counted from the smallest (inf at m = 1).
+    counted from the smallest (inf at m = 1), and ``inverse_trace``:
+    tr((E/t)ᵀW(E/t))⁺ over the thin directions, the sum of the squared
+    errors the reading would have with unit independent errors on the
+    scaled equations, and ``rank``, how many thin directions the equations
+    reach (:func:`bootstrap_span_error` compares them between row sets).
     """
     scaled_E, scaled_b = slabs.weighted_equalities()
     if weights is not None:  # √w on the slabs weighed: (√w E)ᵀ(√w E) = EᵀWE, and a slab left out costs nothing
@@ -75,7 +79,8 @@ def read_affine_hull(slabs: SlabSystem, heads: int, weights: np.ndarray | None =
     long_directions = right[thin:]
     relative = singular / singular[0]
     gap = float(relative[thin - 1] / relative[thin]) if heads > 1 and relative[thin] > 0 else math.inf
-    return centre, long_directions, {"singular_values": relative[-(heads + 2):].tolist(), "spectral_gap": gap}
+    return centre, long_directions, {"singular_values": relative[-(heads + 2):].tolist(), "spectral_gap": gap,
+                                     "inverse_trace": float(np.sum(inverse)), "rank": int(np.count_nonzero(inverse))}
 
 
 def hull_residuals(slabs: SlabSystem, centre: np.ndarray, long_directions: np.ndarray) -> np.ndarray:
@@ -166,37 +171,49 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
     Reads the span from ``resamples`` subsamples of the kept rows drawn
     without replacement and returns the ``level`` quantile of
     sin(largest principal angle) between each and ``basis`` (the span read
-    from all N kept equations), each multiplied by √((N_h − p)/(N − N_h)),
-    N_h the subsample's equations and p = d² the unknowns.
+    from all kept rows), each multiplied by √(T_N / (T_h − T_N)), T_h and T_N
+    the ``inverse_trace`` of the subsample's and of all kept rows' scaled
+    equations (:func:`read_affine_hull`).
 
-    Why this factor: for least squares on N equations in p unknowns with
-    independent errors, E‖θ̂_N − θ‖² ∝ p/(N − p) (Gaussian design), and a
-    subsample's estimate, nested in the full one, differs from it by
-    E‖θ̂_h − θ̂_N‖² ∝ p/(N_h − p) − p/(N − p); their ratio is
-    (N_h − p)/(N − N_h).  The body's long directions and centre are such
-    least-squares readings (a row off the hull moves them as a residual
-    does), so the rescaled subsample distance estimates the full span's.
-    The subsamples take about (N + p)/2 equations (:func:`subsample_rows`),
-    where the factor is 1: half the rows when N ≫ p, and never so few that
-    a subsample's hull is ill-posed.  A bootstrap with replacement instead
-    keeps ≈ 63 % distinct rows and reads its hull from ≈ 0.63 N equations,
-    worse than the whole by a factor that grows without bound as N nears
-    1.6 p (several-fold high at N ≈ 2p).  Like any resampling, it measures
-    the spread the rows' sampling and decoding put into the span, not a
-    bias shared by every subsample.
+    Why this factor: the body's centre and long directions are least-squares
+    readings of the scaled equations (E/t)θ ≈ b/t (a row off the hull moves
+    them as a residual does).  For least squares with the equations fixed
+    and independent unit errors, the full reading's error has
+    E‖θ̂_N − θ‖² = tr A⁻¹ = T_N (A = (E/t)ᵀ(E/t) over the rows), and a
+    subsample's reading, nested in the full one (Cov(θ̂_h, θ̂_N) = A⁻¹),
+    differs from it by E‖θ̂_h − θ̂_N‖² = tr A_h⁻¹ − tr A⁻¹ = T_h − T_N; the
+    factor turns the one into the other for the subsample actually drawn,
+    whatever the rows' design.  The textbook shortcut for a Gaussian
+    design, (N_h − p)/(N − N_h) in equations, is 1 at N_h = (N + p)/2; K*'s
+    design is far from Gaussian (up to k − 1 equations per row share one
+    query token and one top token, the tokens are Boolean), and the
+    subsample's T_h runs higher than that formula says: on the development
+    slabs T_N/(T_h − T_N) is 0.53–0.65 where the shortcut gives 1, which made
+    that estimate read 1.25–1.37× high.  As the rows grow, A_h → A/2 and the
+    factor returns to the shortcut's 1 at half the rows.  The subsamples take
+    about (N + p)/2 equations (:func:`subsample_rows`), never so few that a
+    subsample's hull is ill-posed.  Like any resampling, it measures the
+    spread the rows' sampling and decoding put into the span, not a bias
+    shared by every subsample; ``level`` above 0.5 makes it an upper bound
+    (0.9: about 1.15× the median of the spread).
     """
     unknowns = slabs.E.shape[1]
     equations = np.bincount(slabs.slab_row, minlength=slabs.row_count()).astype(np.float64)
-    total = float(np.sum(equations[rows]))
     size = subsample_rows(rows, equations, unknowns)
+    full = read_affine_hull(slabs, heads, slabs.row_weights(rows))[2]
     distances = []
     for _ in range(resamples):
         drawn = rng.choice(rows, size, replace=False)
-        drawn_equations = float(np.sum(equations[drawn]))
-        centre, long_directions, _ = read_affine_hull(slabs, heads, slabs.row_weights(drawn))
+        centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(drawn))
+        spread = info["inverse_trace"] - full["inverse_trace"]
+        if info["rank"] < full["rank"] or spread <= 0:
+            # The subsample leaves a direction unread that all rows read: its factor is 0 (T_h is
+            # unbounded), and its distance tells nothing of the full rows' error, so it is not counted.
+            continue
         estimate = span_basis(centre, long_directions, heads)
-        scale = math.sqrt(max(drawn_equations - unknowns, 0.0) / max(total - drawn_equations, 1.0))
-        distances.append(sine_distance(estimate, basis) * scale)
+        distances.append(sine_distance(estimate, basis) * math.sqrt(full["inverse_trace"] / spread))
+    if not distances:  # no subsample reads every direction: the rows cannot judge their own error
+        return 1.0
     # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
     return min(float(np.quantile(distances, level)), 1.0)
 
