@@ -197,25 +197,39 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
     shared by every subsample; ``level`` above 0.5 makes it an upper bound
     (0.9: about 1.15× the median of the spread).
     """
+    distances, factors, _ = subsample_span_distances(slabs, rows, basis, heads, resamples=resamples, rng=rng)
+    counted = factors > 0  # a subsample that leaves a direction unread tells nothing of the full rows' error
+    if not np.any(counted):  # no subsample reads every direction: the rows cannot judge their own error
+        return 1.0
+    # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
+    return min(float(np.quantile(distances[counted] * np.sqrt(factors[counted]), level)), 1.0)
+
+
+def subsample_span_distances(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
+                             resamples: int, rng: np.random.Generator
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The subsamples of :func:`bootstrap_span_error`, each read alone.
+
+    Returns, per subsample of ``rows`` (drawn without replacement, of
+    :func:`subsample_rows` rows): the span distance between its span and
+    ``basis``, unscaled; the design's factor T_N / (T_h − T_N) on squared
+    distances (0 when the subsample leaves a direction unread that all rows
+    read: T_h is then unbounded); and the equations it holds.
+    """
     unknowns = slabs.E.shape[1]
     equations = np.bincount(slabs.slab_row, minlength=slabs.row_count()).astype(np.float64)
     size = subsample_rows(rows, equations, unknowns)
     full = read_affine_hull(slabs, heads, slabs.row_weights(rows))[2]
-    distances = []
-    for _ in range(resamples):
+    distances, factors, drawn_equations = np.zeros(resamples), np.zeros(resamples), np.zeros(resamples)
+    for index in range(resamples):
         drawn = rng.choice(rows, size, replace=False)
         centre, long_directions, info = read_affine_hull(slabs, heads, slabs.row_weights(drawn))
         spread = info["inverse_trace"] - full["inverse_trace"]
-        if info["rank"] < full["rank"] or spread <= 0:
-            # The subsample leaves a direction unread that all rows read: its factor is 0 (T_h is
-            # unbounded), and its distance tells nothing of the full rows' error, so it is not counted.
-            continue
-        estimate = span_basis(centre, long_directions, heads)
-        distances.append(sine_distance(estimate, basis) * math.sqrt(full["inverse_trace"] / spread))
-    if not distances:  # no subsample reads every direction: the rows cannot judge their own error
-        return 1.0
-    # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
-    return min(float(np.quantile(distances, level)), 1.0)
+        distances[index] = sine_distance(span_basis(centre, long_directions, heads), basis)
+        drawn_equations[index] = np.sum(equations[drawn])
+        if info["rank"] == full["rank"] and spread > 0:
+            factors[index] = full["inverse_trace"] / spread
+    return distances, factors, drawn_equations
 
 
 def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np.ndarray:
