@@ -322,7 +322,8 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
         refused = f"estimated span error {estimate:.3f} > {settings.max_span_error}"
     if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
         refused = f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"
-    counts.update(info, centre=centre, point=point, long_directions=long_directions, kept=kept,
-                  rows=len(np.unique(slabs.slab_row)), kept_rows=len(kept), discarded=discarded)
+    counts.update(singular_values=info["singular_values"], spectral_gap=info["spectral_gap"], centre=centre,
+                  point=point, long_directions=long_directions, kept=kept, rows=len(np.unique(slabs.slab_row)),
+                  kept_rows=len(kept), discarded=discarded)
     return SpanReading(seconds=time.perf_counter() - start, refused=refused, estimated_error=estimate,
                        head_norm=max(float(np.linalg.norm(point)), 1e-3), basis=basis, **counts)
