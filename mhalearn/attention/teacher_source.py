@@ -9,7 +9,7 @@ of the active Dask scheduler.  They live with the teachers because they
 know one; the learners read them as any other source.
 
 A stream read several times over its first blocks (phases 1–3 of the body
-read a prefix of 10⁷ sequences up to nine times) keeps those blocks' labels
+read a prefix of 10⁷ sequences about six times) keeps those blocks' labels
 once computed (:meth:`TeacherSource.keeping_labels`), as far as
 :data:`KEPT_LABELS_SHARE` of the memory budget allows: a later read draws
 the block's signs again (a twentieth of labelling it) and reads the labels

@@ -156,7 +156,7 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         return BodyPhases(None, (), None, span)
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
     # all of it, so the fit reads the stream about once ([decision: candidate-pass]).
-    # The prefix's reads (up to nine at the default settings) label it once: a generated stream keeps its
+    # The prefix's reads (about six at the default settings) label it once: a generated stream keeps its
     # labels, within the memory budget ([decision: candidate-pass]).
     prefix_samples = settings.prefix_for(heads, source.length) or source.samples
     stream = source.keeping_labels(prefix_samples)
