@@ -220,23 +220,3 @@ def test_a_planted_pickle_runs_no_code(examples, fresh, tmp_path):
     assert not marker.exists()
     assert fitted.report_.resumed == () and len(told) == len(PHASES)
     _same_fit(fitted, fresh)
-
-
-def test_a_phase_file_without_a_reported_figure_that_has_a_default_reads_it_as_the_default():
-    """A file written before a result had a figure (``RefinedSum.prefix_labels``) loads with the default; one
-    without a data field, or a figure with no default, is refused."""
-    from mhalearn.data import phase_files
-    from mhalearn.learners.chen_li.phase3_refine_sum import RefinedSum
-
-    result = RefinedSum(seconds=1.0, solver_status=None, inconsistent=None, theta_bar_norm=None, failure=None,
-                        moved_by="none", steps=(), prefix_labels="kept", w_sum=np.eye(3), theta_bar=None)
-    arrays, nonfinite = [], []
-    tree = phase_files._encode(result, arrays, nonfinite, "kept")
-    for name, loads in (("prefix_labels", True), ("w_sum", False), ("moved_by", False)):
-        fields = {key: value for key, value in tree["fields"].items() if key != name}
-        if loads:
-            loaded = phase_files._decode({**tree, "fields": fields}, arrays, [], "kept")
-            assert loaded.prefix_labels is None and np.array_equal(loaded.w_sum, result.w_sum)
-        else:
-            with pytest.raises(phase_files.BadPhaseFile, match="fields"):
-                phase_files._decode({**tree, "fields": fields}, arrays, [], "kept")

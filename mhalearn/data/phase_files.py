@@ -199,21 +199,12 @@ def _mhalearn_class(name: str, base: type | None) -> type:
 def _rebuilt(cls: type, fields: dict, arrays: list, nonfinite: list, where: str):
     """An instance of dataclass ``cls`` with these fields, each checked against its annotation (no
     ``__init__`` or ``__post_init__`` runs)."""
-    kept = _kept_fields(cls)
-    names = [item.name for item in kept]
-    # A reported figure with a default may be absent (a file written before the class had it): it takes the
-    # default.  Data fields (later phases read them) and figures without one are required.
-    required = [item.name for item in kept if item.metadata.get("data") or (
-        item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING)]
-    if not set(required) <= set(fields) <= set(names):
+    names = [item.name for item in _kept_fields(cls)]
+    if sorted(fields) != sorted(names):
         raise BadPhaseFile(f"{where}: fields {sorted(fields)}, not {cls.__name__}'s {sorted(names)}")
     hints = typing.get_type_hints(cls)
     instance = object.__new__(cls)
-    for item in kept:
-        if item.name not in fields:
-            object.__setattr__(instance, item.name, item.default if item.default_factory is dataclasses.MISSING
-                               else item.default_factory())
-    for name in (name for name in names if name in fields):
+    for name in names:
         value = _decode(fields[name], arrays, nonfinite, f"{where}.{name}")
         if not _matches(value, hints.get(name, typing.Any)):
             raise BadPhaseFile(f"{where}.{name}: a {type(value).__name__}, where {cls.__name__} holds "
