@@ -42,9 +42,12 @@ def child(blocks: int, threads: int, kind: str):
     import numpy as np
 
     import mhalearn
-    from mhalearn.attention.teacher_source import TeacherSource
     from mhalearn.attention.teachers import sample_teacher
-    from mhalearn.data.dask_data import DaskSource
+    try:
+        from mhalearn.attention.teacher_source import TeacherSource
+        from mhalearn.data.dask_data import DaskSource
+    except ImportError:  # a checkout before the data layer's modules (8f40801)
+        from mhalearn.learners.streams import DaskSource, TeacherSource
     from mhalearn.learners.chen_li import BodySettings
     from mhalearn.learners.chen_li.agreement_passes import reachable_rows
     from mhalearn.seeding import seeded_rng

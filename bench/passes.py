@@ -140,6 +140,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
     return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples, "source": kind,
             "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
             "stream_refit": None if stream is None else stream.as_dict(),
+            "prefix_labels": phases.refined_sum.prefix_labels,
             "k_star_rows": phases.sculpt[-1].found_rows, "refused": span.refused,
             "estimated_error": span.estimated_error,
             "span_distance": None if span.basis is None else span_distance(span.basis, teacher),

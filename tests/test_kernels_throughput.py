@@ -154,6 +154,34 @@ def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
             np.testing.assert_array_equal(one, other)
 
 
+@pytest.mark.parametrize("heads", [1, 3])
+def test_the_batched_decoder_gives_the_bits_of_one_sequence_at_a_time(rng, heads):
+    """Residuals from the codes (LANES sequences side by side) against the tokens (one at a time): at m = 1
+    every row agrees (residuals formed from the fitted point), with repeated tokens, a singular Ŵ_Σ, labels
+    scaled as they are read and a chunk's tail."""
+    from mhalearn.data.sources import CodedTokens, ScaledLabels
+    from mhalearn.data.token_codes import block_codes, code_groups
+    from mhalearn.learners.chen_li.decoder import LANES, decoding_residuals
+
+    teacher = mhalearn.sample_teacher(heads, 12, rng=rng)
+    X = mhalearn.boolean_inputs(3 * LANES * 64 + 5, 4, 12, rng=rng)
+    X[:100:3, 2] = X[:100:3, 0]
+    Y = teacher.predict(X)
+    codes = np.empty((len(X), 4, code_groups(12)), dtype=np.uint8)
+    assert block_codes(X, codes)
+    coded = CodedTokens(X, codes)
+    rows = np.sort(rng.choice(len(X), 1000, replace=False))
+    w_sum = teacher.projection_sum
+    for matrix in (w_sum, w_sum + 0.01 * rng.standard_normal((12, 12)), np.outer(w_sum[0], w_sum[1])):
+        for labels in (Y, ScaledLabels(Y, 3.0)):
+            for sequences in (None, rows):
+                batched = decoding_residuals(coded, labels, matrix, sequences)
+                for one, other in zip(batched, decoding_residuals(X, labels, matrix, sequences)):
+                    np.testing.assert_array_equal(one, other)
+    residuals, _ = decoding_residuals(coded, Y, w_sum)
+    assert heads > 1 or np.median(residuals) < 1e-6  # the rows formed from the fitted point were tested
+
+
 def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):
     """The decoder's k = 4 case unrolls cholesky_in_place and cholesky_solve of size 3: the same bits."""
     from numba import njit

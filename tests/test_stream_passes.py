@@ -251,3 +251,72 @@ def test_observers_tell_each_in_turn_and_refuse_what_cannot_observe():
     assert seen == [("a", Phase.SPAN, 1), ("b", Phase.SPAN, 1)]
     with pytest.raises(TypeError, match="^observers: expected callables"):
         Observers(print, "teacher")
+
+
+def _counting_labels(monkeypatch) -> list:
+    """The indices of the blocks a TeacherSource labels (in this process), in order."""
+    from mhalearn.attention import teacher_source
+
+    labelled, original = [], teacher_source.labelled_block
+    monkeypatch.setattr(teacher_source, "labelled_block",
+                        lambda *args, **kwargs: labelled.append(args[5]) or original(*args, **kwargs))
+    return labelled
+
+
+def test_a_stream_labels_the_blocks_it_keeps_once_within_the_budget(monkeypatch):
+    import dask
+
+    teacher, source = _stream(samples=6000)
+    reference = list(source.blocks())
+    labelled = _counting_labels(monkeypatch)
+    kept = source.keeping_labels(2500)
+    assert kept.kept_blocks == 3 and kept.fingerprint() == source.fingerprint()
+    for _ in range(2):
+        for (X, Y), (X_ref, Y_ref) in zip(kept.blocks(), reference, strict=True):
+            np.testing.assert_array_equal(X, X_ref)
+            np.testing.assert_array_equal(Y, Y_ref)
+    assert labelled == [0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert kept.kept_labels.startswith("labels of the first 3 blocks kept")
+    # Each task of a Dask pass receives the labels kept; the kept blocks are labelled by tasks of their own, once.
+    labelled.clear()
+    on_dask = source.keeping_labels(2500).as_dask()
+    with dask.config.set(scheduler="threads"):
+        for _ in range(2):
+            sums = on_dask.map_blocks(lambda X, Y, rows: (np.asarray(X).sum(), np.asarray(Y).sum()))
+            assert sums == [(X.sum(), Y.sum()) for X, Y in reference]
+    assert sorted(labelled[:6]) == [0, 1, 2, 3, 4, 5] and sorted(labelled[6:]) == [3, 4, 5]
+    # A budget that holds one block's labels (224 kB) at the share kept keeps that one; labels of no block: none.
+    with mhalearn.memory_budget(2 * 300_000):
+        one = source.keeping_labels(2500)
+    with mhalearn.memory_budget(1):
+        none = source.keeping_labels(2500)
+    assert one.kept_blocks == 1 and "2 more would pass 50% of the memory budget" in one.kept_labels
+    assert none.kept_blocks == 0 and "3 more would pass" in none.kept_labels
+
+
+def test_phases_1_to_4_are_the_same_whatever_labels_the_stream_keeps(monkeypatch):
+    import dask
+
+    teacher, source = _stream(samples=8000)
+    settings = BodySettings(prefix_samples=3000, refit_iterations=10)
+
+    def span_of(stream):
+        phases = sculpt_span(stream, 2, settings, np.random.default_rng(7))
+        return phases, {"crude": phases.crude_sum.w_sum, "refined": phases.refined_sum.w_sum,
+                        "rows": phases.sculpt[-1].rows.label, "basis": phases.span.basis}
+
+    labelled = _counting_labels(monkeypatch)
+    kept, reference = span_of(source)
+    # Phases 1–3 read the prefix's 3 blocks several times, and labelled each once.
+    assert [labelled.count(index) for index in range(3)] == [1, 1, 1] and labelled.count(3) >= 1
+    assert kept.refined_sum.prefix_labels.startswith("labels of the first 3 blocks kept")
+    assert "prefix labels: labels of the first 3 blocks kept" in "\n".join(kept.refined_sum.detail_lines())
+    with mhalearn.memory_budget(1):
+        recomputed, figures = span_of(source)
+    assert recomputed.refined_sum.prefix_labels.startswith("labels of the first 0 blocks kept")
+    for name in reference:
+        np.testing.assert_array_equal(figures[name], reference[name], err_msg=name)
+    with dask.config.set(scheduler="threads"):
+        _, figures = span_of(source.as_dask())
+    for name in reference:
+        np.testing.assert_array_equal(figures[name], reference[name], err_msg=name)

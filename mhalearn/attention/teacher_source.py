@@ -7,17 +7,29 @@ b: every pass sees the same examples without storing them.
 :class:`DaskTeacherSource` is the same stream, each block of a pass a task
 of the active Dask scheduler.  They live with the teachers because they
 know one; the learners read them as any other source.
+
+A stream read several times over its first blocks (phases 1–3 of the body
+read a prefix of 10⁷ sequences about six times) keeps those blocks' labels
+once computed (:meth:`TeacherSource.keeping_labels`), as far as
+:data:`KEPT_LABELS_SHARE` of the memory budget allows: a later read draws
+the block's signs again (a twentieth of labelling it) and reads the labels
+kept, the same bits.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .._memory import format_bytes, get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
-from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, run_block
+from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, PrefixSource, run_block
 from ..data.token_codes import code_groups
-from .data import labelled_block
+from .data import boolean_block, labelled_block
+
+#: Share of the memory budget (:func:`mhalearn.set_memory_budget`) that the labels a stream keeps may take:
+#: the rest is the fit's (pools, candidate rows, the net) and the interpreter's.
+KEPT_LABELS_SHARE = 0.5
 
 
 class TeacherSource(BlockSource):
@@ -30,10 +42,12 @@ class TeacherSource(BlockSource):
     blocks are those of ``make_dataset(teacher, samples, length, noise=noise,
     chunks=block_size)`` with that seed; X comes with its tokens' codes
     (:class:`~mhalearn.data.sources.CodedTokens`), coded once where the block is drawn.
+    The labels of the first ``kept_blocks`` blocks are kept once computed
+    (:meth:`keeping_labels` chooses how many).
     """
 
     def __init__(self, teacher, samples: int, length: int, *, seed: int = 0, noise: float = 0.0,
-                 block_size: int = BLOCK_SIZE):
+                 block_size: int = BLOCK_SIZE, kept_blocks: int = 0):
         self.teacher = teacher
         self.samples = check_positive_int(samples, "samples")
         self.length = check_positive_int(length, "length")
@@ -42,6 +56,33 @@ class TeacherSource(BlockSource):
         self.noise = float(noise)
         self.block_size = check_positive_int(block_size, "block_size")
         self.block_count = -(-self.samples // self.block_size)
+        self.kept_blocks = min(check_positive_int(kept_blocks, "kept_blocks", minimum=0), self.block_count)
+        # Block b's labels once computed, b < kept_blocks (Dask's persisted tasks in a DaskTeacherSource).
+        self._kept = [None] * self.kept_blocks
+        self.kept_labels = None
+
+    def keeping_labels(self, samples: int) -> "TeacherSource":
+        """The same stream, keeping the labels of its first blocks that hold ``samples`` sequences once
+        computed, as many of those blocks as :data:`KEPT_LABELS_SHARE` of the memory budget holds.
+
+        Reads of the blocks kept then cost drawing their signs (their codes with them) instead of
+        labelling them: the same bits.  ``kept_labels`` says what was kept, for the fit's report.
+        """
+        wanted = PrefixSource(self, samples).block_count
+        block_bytes = 8 * self.block_size * self.length * self.dim
+        budget = get_memory_budget()
+        kept = wanted if budget is None else min(wanted, int(KEPT_LABELS_SHARE * budget) // block_bytes)
+        stream = type(self)(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
+                            block_size=self.block_size, kept_blocks=kept)
+        share = f"{KEPT_LABELS_SHARE:.0%} of the memory budget, {format_bytes(budget or 0)}"
+        stream.kept_labels = (
+            f"labels of the first {kept} blocks kept ({format_bytes(kept * block_bytes)}), computed once"
+            + ("" if kept == wanted else f"; {wanted - kept} more would pass {share}: computed on every read"))
+        return stream
+
+    def __getstate__(self) -> dict:
+        # A task receives the labels it reads as an argument: the source it carries keeps none.
+        return {**self.__dict__, "_kept": [], "kept_blocks": 0}
 
     def fingerprint(self) -> str:
         """A hash of what the blocks are drawn from: the teacher, the sizes, the seed and the noise."""
@@ -54,12 +95,24 @@ class TeacherSource(BlockSource):
         return min(self.block_size, self.samples - index * self.block_size)
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
+        kept = index < self.kept_blocks
+        X, Y, rows = self._drawn_block(index, self._kept[index] if kept else None)
+        if kept and self._kept[index] is None:
+            self._kept[index] = Y
+        return X, Y, rows
+
+    def _drawn_block(self, index: int, labels: np.ndarray | None) -> tuple[CodedTokens, np.ndarray, None]:
+        """Block ``index`` drawn, labelled unless its ``labels`` are given (then its signs only are drawn)."""
         size = self.block_samples(index)
         # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
         # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
         codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
+        if labels is not None:
+            return CodedTokens(boolean_block(self.seed, index, size, self.length, self.dim, codes=codes), codes), \
+                labels, None
         X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes)
-        return CodedTokens(X, codes), Y, None
+        # Y is half of one array with X: a copy, so that labels kept hold no X.
+        return CodedTokens(X, codes), (Y.copy() if index < self.kept_blocks else Y), None
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -68,7 +121,7 @@ class TeacherSource(BlockSource):
         """The same stream, each block of a pass one task of the active Dask scheduler
         (:class:`DaskTeacherSource`): a pass's blocks spread over a cluster's workers."""
         return DaskTeacherSource(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
-                                 block_size=self.block_size)
+                                 block_size=self.block_size, kept_blocks=self.kept_blocks)
 
 
 class DaskTeacherSource(TeacherSource):
@@ -83,7 +136,12 @@ class DaskTeacherSource(TeacherSource):
     0.184 against 0.117 s and 0.093 against 0.076 s at m = 3, d = 12, k = 4,
     ``python bench/block_tasks.py``.)  The blocks, their order and the reductions are the
     :class:`TeacherSource`'s, so a fit computes the same bits, and the
-    fingerprint, which names a checkpoint, is the same too.
+    fingerprint, which names a checkpoint, is the same too.  The labels of the
+    first ``kept_blocks`` blocks are computed by tasks of their own the
+    first time a pass reads them, and persisted (``dask.persist``): in this
+    process under the threaded scheduler, on the workers of a
+    ``distributed.Client``, whose scheduler then runs a block's tasks where
+    its labels lie.
     """
 
     wave_blocks = WAVE_BLOCKS
@@ -93,15 +151,34 @@ class DaskTeacherSource(TeacherSource):
         active Dask scheduler."""
         import dask
 
-        selected = range(self.block_count) if blocks is None else blocks
-        tasks = [dask.delayed(_draw_and_run_block, pure=True)(self, func, args, index, indexed)
-                 for index in selected]
+        selected = list(range(self.block_count) if blocks is None else blocks)
+        labelling = [index for index in selected if index < self.kept_blocks and self._kept[index] is None]
+        if labelling:
+            persisted = dask.persist(*(dask.delayed(_kept_labels, pure=True)(self, index) for index in labelling))
+            for index, labels in zip(labelling, persisted):
+                self._kept[index] = labels
+        tasks = [dask.delayed(_draw_and_run_block, pure=True)(
+            self, func, args, index, indexed, self._kept[index] if index < self.kept_blocks else None)
+            for index in selected]
         return list(dask.compute(*tasks))
 
+    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
+        # Read on the caller (a head of the stream): drawn and labelled there, what is kept left to the tasks.
+        return self._drawn_block(index, None)
 
-def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool):
-    """Block ``index`` of ``source`` drawn, labelled and passed to ``func`` inside a Dask task, on one thread."""
+
+def _kept_labels(source: TeacherSource, index: int) -> np.ndarray:
+    """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread, to be kept."""
     with one_thread():
-        return run_block(func, *source._block(index), args, index if indexed else None)
+        X, Y, _ = source._drawn_block(index, None)
+        return Y if Y.base is None else Y.copy()
+
+
+def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
+                        labels: np.ndarray | None = None):
+    """Block ``index`` of ``source`` drawn, labelled unless its ``labels`` are given, and passed to ``func``
+    inside a Dask task, on one thread."""
+    with one_thread():
+        return run_block(func, *source._drawn_block(index, labels), args, index if indexed else None)
 
 __all__ = ["DaskTeacherSource", "TeacherSource"]

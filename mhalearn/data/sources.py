@@ -26,6 +26,9 @@ again).  They read the examples through a *source*: an object with
   source of their own (:class:`PrefixSource`);
 - ``wave_blocks``, how many blocks a pass that may stop early maps at once
   (``map_until``);
+- ``keeping_labels(samples)``, the same stream keeping the labels it computes
+  for its first blocks holding ``samples`` sequences (a generated stream,
+  within the memory budget), with ``kept_labels`` saying what it keeps;
 - ``fingerprint()``, a hash of the examples' values (:mod:`mhalearn.data.checkpoint`).
 
 :class:`Source` states that contract as a ``typing.Protocol``, and
@@ -92,6 +95,9 @@ class Source(Protocol):
     def prefix(self, samples: int) -> Source:
         """The first blocks holding at least ``samples`` sequences, as a source."""
 
+    def keeping_labels(self, samples: int) -> Source:
+        """The same stream, keeping the labels it computes for its first blocks holding ``samples`` sequences."""
+
     def fingerprint(self) -> str:
         """A hash of the examples' values, which names a fit's checkpoint."""
 
@@ -107,6 +113,8 @@ class BlockSource:
 
     #: Blocks a pass that may stop early maps at once: one, in the calling process.
     wave_blocks = 1
+    #: What the source keeps of the labels it computes (:meth:`keeping_labels`); None: nothing.
+    kept_labels = None
 
     def _block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         raise NotImplementedError
@@ -164,6 +172,12 @@ class BlockSource:
         the source itself when they are all of it."""
         prefix = PrefixSource(self, samples)
         return self if prefix.block_count == self.block_count else prefix
+
+    def keeping_labels(self, samples: int) -> "BlockSource":
+        """The same stream, keeping the labels it computes for its first blocks holding ``samples``
+        sequences: the source itself, whose labels are read, not computed (a generated stream's own
+        method keeps them: :meth:`~mhalearn.attention.teacher_source.TeacherSource.keeping_labels`)."""
+        return self
 
 
 class PrefixSource(BlockSource):

@@ -30,9 +30,10 @@ pattern and spreads.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
-from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
+from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, slp_vectorised, thread_driver
+from ...attention.forward_kernel import _as_lanes, _store_lanes
 from ...data.sources import kernel_labels, stream_rows
 from ...data.token_codes import sequence_codes
 from .cholesky import cholesky_in_place, cholesky_solve, cholesky_three, solve_three
@@ -48,7 +49,13 @@ _EXPLICIT_BELOW = 1e-4
 
 @njit(inline="always", cache=True)
 def _read_labels(Y, sequence, label_scale, label):
-    """label[:] = Y[sequence] / ``label_scale``, to the bits of NumPy's division."""
+    """label[:] = Y[sequence] / ``label_scale``, to the bits of NumPy's division (a copy when it is 1: dividing
+    by 1 is exact, and a division costs a pass as much as the Gram matrix)."""
+    if label_scale == 1.0:
+        for row in range(label.shape[0]):
+            for e in range(label.shape[1]):
+                label[row, e] = Y[sequence, row, e]
+        return
     for row in range(label.shape[0]):
         for e in range(label.shape[1]):
             label[row, e] = Y[sequence, row, e] / label_scale
@@ -295,6 +302,163 @@ def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, 
 
 _decode_patterns_parallel = thread_driver(_decode_patterns_worker)
 
+#: Sequences the batched decoder (:func:`_decode_residuals_batched_worker`) decodes side by side: two AVX2
+#: vectors, one AVX-512 vector of float64.
+LANES = 8
+_ZERO_LANES = (0.0,) * LANES
+
+
+@njit(inline="always", cache=True)
+def _product_sum_lanes(total, u, v):
+    """total + u ⊙ v, lane by lane: a product, then a sum (no fused multiply-add: the scalar loop's bits)."""
+    return (total[0] + u[0] * v[0], total[1] + u[1] * v[1], total[2] + u[2] * v[2], total[3] + u[3] * v[3],
+            total[4] + u[4] * v[4], total[5] + u[5] * v[5], total[6] + u[6] * v[6], total[7] + u[7] * v[7])
+
+
+@njit(inline="always", cache=True)
+def _difference_lanes(u, v):
+    return (u[0] - v[0], u[1] - v[1], u[2] - v[2], u[3] - v[3], u[4] - v[4], u[5] - v[5], u[6] - v[6], u[7] - v[7])
+
+
+_BATCHED_SIGNATURE = types.void(types.float64[:, :, ::1], types.uint8[:, :, ::1], types.float64[:, :, ::1],
+                                types.float64, types.int64[::1], types.float64[:, ::1], types.float64[:, :, ::1],
+                                types.int64, types.int64[::1], types.float64[:, ::1], types.float64[:, ::1])
+
+
+@slp_vectorised(_BATCHED_SIGNATURE, cache=True, nogil=True, error_model="numpy")
+def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum, tables, chunks, counter, residuals,
+                                     violations):
+    # The common case of a pass, k = 4 Boolean tokens given by their codes, residuals and violations only,
+    # LANES sequences side by side: the Gram matrix's and every row's sums are tuples of LANES running
+    # sums, in registers, that LLVM's SLP vectoriser packs into the host's vectors (as the forward kernel's,
+    # mhalearn.attention.forward_kernel).  Each lane performs _decode_patterns_worker's operations on its
+    # sequence in their order (no reassociation, no fused multiply-add: compiled without fast-math), hence
+    # its bits.  A lane whose sequence repeats a token, or whose Gram matrix is not positive definite, is
+    # decoded again by _decode_patterns_worker (error_model="numpy": its divisions by 0 here give NaN, not
+    # an exception); so is a chunk's tail shorter than LANES.
+    n = sequences.shape[0]
+    k, d = X.shape[1], X.shape[2]
+    labels = Y.shape[1]
+    groups = tables.shape[0]
+    label = np.empty((labels, d, LANES))  # every array ends in the lane axis
+    values = np.empty((k, d, LANES))
+    differences = np.empty((3, d, LANES))
+    gram = np.empty((6, LANES))  # g00, g10, g11, g20, g21, g22
+    factor = np.empty((6, LANES))  # l10, l20, l21 and 1 / the diagonal
+    healthy = np.empty(LANES, dtype=np.bool_)
+    sums = np.empty((5, LANES))  # ‖y − v_0‖², ‖y‖² and the three entries of D(y − v_0) of one row
+    one = np.zeros(1, dtype=np.int64)
+    chunk = next_chunk(counter)
+    while chunk < chunks:
+        start, stop = chunk * n // chunks, (chunk + 1) * n // chunks
+        for batch in range(start, stop - LANES + 1, LANES):
+            for lane in range(LANES):
+                sequence = sequences[batch + lane]
+                for row in range(labels):
+                    for e in range(d):
+                        label[row, e, lane] = (Y[sequence, row, e] if label_scale == 1.0
+                                               else Y[sequence, row, e] / label_scale)
+                distinct = True
+                for j in range(k):
+                    for i in range(j):
+                        same = 0
+                        for g in range(groups):
+                            same += codes[sequence, i, g] == codes[sequence, j, g]
+                        distinct = distinct and same < groups
+                    # table_times's sums, in its order.
+                    for e in range(d):
+                        values[j, e, lane] = tables[0, codes[sequence, j, 0], e]
+                    for g in range(1, groups):
+                        for e in range(d):
+                            values[j, e, lane] += tables[g, codes[sequence, j, g], e]
+                healthy[lane] = distinct
+            g00 = g10 = g11 = g20 = g21 = g22 = _ZERO_LANES
+            for e in range(d):
+                origin = _as_lanes(values[0, e])
+                a = _difference_lanes(_as_lanes(values[1, e]), origin)
+                b = _difference_lanes(_as_lanes(values[2, e]), origin)
+                c = _difference_lanes(_as_lanes(values[3, e]), origin)
+                _store_lanes(differences[0, e], a)
+                _store_lanes(differences[1, e], b)
+                _store_lanes(differences[2, e], c)
+                g00 = _product_sum_lanes(g00, a, a)
+                g10 = _product_sum_lanes(g10, b, a)
+                g11 = _product_sum_lanes(g11, b, b)
+                g20 = _product_sum_lanes(g20, c, a)
+                g21 = _product_sum_lanes(g21, c, b)
+                g22 = _product_sum_lanes(g22, c, c)
+            _store_lanes(gram[0], g00)
+            _store_lanes(gram[1], g10)
+            _store_lanes(gram[2], g11)
+            _store_lanes(gram[3], g20)
+            _store_lanes(gram[4], g21)
+            _store_lanes(gram[5], g22)
+            for lane in range(LANES):
+                # cholesky_three's operations, its failures marked instead of returned.
+                l00 = np.sqrt(gram[0, lane])
+                bound = _CHOLESKY_FLOOR * max(max(max(0.0, gram[0, lane]), gram[2, lane]), gram[5, lane])
+                l10, l20 = gram[1, lane] / l00, gram[3, lane] / l00
+                pivot = gram[2, lane] - l10 * l10
+                l11 = np.sqrt(pivot)
+                l21 = (gram[4, lane] - l20 * l10) / l11
+                last = gram[5, lane] - l20 * l20 - l21 * l21
+                healthy[lane] = (healthy[lane] and not (gram[0, lane] <= bound) and not (pivot <= bound)
+                                 and not (last <= bound))
+                factor[0, lane], factor[1, lane], factor[2, lane] = l10, l20, l21
+                factor[3, lane], factor[4, lane], factor[5, lane] = 1.0 / l00, 1.0 / l11, 1.0 / np.sqrt(last)
+            for row in range(labels):
+                offset_squares = label_squares = first = second = third = _ZERO_LANES
+                for e in range(d):
+                    y = _as_lanes(label[row, e])
+                    offset = _difference_lanes(y, _as_lanes(values[0, e]))
+                    offset_squares = _product_sum_lanes(offset_squares, offset, offset)
+                    label_squares = _product_sum_lanes(label_squares, y, y)
+                    first = _product_sum_lanes(first, _as_lanes(differences[0, e]), offset)
+                    second = _product_sum_lanes(second, _as_lanes(differences[1, e]), offset)
+                    third = _product_sum_lanes(third, _as_lanes(differences[2, e]), offset)
+                _store_lanes(sums[0], offset_squares)
+                _store_lanes(sums[1], label_squares)
+                _store_lanes(sums[2], first)
+                _store_lanes(sums[3], second)
+                _store_lanes(sums[4], third)
+                for lane in range(LANES):
+                    p0, p1, p2 = sums[2, lane], sums[3, lane], sums[4, lane]
+                    c0, c1, c2 = solve_three(factor[0, lane], factor[1, lane], factor[2, lane], factor[3, lane],
+                                             factor[4, lane], factor[5, lane], p0, p1, p2)
+                    w0 = 1.0 - c0 - c1 - c2
+                    squared = sums[0, lane] - (0.0 + c0 * p0 + c1 * p1 + c2 * p2)
+                    if squared <= _EXPLICIT_BELOW * sums[0, lane]:
+                        # The residual formed from the fitted point, as _decode_patterns_worker forms it.
+                        squared = 0.0
+                        for e in range(d):
+                            fitted = 0.0
+                            fitted += w0 * values[0, e, lane]
+                            fitted += c0 * values[1, e, lane]
+                            fitted += c1 * values[2, e, lane]
+                            fitted += c2 * values[3, e, lane]
+                            squared += (fitted - label[row, e, lane]) ** 2
+                    out = batch + lane
+                    residuals[out, row] = np.sqrt(squared / sums[1, lane]) if sums[1, lane] > 0.0 else np.inf
+                    violation = max(0.0, -w0, w0 - 1.0)
+                    violation = max(violation, -c0, c0 - 1.0)
+                    violation = max(violation, -c1, c1 - 1.0)
+                    violations[out, row] = max(violation, -c2, c2 - 1.0)
+            for lane in range(LANES):
+                if not healthy[lane]:
+                    out = batch + lane
+                    one[0] = 0
+                    _decode_patterns_worker(X, codes, Y, label_scale, sequences[out:out + 1], w_sum, tables, 1, one,
+                                            residuals[out:out + 1], violations[out:out + 1], None, None)
+        tail = start + (stop - start) // LANES * LANES
+        if tail < stop:
+            one[0] = 0
+            _decode_patterns_worker(X, codes, Y, label_scale, sequences[tail:stop], w_sum, tables, 1, one,
+                                    residuals[tail:stop], violations[tail:stop], None, None)
+        chunk = next_chunk(counter)
+
+
+_decode_residuals_batched_parallel = thread_driver(_decode_residuals_batched_worker)
+
 
 def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
     """Decode the attention pattern of labelled rows with Ŵ_Σ (affine least squares).
@@ -349,7 +513,13 @@ def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None):
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]
     chunks = chunk_count(n)
-    DISPATCH.run("decode_patterns", n * k * d * (d + k + labels), _decode_patterns_worker,
-                 _decode_patterns_parallel, X, codes, Y, label_scale, sequences, w_sum, sign_tables(w_sum), chunks,
-                 new_counter(), residuals, violations, patterns, spreads)
+    work = n * k * d * (d + k + labels)
+    if codes is not None and not full and k == 4:
+        DISPATCH.run("decode_patterns", work, _decode_residuals_batched_worker, _decode_residuals_batched_parallel,
+                     X, np.ascontiguousarray(codes, dtype=np.uint8), Y, float(label_scale), sequences, w_sum,
+                     sign_tables(w_sum), chunks, new_counter(), residuals, violations)
+    else:
+        DISPATCH.run("decode_patterns", work, _decode_patterns_worker, _decode_patterns_parallel, X, codes, Y,
+                     label_scale, sequences, w_sum, sign_tables(w_sum), chunks, new_counter(), residuals, violations,
+                     patterns, spreads)
     return patterns, residuals, violations, spreads

@@ -156,22 +156,26 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         return BodyPhases(None, (), None, span)
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over
     # all of it, so the fit reads the stream about once ([decision: candidate-pass]).
-    prefix = source.prefix(settings.prefix_for(heads, source.length) or source.samples)
+    # The prefix's reads (about six at the default settings) label it once: a generated stream keeps its
+    # labels, within the memory budget ([decision: candidate-pass]).
+    prefix_samples = settings.prefix_for(heads, source.length) or source.samples
+    stream = source.keeping_labels(prefix_samples)
+    prefix = stream.prefix(prefix_samples)
     crude = checkpoint.run(PhaseFile.CRUDE_SUM, rng, lambda: crude_projection_sum(prefix))
     notify(Phase.CRUDE_SUM, crude)
     first = checkpoint.run(PhaseFile.SCULPT, rng,
                            lambda: sculpt_body(prefix, crude.w_sum, heads, settings, rng, rule=Rule.QUANTILE))
     notify(Phase.SCULPT, first)
-    refined = checkpoint.run(PhaseFile.REFINED_SUM, rng,
-                             lambda: refine_projection_sum(prefix, heads, first, crude.w_sum, settings, rng))
-    if prefix is not source:
+    refined = checkpoint.run(PhaseFile.REFINED_SUM, rng, lambda: dataclasses.replace(
+        refine_projection_sum(prefix, heads, first, crude.w_sum, settings, rng), prefix_labels=stream.kept_labels))
+    if prefix is not stream:
         prefix_refined = refined
         refined = checkpoint.run(PhaseFile.STREAM_REFIT, rng,
-                                 lambda: refit_on_stream(source, heads, prefix_refined, settings,
+                                 lambda: refit_on_stream(stream, heads, prefix_refined, settings,
                                                          checkpoint.progress(PhaseFile.STREAM_REFIT), notify))
     notify(Phase.REFINED_SUM, refined)
     final = checkpoint.run(PhaseFile.KSTAR, rng,
-                           lambda: sculpt_body(source, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE,
+                           lambda: sculpt_body(stream, refined.w_sum, heads, settings, rng, rule=Rule.ABSOLUTE,
                                                candidates=refined.candidates))
     notify(Phase.SCULPT, final)
     span = checkpoint.run(PhaseFile.SPAN, rng, lambda: read_span(final.slabs, heads, settings, rng))

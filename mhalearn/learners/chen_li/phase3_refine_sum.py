@@ -318,7 +318,9 @@ class RefinedSum(PhaseResult):
     solve had to drop) and ``theta_bar_norm`` describe the crude body's
     minimum-norm point Θ̄; ``failure`` says why there was no certified refit;
     ``moved_by`` which refit the final Ŵ_Σ comes from; ``steps`` the steps
-    that ran.  Data: Ŵ_Σ and Θ̄.
+    that ran; ``prefix_labels`` what a generated stream kept of the labels
+    of the prefix phases 1–3 read (:meth:`~mhalearn.attention.teacher_source.TeacherSource.keeping_labels`;
+    None when the source's labels are read, not computed).  Data: Ŵ_Σ and Θ̄.
     """
 
     solver_status: str | None
@@ -327,13 +329,15 @@ class RefinedSum(PhaseResult):
     failure: str | None
     moved_by: str
     steps: tuple
+    prefix_labels: str | None = None
     w_sum: np.ndarray = data_field()
     theta_bar: np.ndarray | None = data_field()
 
     columns = ("moved_by", "solver_status", "inconsistent", "failure")
 
     def detail_lines(self) -> list[str]:
-        return [detail_line(step.name, step.summary()) for step in self.steps]
+        labels = [] if self.prefix_labels is None else [detail_line("prefix labels", self.prefix_labels)]
+        return [*labels, *(detail_line(step.name, step.summary()) for step in self.steps)]
 
     @property
     def candidates(self) -> AgreementRows | None:
