@@ -13,25 +13,29 @@ n − validation_size(n, 0.2) sequences (what GradientLearner trains on; no earl
 - the teacher perturbed: each Θ_i moved by ``delta``·‖Θ_i‖ in a random direction, W by least squares,
 
 and, for every fit, its final relative training error and its relative test error against the teacher
-(1000 fresh sequences).  A fit is ``exact`` (test error ≤ 1e-6), ``interpolates`` (training error
-≤ 1e-8 but not exact: the data are fitted by a layer that is not the teacher) or ``stuck`` (training
-error above 1e-8 when L-BFGS stops: a stationary point, or the iterations ran out, without fitting the
-data).  Also per teacher κ(W_Σ) and the Jacobian of the training outputs in (Θ, W) at the teacher: its
-smallest singular value over its largest (0 when the n labels do not determine the teacher even
-locally).  Nothing here changes a learner: it
-observes the loss landscape at the teacher's data.  Rows are appended as each (m, seed, n) ends.
+(1000 fresh sequences), the cosine of each teacher head's Θ_j with the student head matched to it
+(:func:`~mhalearn.attention.model.match_heads`) and the student's largest cosine between two of its own
+heads (:func:`~mhalearn.attention.model.head_collapse`). A fit is ``exact`` (test error ≤ 1e-6),
+``interpolates`` (training error ≤ 1e-8 but not exact: the data are fitted by a layer that is not the
+teacher) or ``stuck`` (training error above 1e-8 when L-BFGS stops: a stationary point, or the
+iterations ran out, without fitting the data). Also per teacher κ(W_Σ) and the Jacobian of the training
+outputs in (Θ, W) at the teacher: its smallest singular value over its largest (0 when the n labels do
+not determine the teacher even locally). Nothing here changes a learner: it observes the loss landscape
+at the teacher's data.
+Rows are appended as each (m, seed, n) ends.
 """
 import argparse
 import json
 import statistics
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from mhalearn.attention import kernels
-from mhalearn.attention.model import MultiHeadAttention, relative_error
+from mhalearn.attention.model import MultiHeadAttention, head_collapse, match_heads, relative_error
 from mhalearn.data.fit_data import validation_size
 from mhalearn.evaluation import plant_instance
 from mhalearn.learners.least_squares import lbfgs_refine, random_parameters, solve_projections
@@ -39,6 +43,8 @@ from mhalearn.learners.least_squares import lbfgs_refine, random_parameters, sol
 EXACT = 1e-6
 INTERPOLATES = 1e-8
 KINDS = ("exact", "interpolates", "stuck")
+#: A teacher head counts as found when the student head matched to it has Θ cosine ≥ this.
+FOUND = 0.99
 
 
 def kind(train_error: float, test_error: float) -> str:
@@ -69,7 +75,10 @@ def fit_from(X, Y, thetas, X_test, teacher, max_iter):
     model, history = lbfgs_refine(X, Y, thetas, ws, max_iter=max_iter)
     train = float(np.sum((kernels.forward(X, model.thetas, model.ws) - Y) ** 2) / np.sum(Y ** 2))
     test = relative_error(model, teacher, X_test)
-    return {"train_error": train, "test_error": test, "kind": kind(train, test), "iterations": history["iterations"]}
+    matched = model.thetas[match_heads(model, teacher)]
+    cosines = [float(np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(matched, teacher.thetas)]
+    return {"train_error": train, "test_error": test, "kind": kind(train, test), "iterations": history["iterations"],
+            "teacher_head_cosines": cosines, **head_collapse(model, teacher)}
 
 
 def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter, dim=12, length=4):
@@ -97,10 +106,12 @@ def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter,
 def report(rows: list[dict]) -> None:
     print("per (family, m, n): teachers; random starts by outcome (exact / interpolates / stuck, over every "
           "restart of every teacher); teachers where some restart is exact; starts from the perturbed teacher that "
-          "are exact; median κ(W_Σ); median σ_min/σ_max of the Jacobian at the teacher")
+          f"are exact; of the random starts that are not exact, how many teacher heads each found (cos Θ ≥ {FOUND}): "
+          "count of starts; median κ(W_Σ); median σ_min/σ_max of the Jacobian at the teacher")
     print()
     header = ["family", "m", "n", "teachers", "random starts: exact / interpolates / stuck", "teachers solved",
-              "perturbed-teacher starts exact", "κ(W_Σ) median", "Jacobian σ_min/σ_max median"]
+              "perturbed-teacher starts exact", "teacher heads found per non-exact random start",
+              "κ(W_Σ) median", "Jacobian σ_min/σ_max median"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     groups: dict = {}
@@ -115,8 +126,12 @@ def report(rows: list[dict]) -> None:
             for fit in row["fits"]:
                 if fit["start"] != "random":
                     perturbed.setdefault(fit["start"], []).append(fit["kind"] == "exact")
+        found = Counter(sum(cosine >= FOUND for cosine in fit["teacher_head_cosines"])
+                        for fit in random_fits if fit["kind"] != "exact")
+        found_text = ", ".join(f"{heads_found}: {count}" for heads_found, count in sorted(found.items())) or "–"
         near = ", ".join(f"{start.split('+')[1]}: {sum(v)}/{len(v)}" for start, v in sorted(perturbed.items()))
         print(f"| {family} | {heads} | {samples} | {len(mine)} | {counts} | {solved}/{len(mine)} | {near} | "
+              f"{found_text} | "
               f"{statistics.median(row['w_sum_condition'] for row in mine):.3g} | "
               f"{statistics.median(row['jacobian_ratio'] for row in mine):.2g} |")
 
