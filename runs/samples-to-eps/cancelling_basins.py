@@ -15,13 +15,15 @@ n − validation_size(n, 0.2) sequences (what GradientLearner trains on; no earl
 and, for every fit, its final relative training error and its relative test error against the teacher
 (1000 fresh sequences), the cosine of each teacher head's Θ_j with the student head matched to it
 (:func:`~mhalearn.attention.model.match_heads`) and the student's largest cosine between two of its own
-heads (:func:`~mhalearn.attention.model.head_collapse`). A fit is ``exact`` (test error ≤ 1e-6),
+heads (:func:`~mhalearn.attention.model.head_collapse`), and its heads' ‖Θ_i‖_F (a head near Θ = 0
+attends uniformly: it computes the linear term x̄W). A fit is ``exact`` (test error ≤ 1e-6),
 ``interpolates`` (training error ≤ 1e-8 but not exact: the data are fitted by a layer that is not the
 teacher) or ``stuck`` (training error above 1e-8 when L-BFGS stops: a stationary point, or the
-iterations ran out, without fitting the data). Also per teacher κ(W_Σ) and the Jacobian of the training
-outputs in (Θ, W) at the teacher: its smallest singular value over its largest (0 when the n labels do
-not determine the teacher even locally). Nothing here changes a learner: it observes the loss landscape
-at the teacher's data.
+iterations ran out, without fitting the data). Also per teacher the share of the labels a linear
+predictor from [x_ℓ, x̄] explains (test R²), κ(W_Σ) and the Jacobian of the training outputs in (Θ, W)
+at the teacher: its smallest singular value over its largest (0 when the n labels do not determine the
+teacher even locally). Nothing here changes a learner: it observes the loss landscape at the teacher's
+data.
 Rows are appended as each (m, seed, n) ends.
 """
 import argparse
@@ -78,7 +80,21 @@ def fit_from(X, Y, thetas, X_test, teacher, max_iter):
     matched = model.thetas[match_heads(model, teacher)]
     cosines = [float(np.sum(a * b) / (np.linalg.norm(a) * np.linalg.norm(b))) for a, b in zip(matched, teacher.thetas)]
     return {"train_error": train, "test_error": test, "kind": kind(train, test), "iterations": history["iterations"],
-            "teacher_head_cosines": cosines, **head_collapse(model, teacher)}
+            "teacher_head_cosines": cosines, "theta_norms": np.linalg.norm(model.thetas, axis=(1, 2)).tolist(),
+            **head_collapse(model, teacher)}
+
+
+def linear_share(X, Y, X_test, teacher) -> float:
+    """R² on the test inputs of the best linear predictor from the token and the sequence mean, [x_ℓ, x̄]."""
+    def features(inputs):
+        mean = np.broadcast_to(inputs.mean(axis=1, keepdims=True), inputs.shape)
+        stacked = np.concatenate([inputs, mean, np.ones(inputs.shape[:2] + (1,))], axis=2)
+        return stacked.reshape(-1, stacked.shape[2])
+
+    coefficients = np.linalg.lstsq(features(X), Y.reshape(-1, Y.shape[2]), rcond=None)[0]
+    target = kernels.forward(X_test, teacher.thetas, teacher.ws).reshape(-1, Y.shape[2])
+    residual = target - features(X_test) @ coefficients
+    return float(1 - np.sum(residual ** 2) / np.sum((target - target.mean(axis=0)) ** 2))
 
 
 def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter, dim=12, length=4):
@@ -100,6 +116,8 @@ def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter,
     w_sum = np.linalg.svd(teacher.ws.sum(axis=0), compute_uv=False)
     return {"family": family, "heads": heads, "seed": seed, "samples": samples, "train_samples": train,
             "w_sum_condition": float(w_sum[0] / w_sum[-1]), "jacobian_ratio": jacobian_ratio(X, teacher),
+            "linear_r2": linear_share(X, Y, X_test, teacher),
+            "teacher_theta_norms": np.linalg.norm(teacher.thetas, axis=(1, 2)).tolist(),
             "fits": fits}
 
 
@@ -111,7 +129,8 @@ def report(rows: list[dict]) -> None:
     print()
     header = ["family", "m", "n", "teachers", "random starts: exact / interpolates / stuck", "teachers solved",
               "perturbed-teacher starts exact", "teacher heads found per non-exact random start",
-              "κ(W_Σ) median", "Jacobian σ_min/σ_max median"]
+              "smallest student ‖Θ_i‖ / teacher's mean, non-exact random starts: median [min, max]",
+              "linear R² median", "κ(W_Σ) median", "Jacobian σ_min/σ_max median"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     groups: dict = {}
@@ -129,9 +148,13 @@ def report(rows: list[dict]) -> None:
         found = Counter(sum(cosine >= FOUND for cosine in fit["teacher_head_cosines"])
                         for fit in random_fits if fit["kind"] != "exact")
         found_text = ", ".join(f"{heads_found}: {count}" for heads_found, count in sorted(found.items())) or "–"
+        smallest = [min(fit["theta_norms"]) / statistics.mean(row["teacher_theta_norms"]) for row in mine
+                    for fit in row["fits"] if fit["start"] == "random" and fit["kind"] != "exact"]
+        smallest_text = (f"{statistics.median(smallest):.2f} [{min(smallest):.2f}, {max(smallest):.2f}]"
+                         if smallest else "–")
         near = ", ".join(f"{start.split('+')[1]}: {sum(v)}/{len(v)}" for start, v in sorted(perturbed.items()))
         print(f"| {family} | {heads} | {samples} | {len(mine)} | {counts} | {solved}/{len(mine)} | {near} | "
-              f"{found_text} | "
+              f"{found_text} | {smallest_text} | {statistics.median(row['linear_r2'] for row in mine):.2f} | "
               f"{statistics.median(row['w_sum_condition'] for row in mine):.3g} | "
               f"{statistics.median(row['jacobian_ratio'] for row in mine):.2g} |")
 
