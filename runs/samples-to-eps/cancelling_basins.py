@@ -45,8 +45,8 @@ from mhalearn.learners.least_squares import lbfgs_refine, random_parameters, sol
 EXACT = 1e-6
 INTERPOLATES = 1e-8
 KINDS = ("exact", "interpolates", "stuck")
-#: A teacher head counts as found when the student head matched to it has Θ cosine ≥ this.
-FOUND = 0.99
+#: A student head counts as saturated (its softmax near an arg-max) when ‖Θ_i‖_F is above this × the teacher's mean.
+SATURATED = 10.0
 
 
 def kind(train_error: float, test_error: float) -> str:
@@ -121,40 +121,42 @@ def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter,
             "fits": fits}
 
 
+def _spread(values: list[float], digits: str = ".2g") -> str:
+    return f"{statistics.median(values):{digits}} [{min(values):{digits}}, {max(values):{digits}}]" if values else "–"
+
+
 def report(rows: list[dict]) -> None:
-    print("per (family, m, n): teachers; random starts by outcome (exact / interpolates / stuck, over every "
-          "restart of every teacher); teachers where some restart is exact; starts from the perturbed teacher that "
-          f"are exact; of the random starts that are not exact, how many teacher heads each found (cos Θ ≥ {FOUND}): "
-          "count of starts; median κ(W_Σ); median σ_min/σ_max of the Jacobian at the teacher")
+    print("per (family, m, n): random starts by outcome (exact / interpolates / stuck, every restart of every "
+          "teacher); starts from the perturbed teacher that are exact, per δ; over the random starts that are not "
+          f"exact: training error, largest ‖Θ_i‖_F over the teacher's mean ‖Θ_i‖_F, and how many heads have "
+          f"‖Θ_i‖_F above {SATURATED:g}× the teacher's mean (saturated softmax); per teacher, medians: linear R², "
+          "κ(W_Σ), σ_min/σ_max of the Jacobian at the teacher")
     print()
-    header = ["family", "m", "n", "teachers", "random starts: exact / interpolates / stuck", "teachers solved",
-              "perturbed-teacher starts exact", "teacher heads found per non-exact random start",
-              "smallest student ‖Θ_i‖ / teacher's mean, non-exact random starts: median [min, max]",
-              "linear R² median", "κ(W_Σ) median", "Jacobian σ_min/σ_max median"]
+    header = ["family", "m", "n", "teachers", "random starts: exact / interpolates / stuck",
+              "perturbed-teacher starts exact", "training error, not exact", "largest ‖Θ_i‖ / teacher's, not exact",
+              "saturated heads per start, not exact", "linear R²", "κ(W_Σ)", "Jacobian σ_min/σ_max"]
     print("| " + " | ".join(header) + " |")
     print("|" + " --- |" * len(header))
     groups: dict = {}
     for row in rows:
         groups.setdefault((row["family"], row["heads"], row["samples"]), []).append(row)
     for (family, heads, samples), mine in sorted(groups.items()):
-        random_fits = [fit for row in mine for fit in row["fits"] if fit["start"] == "random"]
-        counts = " / ".join(str(sum(fit["kind"] == name for fit in random_fits)) for name in KINDS)
-        solved = sum(any(fit["kind"] == "exact" for fit in row["fits"] if fit["start"] == "random") for row in mine)
-        perturbed = {}
+        random_fits = [(row, fit) for row in mine for fit in row["fits"] if fit["start"] == "random"]
+        counts = " / ".join(str(sum(fit["kind"] == name for _, fit in random_fits)) for name in KINDS)
+        failed = [(statistics.mean(row["teacher_theta_norms"]), fit) for row, fit in random_fits
+                  if fit["kind"] != "exact"]
+        saturated = Counter(sum(norm > SATURATED * scale for norm in fit["theta_norms"]) for scale, fit in failed)
+        perturbed: dict = {}
         for row in mine:
             for fit in row["fits"]:
                 if fit["start"] != "random":
                     perturbed.setdefault(fit["start"], []).append(fit["kind"] == "exact")
-        found = Counter(sum(cosine >= FOUND for cosine in fit["teacher_head_cosines"])
-                        for fit in random_fits if fit["kind"] != "exact")
-        found_text = ", ".join(f"{heads_found}: {count}" for heads_found, count in sorted(found.items())) or "–"
-        smallest = [min(fit["theta_norms"]) / statistics.mean(row["teacher_theta_norms"]) for row in mine
-                    for fit in row["fits"] if fit["start"] == "random" and fit["kind"] != "exact"]
-        smallest_text = (f"{statistics.median(smallest):.2f} [{min(smallest):.2f}, {max(smallest):.2f}]"
-                         if smallest else "–")
-        near = ", ".join(f"{start.split('+')[1]}: {sum(v)}/{len(v)}" for start, v in sorted(perturbed.items()))
-        print(f"| {family} | {heads} | {samples} | {len(mine)} | {counts} | {solved}/{len(mine)} | {near} | "
-              f"{found_text} | {smallest_text} | {statistics.median(row['linear_r2'] for row in mine):.2f} | "
+        near = ", ".join(f"δ = {start.split('+')[1]}: {sum(v)}/{len(v)}" for start, v in sorted(perturbed.items()))
+        print(f"| {family} | {heads} | {samples} | {len(mine)} | {counts} | {near} | "
+              f"{_spread([fit['train_error'] for _, fit in failed])} | "
+              f"{_spread([max(fit['theta_norms']) / scale for scale, fit in failed], '.3g')} | "
+              + (", ".join(f"{number}: {count}" for number, count in sorted(saturated.items())) or "–") + " | "
+              f"{statistics.median(row['linear_r2'] for row in mine):.2f} | "
               f"{statistics.median(row['w_sum_condition'] for row in mine):.3g} | "
               f"{statistics.median(row['jacobian_ratio'] for row in mine):.2g} |")
 
