@@ -12,6 +12,7 @@ from mhalearn.cli import main
 from mhalearn.experiments import get_experiment
 from mhalearn.experiments.samples_to_eps import (
     EXPORT_COLUMNS,
+    family_comparison,
     fit_growth_laws,
     predict,
     run_samples_to_eps_cell,
@@ -125,6 +126,25 @@ def test_the_growth_laws_recover_a_planted_power_and_exponential_law():
     assert predict(lpu, 20) == pytest.approx(3.0 * 120 * 1.02, rel=0.02)
     laws = {law["form"]: law for law in fit_growth_laws(_rows(lambda m: 5.0 * math.exp(0.7 * m), [1, 2, 3, 4]))}
     assert laws["exponential"]["b"] == pytest.approx(0.7, abs=1e-6)
+
+
+def _family(rows, family):
+    return [{**row, "family": family} for row in rows]
+
+
+def test_the_family_comparison_tells_a_faster_growth_from_the_same_growth():
+    random = _rows(lambda m: 20.0 * m, [1, 2, 4, 8])
+    steeper = _family(_rows(lambda m: 20.0 * m ** 2, [1, 2, 4, 8]), "cancelling")
+    # A censored teacher at the largest m is left out of the fit and counted.
+    steeper[-1] = {**steeper[-1], "censored": True, "samples_needed": None}
+    entry = next(e for e in family_comparison(random + steeper) if e["form"] == "power")
+    assert entry["difference"] == pytest.approx(1.0, abs=0.02) and entry["low"] > 0.5
+    assert entry["verdict"] == "faster" and entry["censored"] == 1 and entry["top_ratio"] == pytest.approx(8.0)
+    # The same law on other teachers (another spread over seeds): the interval holds 0.
+    alike = _family(_rows(lambda m: 20.0 * m, [1, 2, 4, 8, 16], teachers=7), "sharp")
+    entry = next(e for e in family_comparison(random + alike) if e["form"] == "power")
+    assert entry["heads"] == "1,2,4,8" and entry["low"] < 0 < entry["high"] and entry["verdict"] == "not resolved"
+    assert entry["top_ratio"] == pytest.approx(1.0, rel=0.05)
 
 
 def test_the_grid_refuses_bad_values_and_keeps_every_cell():

@@ -46,7 +46,8 @@ which its median span distance reaches 0.1, from the rows in
 :data:`BODY_ROWS`) is drawn on the same axes.  The tables give the searches,
 the probes, and the growth laws n* = a·m^b and n* = a·e^{bm}
 and n* = a·2md/k (a scalar labels per unknown) (:func:`fit_growth_laws`,
-bootstrap over teachers), and the body's curve.
+bootstrap over teachers), whether a hard family's n*(m) grows faster than
+random teachers' (:func:`family_comparison`), and the body's curve.
 """
 
 from __future__ import annotations
@@ -253,6 +254,25 @@ def _law_fit(heads: np.ndarray, values: np.ndarray, form: str, dim: int = 1, len
     return float(math.exp(log_a)), float(b)
 
 
+def _finite_by_m(cells: list[dict]) -> dict[int, np.ndarray]:
+    """Per m, the uncensored teachers' n* (an m whose every teacher is censored is left out)."""
+    by_m = {heads: np.array([teacher_value(row) for row in mine])
+            for (heads,), mine in group_rows(cells, ["heads"]).items()}
+    finite = {heads: values[np.isfinite(values)] for heads, values in by_m.items()}
+    return {heads: values for heads, values in finite.items() if len(values)}
+
+
+def _law_replicates(finite: dict[int, np.ndarray], form: str, shape: dict, resamples: int,
+                    generator: np.random.Generator) -> np.ndarray:
+    """(a, b) of the law refitted on ``resamples`` bootstrap samples of the teachers within each m."""
+    replicates = []
+    for _ in range(resamples):
+        sample = {m: v[generator.integers(len(v), size=len(v))] for m, v in finite.items()}
+        replicates.append(_law_fit(np.concatenate([np.full(len(v), m) for m, v in sample.items()]),
+                                   np.concatenate(list(sample.values())), form, **shape))
+    return np.array(replicates)
+
+
 def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = LEVEL, rng=0) -> list[dict]:
     """Per curve: the :data:`LAW_FORMS` fitted to the uncensored teachers, with bootstrap intervals.
 
@@ -266,8 +286,7 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
     for group, cells in group_rows(rows, list(CURVE_KEYS)).items():
         by_m = {heads: np.array([teacher_value(row) for row in mine])
                 for (heads,), mine in group_rows(cells, ["heads"]).items()}
-        finite = {heads: values[np.isfinite(values)] for heads, values in by_m.items()}
-        finite = {heads: values for heads, values in finite.items() if len(values)}
+        finite = _finite_by_m(cells)
         if len(finite) < 2:
             continue
         heads = np.concatenate([np.full(len(values), heads) for heads, values in finite.items()])
@@ -275,13 +294,9 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
         shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
         for form in LAW_FORMS:
             a, b = _law_fit(heads, values, form, **shape)
-            replicates = []
-            for _ in range(resamples):
-                sample = {m: v[generator.integers(len(v), size=len(v))] for m, v in finite.items()}
-                replicates.append(_law_fit(np.concatenate([np.full(len(v), m) for m, v in sample.items()]),
-                                           np.concatenate(list(sample.values())), form, **shape))
+            replicates = _law_replicates(finite, form, shape, resamples, generator)
             tail = (1 - level) / 2
-            lows, highs = np.quantile(np.array(replicates), [tail, 1 - tail], axis=0)
+            lows, highs = np.quantile(replicates, [tail, 1 - tail], axis=0)
             residual = np.log10(values) - np.log10(a) - b * _law_x(heads, form, **shape) / math.log(10)
             laws.append({**dict(zip(CURVE_KEYS, group)), "form": form, "a": a, "b": b,
                          "a_low": float(lows[0]), "a_high": float(highs[0]), "b_low": float(lows[1]),
@@ -289,6 +304,67 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
                          "heads": ",".join(str(m) for m in sorted(finite)), "points": int(len(values)),
                          "censored": int(sum(np.isinf(v).sum() for v in by_m.values()))})
     return laws
+
+
+#: The forms whose exponent b two families are compared on (labels-per-unknown has b fixed at 1).
+COMPARED_FORMS = ("power", "exponential")
+
+
+def family_comparison(rows: list[dict], *, reference: str = "random", resamples: int = 1000,
+                      level: float = LEVEL, rng=0) -> list[dict]:
+    """Does n*(m) grow faster on a family than on ``reference`` teachers, per learner?
+
+    For each curve of a family other than ``reference`` and the reference
+    curve with the same learner, output, ε, shape and noise: both growth laws
+    (:data:`COMPARED_FORMS`) fitted on the m the two share, the difference of
+    their exponents Δb = b(family) − b(reference), and its interval from
+    independent bootstraps of each family's teachers (different teachers,
+    so the replicates pair at random).  ``verdict`` is ``"faster"`` when the
+    interval lies above 0, ``"slower"`` below, else ``"not resolved"``.
+    Censored teachers are left out of the fit (as in :func:`fit_growth_laws`)
+    and counted in ``censored``: a family censored at its largest m grows at
+    least as fast as its fit says, so a "faster" verdict stands and the
+    others are lower bounds.  Also the ratio of the median n* at the largest
+    shared m (censored teachers as "> budget", ``inf``).
+    """
+    generator = np.random.default_rng(rng)
+    keys = [key for key in CURVE_KEYS if key != "family"]
+    curves = group_rows(rows, keys)
+    tail = (1 - level) / 2
+    out = []
+    for group, cells in curves.items():
+        by_family = {family: mine for (family,), mine in group_rows(cells, ["family"]).items()}
+        if reference not in by_family:
+            continue
+        for family, mine in sorted(by_family.items()):
+            if family == reference:
+                continue
+            shared = sorted({row["heads"] for row in mine} & {row["heads"] for row in by_family[reference]})
+            pair = {name: [row for row in by_family[name] if row["heads"] in shared] for name in (family, reference)}
+            finite = {name: _finite_by_m(cells_) for name, cells_ in pair.items()}
+            if len(shared) < 2 or any(len(values) < 2 for values in finite.values()):
+                continue
+            shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
+            top = max(shared)
+            medians = {name: float(np.median([teacher_value(row) for row in pair[name] if row["heads"] == top]))
+                       for name in pair}
+            for form in COMPARED_FORMS:
+                slopes = {}
+                for name, values in finite.items():
+                    heads = np.concatenate([np.full(len(v), m) for m, v in values.items()])
+                    slopes[name] = (_law_fit(heads, np.concatenate(list(values.values())), form, **shape)[1],
+                                    _law_replicates(values, form, shape, resamples, generator)[:, 1])
+                difference = slopes[family][1] - slopes[reference][1]
+                low, high = np.quantile(difference, [tail, 1 - tail])
+                out.append({**dict(zip(keys, group)), "family": family, "reference": reference, "form": form,
+                            "heads": ",".join(map(str, shared)), "b": slopes[family][0],
+                            "b_reference": slopes[reference][0], "difference": slopes[family][0] - slopes[reference][0],
+                            "low": float(low), "high": float(high),
+                            "verdict": "faster" if low > 0 else "slower" if high < 0 else "not resolved",
+                            "censored": sum(math.isinf(teacher_value(row)) for row in pair[family]),
+                            "censored_reference": sum(math.isinf(teacher_value(row)) for row in pair[reference]),
+                            "top_heads": top, "top_ratio": medians[family] / medians[reference]})
+    return out
 
 
 def predict(law: dict, heads: float) -> float:
@@ -420,6 +496,14 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
            law["form"], f"{law['a']:.4g}", f"[{law['a_low']:.4g}, {law['a_high']:.4g}]", f"{law['b']:.4g}",
            f"[{law['b_low']:.4g}, {law['b_high']:.4g}]", f"{law['rms_log10']:.3f}", law["heads"], law["points"],
            law["censored"]) for law in laws]),
+        ("faster than random teachers? exponent b of each law fitted to both families on the m they share, "
+         f"difference b - b_random with its {LEVEL:.0%} interval (independent bootstraps of each family's teachers)",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "form", "m", "b", "b_random", "difference",
+          "interval", "verdict", "censored", "censored_random", "largest_m", "median_ratio_there"],
+         [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["form"], e["heads"],
+           f"{e['b']:.4g}", f"{e['b_reference']:.4g}", f"{e['difference']:.4g}", f"[{e['low']:.4g}, {e['high']:.4g}]",
+           e["verdict"], e["censored"], e["censored_reference"], e["top_heads"], _format(e["top_ratio"], 0))
+          for e in family_comparison(rows)]),
         ("each law fitted on the other m predicts the median n* at m (ratio = predicted / measured)",
          ["family", "d", "k", "noise", "learner", "output", "eps", "m", "form", "fitted_on_m", "predicted",
           "measured", "ratio"],

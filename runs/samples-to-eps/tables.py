@@ -3,7 +3,8 @@ anew but the growth laws, which are deterministic in the rows).
 
     python runs/samples-to-eps/tables.py [DB]      (default: runs/samples-to-eps/samples-to-eps.db)
 
-Prints, as Markdown tables: n* per curve and m; the growth laws per curve; every committed held-out prediction
+Prints, as Markdown tables: n* per curve and m; the growth laws per curve; whether each family's n*(m) grows
+faster than random teachers' (the laws' exponents on the m both share); every committed held-out prediction
 (PREDICTIONS.md), recomputed from the rows of the m it was fitted on, against the measured median; the
 unpolished error at the budget (the moment route's floor); which code computed the rows, from their own
 provenance columns.  tests/test_docs_tables.py checks that every row printed is on the page.
@@ -19,6 +20,7 @@ import numpy as np
 from mhalearn.experiments.learners_vs_m import provenance_statement
 from mhalearn.experiments.samples_to_eps import (
     CURVE_KEYS,
+    family_comparison,
     fit_growth_laws,
     predict,
     samples_needed_table,
@@ -85,6 +87,16 @@ table(["family", "d", "k", "learner", "output", "ε", "n* =", "a [90 %]", "b [90
         f"{law['b']:.3g} [{law['b_low']:.3g}, {law['b_high']:.3g}]", f"{law['rms_log10']:.3f}",
         law["heads"].replace(",", ", "), f"{law['points'] + law['censored']} ({law['censored']})")
        for law in fit_growth_laws(rows)])
+
+print("faster than random teachers? each law fitted to both families on the m they share; Δb = b(family) − "
+      "b(random), 90 % interval from independent bootstraps of each family's teachers; censored teachers are left "
+      "out of the fit (a lower bound on the family's growth where it is censored)")
+table(["family", "learner", "output", "ε", "n* =", "m", "b (family)", "b (random)", "Δb [90 %]", "verdict",
+       "censored (family, random)", "median ratio at largest m"],
+      [(e["family"], e["learner"], e["output"], f"{e['eps']:g}", FORM_NAMES[e["form"]], e["heads"].replace(",", ", "),
+        f"{e['b']:.3g}", f"{e['b_reference']:.3g}", f"{e['difference']:.3g} [{e['low']:.3g}, {e['high']:.3g}]",
+        e["verdict"], f"{e['censored']}, {e['censored_reference']}",
+        f"{number(e['top_ratio'])} (m = {e['top_heads']})") for e in family_comparison(rows)])
 
 print("held-out m: each prediction committed in PREDICTIONS.md before its m ran, recomputed from the rows of the "
       "m it was fitted on, against the measured median n*")
