@@ -1,10 +1,11 @@
 """Named experiments, the results store, execution backends and figures.
 
 Each experiment module registers its experiments when it is imported, and
-:func:`get_experiment` imports the module of the experiment it is asked for
-(``registry.PACKAGED``), so a sweep imports the code of its own experiment
-only.  :data:`EXPERIMENTS`, read from this package, holds every packaged
-experiment (and those registered since).
+:func:`~mhalearn.experiments.registry.get_experiment` imports the module of
+the experiment it is asked for (``registry.PACKAGED``), so a sweep imports
+the code of its own experiment only.  ``EXPERIMENTS``, read from this
+package, is :data:`~mhalearn.experiments.registry.EXPERIMENTS` with every
+packaged experiment in it (and those registered since).
 """
 
 from .registry import Experiment, get_experiment, load_experiments, register_experiment
