@@ -20,6 +20,9 @@ from mhalearn.data.phase_files import read_kept
 from mhalearn.data.sources import ArraySource
 from mhalearn.learners.chen_li.settings import BodySettings
 
+# One xdist worker runs this module: the reference fits and the kept checkpoint are module fixtures.
+pytestmark = pytest.mark.xdist_group("checkpoint")
+
 HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
 # Small budgets keep each fit to a second or two; the phases and the route logic are the ones of the defaults.
 SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0, random_state=3)

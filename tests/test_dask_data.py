@@ -32,6 +32,9 @@ from mhalearn.learners.chen_li.phase6_select import certificate_bounds
 from mhalearn.learners.chen_li.settings import BodySettings, settings_from
 from mhalearn.seeding import draw_seed
 
+# One xdist worker runs this module: the process pool and the synchronous reference fit are module fixtures.
+pytestmark = pytest.mark.xdist_group("dask_data")
+
 HEADS, DIM, LENGTH, SAMPLES, CHUNK = 2, 7, 3, 3000, 700
 TOL = BodySettings.simplex_tol
 SCHEDULERS = ("sync", "threads", "processes")

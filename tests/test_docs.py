@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# One xdist worker runs this module: the site is built once, in a module fixture.
+pytestmark = pytest.mark.xdist_group("docs")
+
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("sphinx", "numpydoc", "sphinx_gallery", "myst_parser", "sphinx-mathjax-offline")
 MISSING = [name for name in TOOLS if importlib.util.find_spec(name) is None]

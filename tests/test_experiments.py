@@ -15,6 +15,7 @@ from toy_experiments import TESTS, stored_keys, toy_experiment, toy_run_cell
 
 from mhalearn.evaluation import plant_instance, seeded_rng
 from mhalearn.experiments import EXPERIMENTS, get_experiment
+from mhalearn.experiments import registry as registry_module
 from mhalearn.experiments.backends import execute_cell
 from mhalearn.experiments.learning import (
     plot_error_vs_samples,
@@ -143,9 +144,9 @@ def test_failed_cells_are_recorded_not_fatal(tmp_path, toy_experiments):
 def test_sweep_killed_with_sigkill_resumes_without_loss_or_duplicates(tmp_path, toy_experiments):
     path = tmp_path / "results.db"
     script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import toy_experiments as t; "
-              "from mhalearn.experiments import EXPERIMENTS, Experiment; "
+              "from mhalearn.experiments import register_experiment; "
               "from mhalearn.experiments.runner import run_sweep; "
-              "EXPERIMENTS['toy-sleepy'] = t.toy_experiment('toy-sleepy', 'toy-sleepy'); "
+              "register_experiment(t.toy_experiment('toy-sleepy', 'toy-sleepy')); "
               f"run_sweep('toy-sleepy', {str(path)!r}, workers=2, progress=False)")
     process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
     try:
@@ -193,6 +194,44 @@ def test_runner_rejects_bad_arguments_before_touching_the_store(tmp_path, toy_ex
     with pytest.raises(ValueError, match="workers"):
         run_sweep(TOY, path, workers=0, progress=False)
     assert not path.exists()
+
+
+_REGISTRATIONS = """
+import json, sys
+import mhalearn.experiments.registry as registry
+registered_by = {}
+def recording(experiment):
+    registered_by[experiment.name] = sys._getframe(1).f_globals["__name__"]
+    return original(experiment)
+original, registry.register_experiment = registry.register_experiment, recording
+def modules():
+    return sorted(name for name in sys.modules if name.startswith("mhalearn.experiments.")
+                  and name.rsplit(".", 1)[1] in registry.PACKAGED.values())
+before = modules()
+registry.get_experiment("random-features")
+after_one = modules()
+try:  # before its module is imported
+    registry.register_experiment(registry.Experiment("sculpt-vs-m", "a user's", list, dict, list))
+    refused = ""
+except ValueError as error:
+    refused = str(error)
+every = sorted(registry.load_experiments())
+print(json.dumps([before, after_one, refused, every, registered_by]))
+"""
+
+
+def test_a_packaged_experiment_is_imported_alone_and_registered_by_the_module_named():
+    # A sweep imports the module of its experiment only (all of them import the learners, SciPy,
+    # scikit-learn and matplotlib: seconds in each sweep and in each of its worker processes), and a
+    # packaged name is taken even before its module is imported.
+    result = subprocess.run([sys.executable, "-c", _REGISTRATIONS], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    before, after_one, refused, every, registered_by = json.loads(result.stdout.splitlines()[-1])
+    assert before == [] and after_one == ["mhalearn.experiments.random_features"]
+    assert refused == "experiment: name 'sculpt-vs-m' is already registered"
+    packaged = registry_module.PACKAGED
+    assert every == sorted(packaged) == sorted(EXPERIMENTS.keys() & packaged.keys())
+    assert registered_by == {name: f"mhalearn.experiments.{module}" for name, module in packaged.items()}
 
 
 # ------------------------------------------------------ learning experiments

@@ -13,6 +13,9 @@ from test_checkpoint import DIM, HEADS, LENGTH, SAMPLES, SMALL, _same_fit
 import mhalearn
 from mhalearn.data.dask_data import DaskSource
 
+# One xdist worker runs this module: the fresh reference fit is a module fixture.
+pytestmark = pytest.mark.xdist_group("faults_checkpoint")
+
 
 def test_every_block_names_a_dask_streams_fingerprint():
     import dask.array as da

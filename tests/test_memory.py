@@ -21,6 +21,9 @@ from mhalearn._memory import (
 )
 from mhalearn.cli import EXIT_BAD_INPUT, main
 
+# One xdist worker runs this module: the oversized calls run once, in a module fixture.
+pytestmark = pytest.mark.xdist_group("memory")
+
 GIB = 1 << 30
 
 

@@ -60,8 +60,8 @@ def toy_cli(experiment: str, grid: str, *arguments: str, marking: bool = False) 
     """``mhalearn ARGUMENTS`` in a fresh interpreter with the toy ``experiment`` (grid ``GRID``) registered."""
     run_cell = "t.marking_run_cell" if marking else "t.toy_run_cell"
     script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); import toy_experiments as t; "
-              "from mhalearn.experiments import EXPERIMENTS; from mhalearn.cli import main; "
-              f"EXPERIMENTS[{experiment!r}] = t.toy_experiment({experiment!r}, {grid!r}, {run_cell}); "
+              "from mhalearn.experiments import register_experiment; from mhalearn.cli import main; "
+              f"register_experiment(t.toy_experiment({experiment!r}, {grid!r}, {run_cell})); "
               f"sys.exit(main({list(arguments)!r}))")
     return [sys.executable, "-c", script]
 

@@ -63,8 +63,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.error("the following arguments are required: COMMAND")
         check_required_options(parser, args)
-        if args.command in ("sweep", "plot", "experiments"):
-            import mhalearn.experiments  # noqa: F401  registers the named experiments
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return COMMANDS[args.command](args)

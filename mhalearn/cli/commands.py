@@ -193,17 +193,17 @@ def command_learn(args) -> int:
 
 def command_sweep(args) -> int:
     """``mhalearn sweep``: run or resume a named experiment, or show what a results file holds."""
-    from ..experiments import EXPERIMENTS
+    from ..experiments import load_experiments
     from ..experiments.runner import MAX_CELLS, WORKER_TIMEOUT, WRITE_TIMEOUT, run_sweep
     from ..experiments.store import ResultStore, format_status
 
     if args.status:
         status = format_status(args.db, args.experiment)
-        if args.experiment is not None and args.experiment not in EXPERIMENTS:
+        if args.experiment is not None and args.experiment not in load_experiments():
             with ResultStore(args.db, readonly=True) as store:
                 if args.experiment not in store.experiments():
                     raise ValueError(f"experiment: expected a registered experiment or one stored in "
-                                     f"{str(args.db)!r} {sorted(set(EXPERIMENTS) | set(store.experiments()))}, "
+                                     f"{str(args.db)!r} {sorted(set(load_experiments()) | set(store.experiments()))}, "
                                      f"received {args.experiment!r}")
         print(status)
         return 0
@@ -315,9 +315,9 @@ def command_bench(args) -> int:
 
 def command_experiments(args) -> int:
     """``mhalearn experiments``: the registered experiment names."""
-    from ..experiments import EXPERIMENTS
+    from ..experiments import load_experiments
 
-    for name, experiment in sorted(EXPERIMENTS.items()):
+    for name, experiment in sorted(load_experiments().items()):
         print(f"{name:<20} {experiment.description}")
     return 0
 

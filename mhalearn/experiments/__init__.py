@@ -1,16 +1,20 @@
-"""Named experiments, the results store, execution backends and figures."""
+"""Named experiments, the results store, execution backends and figures.
 
-# Each experiment module registers itself on import; add new ones here.
-from . import (
-    agreement_rate,  # noqa: F401  agreement-rate
-    families,  # noqa: F401  teacher-families
-    learners_vs_m,  # noqa: F401  learners-vs-m
-    learning,  # noqa: F401  error-vs-samples, heads-dependence
-    random_features,  # noqa: F401  random-features (Fu, Guo, Bai & Mei)
-    samples_to_eps,  # noqa: F401  samples-to-eps
-    sculpt_vs_m,  # noqa: F401  sculpt-vs-m
-    sparse_variables,  # noqa: F401  sparse-variables, -tuning (Edelman, Goel, Kakade & Zhang)
-)
-from .registry import EXPERIMENTS, Experiment, get_experiment, register_experiment
+Each experiment module registers its experiments when it is imported, and
+:func:`~mhalearn.experiments.registry.get_experiment` imports the module of
+the experiment it is asked for (``registry.PACKAGED``), so a sweep imports
+the code of its own experiment only.  ``EXPERIMENTS``, read from this
+package, is :data:`~mhalearn.experiments.registry.EXPERIMENTS` with every
+packaged experiment in it (and those registered since).
+"""
 
-__all__ = ["EXPERIMENTS", "Experiment", "get_experiment", "register_experiment"]
+from .registry import Experiment, get_experiment, load_experiments, register_experiment
+
+__all__ = ["EXPERIMENTS", "Experiment", "get_experiment", "load_experiments", "register_experiment"]
+
+
+def __getattr__(name: str):
+    # PEP 562: the full registry imports every experiment module, so only a reader of it pays for that.
+    if name == "EXPERIMENTS":
+        return load_experiments()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,6 +42,7 @@ Contract for the three callables of an experiment:
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import math
 import tomllib
@@ -267,14 +268,44 @@ def expand_grid(table: dict, fields, *, defaults: dict | None = None, experiment
     return [dict(zip(fields, combination)) for combination in itertools.product(*axes)]
 
 
+#: The experiments registered so far, by name.  A packaged experiment is here once its module is imported
+#: (:func:`get_experiment` and :func:`load_experiments` import it); a user's is here once registered.
 EXPERIMENTS: dict[str, Experiment] = {}
+
+#: The packaged experiments and the module of ``mhalearn.experiments`` that registers each.  A module is
+#: imported when one of its experiments is first asked for: together they import the learners, SciPy,
+#: scikit-learn and matplotlib (seconds), which a sweep of one experiment, and each of its worker
+#: processes, would otherwise pay for all of them.
+PACKAGED = {
+    "agreement-rate": "agreement_rate",
+    "error-vs-samples": "learning",
+    "heads-dependence": "learning",
+    "learners-vs-m": "learners_vs_m",
+    "random-features": "random_features",
+    "samples-to-eps": "samples_to_eps",
+    "sculpt-vs-m": "sculpt_vs_m",
+    "sparse-variables": "sparse_variables",
+    "sparse-variables-tuning": "sparse_variables",
+    "teacher-families": "families",
+}
 
 
 def register_experiment(experiment: Experiment) -> Experiment:
-    """Add ``experiment`` under its name (names are unique)."""
+    """Add ``experiment`` under its name (names are unique, packaged ones included)."""
+    if experiment.name in PACKAGED:  # its module registers it; a module being imported is not imported again
+        importlib.import_module(f"{__package__}.{PACKAGED[experiment.name]}")
     return add_unique(EXPERIMENTS, experiment.name, experiment, "experiment")
 
 
+def load_experiments() -> dict[str, Experiment]:
+    """:data:`EXPERIMENTS` with every packaged experiment in it (importing the modules not yet imported)."""
+    for module in sorted(set(PACKAGED.values())):
+        importlib.import_module(f"{__package__}.{module}")
+    return EXPERIMENTS
+
+
 def get_experiment(name: str) -> Experiment:
-    """The experiment called ``name``; unknown names list the valid ones."""
-    return registered(EXPERIMENTS, name, "experiment")
+    """The experiment called ``name``, importing its module if it is packaged; unknown names list the valid ones."""
+    if name in PACKAGED and name not in EXPERIMENTS:
+        importlib.import_module(f"{__package__}.{PACKAGED[name]}")
+    return registered(EXPERIMENTS if name in EXPERIMENTS else load_experiments(), name, "experiment")

@@ -49,7 +49,7 @@ from .._progress import progress_bar
 from .._validation import check_choice, check_output_directory, check_positive_int, check_real
 from ..provenance import code_id, code_provenance, describe
 from .backends import CellOutcome, available_cores, check_scheduler_address, run_dask, run_local
-from .registry import EXPERIMENTS, MAX_CELLS, Grid, get_experiment
+from .registry import MAX_CELLS, Grid, get_experiment, load_experiments
 from .store import STATUS_FAILED, ResultStore, cell_key
 from .writer_lock import WriterLock, describe_write_error
 
@@ -260,7 +260,7 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     experiment = get_experiment(experiment_name)  # unknown names fail before the store is touched
     if checkpoints is not None:
         if not experiment.checkpoints:
-            keeping = ", ".join(name for name, other in EXPERIMENTS.items() if other.checkpoints)
+            keeping = ", ".join(name for name, other in load_experiments().items() if other.checkpoints)
             raise ValueError(f"checkpoints: experiment {experiment_name!r} keeps no checkpoints (its cells have no "
                              f"long phases to keep; those that do: {keeping})")
         checkpoints = check_output_directory(checkpoints, "checkpoints")
