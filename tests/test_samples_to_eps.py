@@ -10,14 +10,8 @@ from hypothesis import strategies as st
 
 from mhalearn.cli import main
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.samples_to_eps import (
-    EXPORT_COLUMNS,
-    family_comparison,
-    fit_growth_laws,
-    predict,
-    run_samples_to_eps_cell,
-    samples_to_eps_cells,
-)
+from mhalearn.experiments.growth_laws import family_comparison, fit_growth_laws, predict
+from mhalearn.experiments.samples_to_eps import EXPORT_COLUMNS, run_samples_to_eps_cell, samples_to_eps_cells
 from mhalearn.sample_search import search_samples_needed
 
 
@@ -190,7 +184,7 @@ def test_quick_sweep_exports_the_search_columns_and_plots(tmp_path):
 
 
 def test_a_law_fitted_without_an_m_predicts_it_and_a_censored_median_is_not_a_number():
-    from mhalearn.experiments.samples_to_eps import held_out_table
+    from mhalearn.experiments.growth_laws import held_out_table
 
     rows = _rows(lambda m: 20.0 * m ** 1.5, [1, 2, 4, 8, 16])
     check = next(entry for entry in held_out_table(rows) if entry["heads"] == 16 and entry["form"] == "power")

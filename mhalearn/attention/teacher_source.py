@@ -11,7 +11,7 @@ know one; the learners read them as any other source.
 A stream read several times over its first blocks (phases 1–3 of the body
 read a prefix of 10⁷ sequences about six times) keeps those blocks' labels
 once computed (:meth:`TeacherSource.keeping_labels`), as far as
-:data:`KEPT_LABELS_SHARE` of the memory budget allows: a later read draws
+``KEPT_LABELS_SHARE`` of the memory budget allows: a later read draws
 the block's signs again (a twentieth of labelling it) and reads the labels
 kept, the same bits.
 """
@@ -63,7 +63,7 @@ class TeacherSource(BlockSource):
 
     def keeping_labels(self, samples: int) -> "TeacherSource":
         """The same stream, keeping the labels of its first blocks that hold ``samples`` sequences once
-        computed, as many of those blocks as :data:`KEPT_LABELS_SHARE` of the memory budget holds.
+        computed, as many of those blocks as ``KEPT_LABELS_SHARE`` of the memory budget holds.
 
         Reads of the blocks kept then cost drawing their signs (their codes with them) instead of
         labelling them: the same bits.  ``kept_labels`` says what was kept, for the fit's report.

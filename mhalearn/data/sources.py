@@ -176,7 +176,7 @@ class BlockSource:
     def keeping_labels(self, samples: int) -> "BlockSource":
         """The same stream, keeping the labels it computes for its first blocks holding ``samples``
         sequences: the source itself, whose labels are read, not computed (a generated stream's own
-        method keeps them: :meth:`~mhalearn.attention.teacher_source.TeacherSource.keeping_labels`)."""
+        ``keeping_labels`` keeps them)."""
         return self
 
 

@@ -8,7 +8,7 @@ runs/samples-to-eps/PREDICTIONS.md before the held-out m was run.
 """
 import sys
 
-from mhalearn.experiments.samples_to_eps import fit_growth_laws, predict
+from mhalearn.experiments.growth_laws import fit_growth_laws, predict
 from mhalearn.experiments.store import ResultStore
 
 path, heads = sys.argv[1], [int(value) for value in sys.argv[2:]]

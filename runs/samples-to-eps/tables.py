@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mhalearn.experiments.learners_vs_m import provenance_statement
-from mhalearn.experiments.samples_to_eps import (
+from mhalearn.experiments.growth_laws import (
     CURVE_KEYS,
     family_comparison,
     fit_growth_laws,
@@ -26,6 +25,7 @@ from mhalearn.experiments.samples_to_eps import (
     samples_needed_table,
     teacher_value,
 )
+from mhalearn.experiments.learners_vs_m import provenance_statement
 from mhalearn.experiments.store import ResultStore
 
 PATH = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/samples-to-eps/samples-to-eps.db")

@@ -319,7 +319,7 @@ class RefinedSum(PhaseResult):
     minimum-norm point Θ̄; ``failure`` says why there was no certified refit;
     ``moved_by`` which refit the final Ŵ_Σ comes from; ``steps`` the steps
     that ran; ``prefix_labels`` what a generated stream kept of the labels
-    of the prefix phases 1–3 read (:meth:`~mhalearn.attention.teacher_source.TeacherSource.keeping_labels`;
+    of the prefix phases 1–3 read (a generated source's ``keeping_labels``;
     None when the source's labels are read, not computed).  Data: Ŵ_Σ and Θ̄.
     """
 
