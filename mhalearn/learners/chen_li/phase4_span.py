@@ -165,7 +165,7 @@ def subsample_rows(rows: np.ndarray, equations: np.ndarray, unknowns: int) -> in
 
 
 def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
-                         resamples: int, level: float, rng: np.random.Generator) -> float:
+                         resamples: int, level: float, rng: np.random.Generator, full: dict | None = None) -> float:
     """An estimate of the span's error from the data: a quantile of subsampled, rescaled span distances.
 
     Reads the span from ``resamples`` subsamples of the kept rows drawn
@@ -195,9 +195,11 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
     subsample's hull is ill-posed.  Like any resampling, it measures the
     spread the rows' sampling and decoding put into the span, not a bias
     shared by every subsample; ``level`` above 0.5 makes it an upper bound
-    (0.9: about 1.15× the median of the spread).
+    (0.9: about 1.15× the median of the spread).  ``full``: the figures of
+    ``rows``' own reading when the caller has read it (read here otherwise).
     """
-    distances, factors, _ = subsample_span_distances(slabs, rows, basis, heads, resamples=resamples, rng=rng)
+    distances, factors, _ = subsample_span_distances(slabs, rows, basis, heads, resamples=resamples, rng=rng,
+                                                     full=full)
     counted = factors > 0  # a subsample that leaves a direction unread tells nothing of the full rows' error
     if not np.any(counted):  # no subsample reads every direction: the rows cannot judge their own error
         return 1.0
@@ -206,7 +208,7 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
 
 
 def subsample_span_distances(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
-                             resamples: int, rng: np.random.Generator
+                             resamples: int, rng: np.random.Generator, full: dict | None = None
                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The subsamples of :func:`bootstrap_span_error`, each read alone.
 
@@ -214,12 +216,15 @@ def subsample_span_distances(slabs: SlabSystem, rows: np.ndarray, basis: np.ndar
     :func:`subsample_rows` rows): the span distance between its span and
     ``basis``, unscaled; the design's factor T_N / (T_h − T_N) on squared
     distances (0 when the subsample leaves a direction unread that all rows
-    read: T_h is then unbounded); and the equations it holds.
+    read: T_h is then unbounded); and the equations it holds.  ``full`` is
+    :func:`read_affine_hull`'s figures for all ``rows`` (their ``inverse_trace``
+    and ``rank``), read here when not given.
     """
     unknowns = slabs.E.shape[1]
     equations = np.bincount(slabs.slab_row, minlength=slabs.row_count()).astype(np.float64)
     size = subsample_rows(rows, equations, unknowns)
-    full = read_affine_hull(slabs, heads, slabs.row_weights(rows))[2]
+    if full is None:
+        full = read_affine_hull(slabs, heads, slabs.row_weights(rows))[2]
     distances, factors, drawn_equations = np.zeros(resamples), np.zeros(resamples), np.zeros(resamples)
     for index in range(resamples):
         drawn = rng.choice(rows, size, replace=False)
@@ -316,8 +321,9 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
         if point is None:
             point, refused = centre, f"minimum-norm problem of K* {solve['solver_status']}"
     basis = span_basis(point, long_directions, heads)
+    # info is the reading of exactly the kept rows (trimmed_affine_hull's last): not read a second time.
     estimate = bootstrap_span_error(slabs, kept, basis, heads, resamples=settings.bootstrap_resamples,
-                                    level=settings.bootstrap_level, rng=rng)
+                                    level=settings.bootstrap_level, rng=rng, full=info)
     if refused is None and estimate > settings.max_span_error:
         refused = f"estimated span error {estimate:.3f} > {settings.max_span_error}"
     if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
