@@ -8,7 +8,9 @@ with the kernels' (the fraction is per core with ``--threads 1``, the default:
 Numba and BLAS then run on one thread).  The shapes are (n, k, d, m) =
 (4096, 16, 16, 4), (64, 16, 16, 4) and (65 536, 4, 12, 4), the shape the
 body's passes label.  On a shared machine pin the process to one core
-(``taskset -c 1``) and read the fractions, not the absolute rates.
+(``taskset -c 1``) and read the fractions, not the absolute rates.  The last
+lines compare forward's fractions with issue 51's acceptance figures (one
+core: ≥ 50 % at k = d = 16, ≥ 40 % at k = 4, d = 12).
 
     python bench/kernels.py [--quick] [--threads 1] [--cpu-time]
 """
@@ -28,6 +30,10 @@ try:  # optional comparator
     import torch
 except ImportError:  # pragma: no cover
     torch = None
+
+
+#: Issue 51's acceptance figures: forward's fraction of one core's dgemm at these shapes.
+FORWARD_TARGETS = {(4096, 16, 16, 4): 0.50, (65536, 4, 12, 4): 0.40}
 
 
 def flops(n, k, d, m):
@@ -101,6 +107,7 @@ def main():
     header = f"{'(n, k, d, m)':>18} {'op':>9} {'numba ms':>9} {'numpy ms':>9} {'ratio':>6} " \
              f"{'GFLOP/s':>8} {'of matmul':>9}" + (f" {'torch ms':>9} {'vs torch':>8}" if torch else "")
     print(header)
+    fractions = {}
     for shape in [(4096, 16, 16, 4), (64, 16, 16, 4), (65536, 4, 12, 4)]:
         n, k, d, m = shape
         X = rng.choice([-1.0, 1.0], size=(n, k, d))
@@ -117,6 +124,7 @@ def main():
             t_ours, t_ref, t_matmul = interleaved_best_times([ours, theirs, lambda: a @ b], repeats, clock=clock)
             matmul_gflops = 2 * 1024 ** 3 / t_matmul / 1e9
             gflops = work / t_ours / 1e9
+            fractions[shape, name] = gflops / matmul_gflops
             line = f"{str(shape):>18} {name:>9} {t_ours * 1e3:9.3f} {t_ref * 1e3:9.3f} {t_ref / t_ours:6.1f} " \
                    f"{gflops:8.2f} {gflops / matmul_gflops:9.1%}"
             if torch:
@@ -124,6 +132,11 @@ def main():
                 line += f" {t_torch * 1e3:9.3f} {t_torch / t_ours:8.1f}"
             print(line)
     limits.unregister()
+    clock_name = "CPU time" if args.cpu_time else "wall time"
+    for shape, target in FORWARD_TARGETS.items():
+        fraction = fractions[shape, "forward"]
+        print(f"acceptance: forward {shape} on {args.threads} thread(s), {clock_name}: {fraction:.1%} of dgemm "
+              f"(target >= {target:.0%}: {'met' if fraction >= target else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""Where the forward kernel spends its time: the kernel against copies of itself with one step left out.
+
+Copies this checkout's ``mhalearn`` package into a temporary directory once per
+variant, each copy's ``attention/forward_kernel.py`` with one step of a head
+removed (the softmax, the logits, the output product, the whole head after
+the projections, or the projections), imports every copy in this process and
+times ``forward`` of each on one thread (CPU time of the calling thread,
+rounds interleaved).  Printed per shape: the full kernel's nanoseconds per
+sequence and head, and the share of it each step's removal saves.  A variant
+computes garbage (that is not what it is for); the shares overlap a little
+(a step left out also frees its loads and stores).  The steps are found by
+their source lines: the script stops with an error naming the line when the
+kernel's source no longer holds it.
+
+    python bench/forward_parts.py [--rounds 5]
+"""
+
+import argparse
+import importlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numba
+import numpy as np
+from _common import calls_per_round, round_time
+from threadpoolctl import threadpool_limits
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+#: Each variant: (source line, its replacement) in attention/forward_kernel.py.
+LEFT_OUT = {
+    "softmax": ("        peak = _as_lanes(weights[a, 0])", "        continue\n        peak = _as_lanes(weights[a, 0])"),
+    "output product": ("    _added_sums_lanes(projections[d:], weights, out_lanes)", "    pass"),
+    "logits": ("    _sums_lanes(projections, x_lanes, weights)  #", "    pass  #"),
+    "head": ("                _head_lanes(x_lanes, projections, weights, out_lanes)", "                pass"),
+    "projections": ("                _sums_lanes(projection[i], x_lanes, projections)", "                pass"),
+}
+SHAPES = [(16384, 4, 12, 4), (1024, 16, 16, 4)]
+
+
+def copies(directory: str) -> dict:
+    """The package's kernels module once as it is and once per variant, each a package of its own."""
+    modules = {}
+    for index, name in enumerate(["full", *LEFT_OUT]):
+        package = f"mhalearn_variant{index}"
+        target = os.path.join(directory, package)
+        shutil.copytree(os.path.join(HERE, "mhalearn"), target, ignore=shutil.ignore_patterns("__pycache__"))
+        if name != "full":
+            path = os.path.join(target, "attention", "forward_kernel.py")
+            line, replacement = LEFT_OUT[name]
+            with open(path) as handle:
+                source = handle.read()
+            if line not in source:
+                sys.exit(f"forward_parts: attention/forward_kernel.py no longer holds {line.strip()!r} ({name})")
+            with open(path, "w") as handle:
+                handle.write(source.replace(line, replacement))
+        modules[name] = package
+    sys.path.insert(0, directory)
+    return {name: importlib.import_module(f"{package}.attention.kernels") for name, package in modules.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    numba.set_num_threads(1)
+    threadpool_limits(limits=1, user_api="blas")
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as directory:
+        os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(directory, "numba-cache"))
+        kernels = copies(directory)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; one thread, CPU time, "
+              f"best of {args.rounds} interleaved rounds")
+        for n, k, d, m in SHAPES:
+            X = rng.choice([-1.0, 1.0], size=(n, k, d))
+            thetas = 2.0 * rng.standard_normal((m, d, d)) / d
+            ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
+            calls = {name: (lambda K=K: K.forward(X, thetas, ws)) for name, K in kernels.items()}
+            counts = {name: calls_per_round(call, args.rounds, 0.3) for name, call in calls.items()}
+            best = dict.fromkeys(calls, float("inf"))
+            for _ in range(args.rounds):
+                for name, call in calls.items():
+                    best[name] = min(best[name], round_time(call, counts[name], time.thread_time))
+            full = best["full"]
+            shares = ", ".join(f"{name} {1 - best[name] / full:.0%}" for name in LEFT_OUT)
+            print(f"(n, k, d, m) = {(n, k, d, m)}: {full / (n * m) * 1e9:.1f} ns a sequence and head; "
+                  f"left out, saves: {shares}")
+
+
+if __name__ == "__main__":
+    main()
