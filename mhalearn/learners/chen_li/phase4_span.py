@@ -269,8 +269,8 @@ class SpanReading(PhaseResult):
     """Phase 4's result: span{Θ_i} read from K*, and whether the body refuses it.
 
     ``refused`` is None when the span is used, and ``refused_by`` names the
-    rule that refused: ``"equalities"`` (too few slabs), ``"median"``,
-    ``"bound"``, ``"min_norm"`` or ``"gap"``.  ``median_error`` is the
+    rule that refused: ``"shape"`` (d ≤ k), ``"equalities"`` (too few
+    slabs), ``"median"``, ``"bound"``, ``"min_norm"`` or ``"gap"``.  ``median_error`` is the
     subsampling estimate of the span's error, the median of the rescaled
     subsample distances (:func:`scaled_subsample_distances`); the body
     refuses when it exceeds ``max_span_error``.  ``estimated_error`` is
