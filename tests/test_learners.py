@@ -102,7 +102,7 @@ def test_moment_learner_recovers_two_heads():
 def test_body_refuses_when_d_is_not_above_k():
     teacher, X, Y, X_test = _data(1, 4, 5, 600, 8)
     learner = SculptLearner(1, random_state=0).fit(X, Y)
-    assert "d = 4 <= k = 5" in learner.report_.span.refused
+    assert "d = 4 <= k = 5" in learner.report_.span.refused and learner.report_.span.refused_by == "shape"
     assert learner.report_.route == "moment"
     assert "used the moment route" in learner.report_.fallback
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6

@@ -529,6 +529,30 @@ def test_span_error_estimate_follows_the_rows_design_where_few_rows_read_some_un
     assert 0.7 <= np.median(middle) <= 1.3, middle
 
 
+def test_the_refusal_compares_the_median_with_max_span_error_and_the_upper_bound_with_max_span_bound():
+    # Noisy rows: the level-0.9 bound lies above the median of the same subsamples, so a threshold between
+    # the two separates the rules, and the reading names the one that refused.
+    slabs, _ = _planted_hull_slabs(np.random.default_rng(5), outliers=0, noise=0.3)
+
+    def reading(**settings):
+        return phase4_span.read_span(slabs, 2, BodySettings(**settings), np.random.default_rng(7))
+
+    free = reading(max_span_error=1.0, max_span_bound=1.0)
+    assert free.refused is None and free.refused_by is None
+    # The median is the level-0.5 quantile of the very subsamples the bound's quantile is read from.
+    median = phase4_span.bootstrap_span_error(slabs, free.kept, free.basis, 2, resamples=24, level=0.5,
+                                              rng=np.random.default_rng(7))
+    assert free.median_error == pytest.approx(median, rel=1e-12)
+    assert 0.0 < free.median_error < free.estimated_error < 1.0
+    between = (free.median_error + free.estimated_error) / 2
+    assert reading(max_span_error=between, max_span_bound=1.0).refused is None  # the bound alone is above it
+    by_median = reading(max_span_error=free.median_error / 2, max_span_bound=1.0)
+    assert by_median.refused_by == "median" and "(median)" in by_median.refused
+    by_bound = reading(max_span_error=1.0, max_span_bound=between)
+    assert by_bound.refused_by == "bound" and "upper bound" in by_bound.refused
+    assert by_bound.basis is not None  # a refused span is kept for an observer to judge
+
+
 def test_affine_hull_inverse_trace_is_the_trace_of_the_inverse_normal_matrix(rng):
     E = rng.standard_normal((50, 9))
     t = rng.uniform(0.5, 2.0, 50)

@@ -149,9 +149,10 @@ class TeacherObserver:
     checks that every phase is in exactly one.
 
     For phase 4 it reports the body's span distance (``distance``, also for
-    a span the body refused), the body's own estimate of it
-    (``estimated_error``) and the precision of the K* rows the trimmed hull
-    kept (``kept_precision``).
+    a span the body refused), the body's own estimates of it
+    (``median_error``, the refusal's, and ``estimated_error``, its upper
+    bound) and the precision of the K* rows the trimmed hull kept
+    (``kept_precision``).
 
     Parameters
     ----------
@@ -254,7 +255,7 @@ class TeacherObserver:
         figures = {"distance": span_distance(result.basis, self._truth),
                    "centre_distance": span_distance(span_basis(result.centre, result.long_directions,
                                                                len(result.basis)), self._truth),
-                   "estimated_error": result.estimated_error}
+                   "estimated_error": result.estimated_error, "median_error": result.median_error}
         if self._truth.heads > 1 and result.slabs is not None and result.slabs.equalities:
             # m − 1 at best: phase 4 reads the hull only where it is K*'s thinnest (hull_direction_ranks).
             figures["hull_rank"] = float(max(hull_direction_ranks(result.slabs, self._truth)))

@@ -163,7 +163,9 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         "stream_exact": stream.exact if stream is not None else None,
         "span_distance": observer.span_distance(Route.BODY),
         "estimated_error": span.estimated_error,
+        "median_error": span.median_error,
         "refused": span.refused,
+        "refused_by": span.refused_by,
         "spectral_gap": span.spectral_gap,
         # A resumed cell's phases loaded from its checkpoint count with the seconds they took when computed.
         "body_seconds": phases.seconds,

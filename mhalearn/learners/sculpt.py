@@ -185,15 +185,20 @@ class SculptLearner(SpanSearchLearner):
         row starts).
     max_span_error : float
         The body refuses when the estimate of its span's error (sin of the
-        largest principal angle; rescaled subsamples of the kept rows)
-        exceeds this.  The estimate read 0.93–1.98× the true error at
-        m = 2 over d = 10–16 (runs/span-shapes/); 0.15 separated, on
-        development fits (m = 2, 3), the spans within 0.1 of the truth from
-        those beyond 0.11.
+        largest principal angle), the median of the rescaled span distances
+        of subsamples of the kept rows (``report_.span.median_error``),
+        exceeds this ([decision: span-refusal]).
+    max_span_bound : float
+        The body also refuses when the ``bootstrap_level`` quantile of the
+        same distances, an upper bound of the error
+        (``report_.span.estimated_error``), exceeds this: a guard against a
+        span whose subsamples spread far (1: off).  ``report_.span.refused_by``
+        names the rule that refused.
     bootstrap_resamples, bootstrap_level : int, float
         Subsamples of the kept rows of K* (each of about (N + d²)/2 of
         their N equations), and the quantile of their rescaled span
-        distances taken as the estimate of the span's error.
+        distances taken as the upper bound of the span's error (the route
+        rule reads it).
     compare_routes_above : float
         With ``span_route="auto"`` the moment route runs beside the body in
         every fit, and its span is used alone if the two spans lie farther
@@ -317,7 +322,7 @@ class SculptLearner(SpanSearchLearner):
                  max_candidate_rows: int = BODY.max_candidate_rows,
                  min_equalities: int | None = BODY.min_equalities, min_gap: float = BODY.min_gap,
                  hull_trim: float = BODY.hull_trim, hull_core: float = BODY.hull_core,
-                 max_span_error: float = BODY.max_span_error,
+                 max_span_error: float = BODY.max_span_error, max_span_bound: float = BODY.max_span_bound,
                  bootstrap_resamples: int = BODY.bootstrap_resamples,
                  bootstrap_level: float = BODY.bootstrap_level,
                  compare_routes_above: float = BODY.compare_routes_above, span_point: str = BODY.span_point,

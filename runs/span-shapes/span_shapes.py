@@ -90,6 +90,7 @@ def fit_row(heads, dim, length, samples, seed, dump=None) -> dict:
                                       rng=np.random.default_rng(seed))
     return {"heads": heads, "dim": dim, "length": length, "samples": samples, "seed": seed,
             "body_distance": observer.span_distance(Route.BODY), "estimated_error": span.estimated_error,
+            "median_error": span.median_error, "refused_by": span.refused_by,
             "estimate_at_second_level": second, "refused": span.refused, "route": report.route,
             "route_reason": report.route_reason,
             "equalities": span.equalities, "rows": span.rows, "kept_rows": span.kept_rows,
@@ -130,14 +131,18 @@ def report(rows, factor: float, target: float, summary_only: bool = False) -> st
     """The per-fit table and the per-shape summary of ``rows`` (the summary alone with ``summary_only``)."""
     lines = []
     for row in rows:
-        truth, estimate = row["body_distance"], row["estimated_error"]
+        truth, estimate, median = row["body_distance"], row["estimated_error"], row.get("median_error")
         ratio = "—" if truth is None or estimate is None else f"{estimate / truth:.2f}"
         inside = "—" if ratio == "—" else ("yes" if within(estimate, truth, factor) else "NO")
+        by_median = "—" if truth is None or median is None else (
+            f"{median:.3f} ({median / truth:.2f}, {'yes' if within(median, truth, factor) else 'NO'})")
         lines.append([row["heads"], f"({row['dim']}, {row['length']}, {row['samples']:,})", row["seed"],
-                      "—" if truth is None else f"{truth:.3f}", "—" if estimate is None else f"{estimate:.3f}",
-                      ratio, inside, row["refused"] or "accepted", verdict(row, factor, target)])
-    table = markdown_table(("m", "(d, k, n)", "seed", "true span error", "estimate", "estimate / true",
-                            f"within {factor:g}×", "phase 4", f"refusal at {target}"), lines)
+                      "—" if truth is None else f"{truth:.3f}", by_median,
+                      "—" if estimate is None else f"{estimate:.3f}", ratio, inside, row["refused"] or "accepted",
+                      verdict(row, factor, target)])
+    table = markdown_table(("m", "(d, k, n)", "seed", "true span error", f"median (/ true, within {factor:g}×)",
+                            "upper bound", "bound / true", f"within {factor:g}×", "phase 4",
+                            f"refusal at {target}"), lines)
     summary = []
     for key in dict.fromkeys((r["heads"], r["dim"], r["length"], r["samples"]) for r in rows):
         mine = [r for r in rows if (r["heads"], r["dim"], r["length"], r["samples"]) == key]

@@ -150,8 +150,9 @@ def sculpt_span(source, heads: int, settings: BodySettings, rng: np.random.Gener
         # The k points x_j Ŵ_Σ span an affine set of dimension k − 1 ≥ d − 1, so
         # every row is fitted with (almost) zero residual: agreement rows
         # cannot be told apart ([decision: agreement-rows]).
-        span = SpanReading(seconds=0.0, refused=f"d = {source.dim} <= k = {source.length}: the decoding "
-                                                f"residual cannot detect agreement rows (needs d > k)")
+        span = SpanReading(seconds=0.0, refused_by="shape",
+                           refused=f"d = {source.dim} <= k = {source.length}: the decoding "
+                                   f"residual cannot detect agreement rows (needs d > k)")
         notify(Phase.SPAN, span)
         return BodyPhases(None, (), None, span)
     # Phases 1–3 read a prefix; on a longer stream one candidate pass then carries our refit and K* over

@@ -198,13 +198,34 @@ def bootstrap_span_error(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray,
     (0.9: about 1.15× the median of the spread).  ``full``: the figures of
     ``rows``' own reading when the caller has read it (read here otherwise).
     """
+    return span_error_quantile(scaled_subsample_distances(slabs, rows, basis, heads, resamples=resamples, rng=rng,
+                                                          full=full), level)
+
+
+def scaled_subsample_distances(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
+                               resamples: int, rng: np.random.Generator, full: dict | None = None) -> np.ndarray:
+    """The subsamples' span distances of :func:`bootstrap_span_error`, each scaled by √(T_N / (T_h − T_N)).
+
+    Only the subsamples that read every direction all rows read are
+    returned (one that leaves a direction unread tells nothing of the full
+    rows' error); empty when none does.
+    """
     distances, factors, _ = subsample_span_distances(slabs, rows, basis, heads, resamples=resamples, rng=rng,
                                                      full=full)
-    counted = factors > 0  # a subsample that leaves a direction unread tells nothing of the full rows' error
-    if not np.any(counted):  # no subsample reads every direction: the rows cannot judge their own error
+    counted = factors > 0
+    return distances[counted] * np.sqrt(factors[counted])
+
+
+def span_error_quantile(scaled: np.ndarray, level: float) -> float:
+    """The ``level`` quantile of :func:`scaled_subsample_distances`' ``scaled``, at most 1 (1 when empty).
+
+    A sine is at most 1; the scale can carry a far subsample past it (an
+    estimate that refuses either way).  No subsample that reads every
+    direction: the rows cannot judge their own error, and the estimate is 1.
+    """
+    if not len(scaled):
         return 1.0
-    # A sine is at most 1; the scale can carry a far subsample past it (an estimate that refuses either way).
-    return min(float(np.quantile(distances[counted] * np.sqrt(factors[counted]), level)), 1.0)
+    return min(float(np.quantile(scaled, level)), 1.0)
 
 
 def subsample_span_distances(slabs: SlabSystem, rows: np.ndarray, basis: np.ndarray, heads: int, *,
@@ -247,9 +268,15 @@ def span_basis(point: np.ndarray, long_directions: np.ndarray, heads: int) -> np
 class SpanReading(PhaseResult):
     """Phase 4's result: span{Θ_i} read from K*, and whether the body refuses it.
 
-    ``refused`` is None when the span is used.  ``estimated_error`` is the
-    subsampling estimate of the span's error (:func:`bootstrap_span_error`);
-    the body refuses when it exceeds ``max_span_error``.
+    ``refused`` is None when the span is used, and ``refused_by`` names the
+    rule that refused: ``"shape"`` (d ≤ k), ``"equalities"`` (too few
+    slabs), ``"median"``, ``"bound"``, ``"min_norm"`` or ``"gap"``.  ``median_error`` is the
+    subsampling estimate of the span's error, the median of the rescaled
+    subsample distances (:func:`scaled_subsample_distances`); the body
+    refuses when it exceeds ``max_span_error``.  ``estimated_error`` is
+    their ``bootstrap_level`` quantile (:func:`bootstrap_span_error`), an
+    upper bound of the error; the body refuses when it exceeds
+    ``max_span_bound``, and the route rule reads it.
     ``spectral_gap`` is σ_m/σ_{m−1} of the scaled slab matrix (inf at
     m = 1), ``singular_values`` its smallest m + 2 relative to the largest;
     ``rows``/``kept_rows`` the accepted rows of K* with slabs and those the
@@ -264,12 +291,14 @@ class SpanReading(PhaseResult):
     """
 
     refused: str | None = None
+    refused_by: str | None = None
     equalities: int | None = None
     needed: int | None = None
     rows: int | None = None
     kept_rows: int | None = None
     discarded: dict | None = None
     estimated_error: float | None = None
+    median_error: float | None = None
     spectral_gap: float | None = None
     singular_values: list | None = None
     span_point: str | None = None
@@ -282,7 +311,8 @@ class SpanReading(PhaseResult):
     kept: np.ndarray | None = data_field()
     slabs: SlabSystem | None = data_field()
 
-    columns = ("refused", "estimated_error", "kept_rows", "rows", "spectral_gap", "equalities", "span_point")
+    columns = ("refused", "median_error", "estimated_error", "kept_rows", "rows", "spectral_gap", "equalities",
+               "span_point")
 
     @property
     def hull(self) -> tuple[np.ndarray, np.ndarray]:
@@ -296,11 +326,15 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     Refuses with fewer than ``settings.equalities_needed(d)`` slabs; reads
     the hull from the rows consistent with it (:func:`trimmed_affine_hull`, ``hull_core``
     and ``hull_trim``);
-    refuses when the subsampling estimate of the span's error
-    (:func:`bootstrap_span_error`, ``bootstrap_resamples`` at level
-    ``bootstrap_level``) exceeds ``max_span_error``, or at m ≥ 2 when the
-    spectral gap is below ``min_gap``; with ``span_point="min_norm"`` also
-    when K*'s minimum-norm problem fails.  ``rng`` draws the estimate's
+    refuses when the subsampling estimate of the span's error, the median
+    of ``bootstrap_resamples`` rescaled subsample distances
+    (:func:`scaled_subsample_distances`), exceeds ``max_span_error``, when
+    their ``bootstrap_level`` quantile (:func:`bootstrap_span_error`, an
+    upper bound) exceeds ``max_span_bound``, or at m ≥ 2 when the spectral
+    gap is below ``min_gap``; with ``span_point="min_norm"`` also when K*'s
+    minimum-norm problem fails.  The median decides near ``max_span_error``:
+    an upper bound refuses spans a little under its threshold by
+    construction ([decision: span-refusal]).  ``rng`` draws the estimate's
     subsamples and subsamples K*'s constraints for the minimum-norm problem.
     """
     start = time.perf_counter()
@@ -308,11 +342,11 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
     needed = settings.equalities_needed(dim)
     counts = {"equalities": slabs.equalities, "needed": needed, "span_point": settings.span_point, "slabs": slabs}
     if slabs.equalities < needed:
-        return SpanReading(seconds=time.perf_counter() - start,
+        return SpanReading(seconds=time.perf_counter() - start, refused_by="equalities",
                            refused=f"too few equalities ({slabs.equalities} < {needed})", **counts)
     centre, long_directions, info, kept, discarded = trimmed_affine_hull(slabs, heads, trim=settings.hull_trim,
                                                                          core=settings.hull_core)
-    point, refused = centre, None
+    point, refused, refused_by = centre, None, None
     if settings.span_point == "min_norm":
         body = ConvexBody(slabs.of_rows(kept), settings.norm_bound, max_constraints=settings.max_constraints,
                           rng=rng)
@@ -320,16 +354,24 @@ def read_span(slabs: SlabSystem, heads: int, settings: BodySettings, rng: np.ran
         counts["min_norm_status"] = solve["solver_status"]
         if point is None:
             point, refused = centre, f"minimum-norm problem of K* {solve['solver_status']}"
+            refused_by = "min_norm"
     basis = span_basis(point, long_directions, heads)
     # info is the reading of exactly the kept rows (trimmed_affine_hull's last): not read a second time.
-    estimate = bootstrap_span_error(slabs, kept, basis, heads, resamples=settings.bootstrap_resamples,
-                                    level=settings.bootstrap_level, rng=rng, full=info)
-    if refused is None and estimate > settings.max_span_error:
-        refused = f"estimated span error {estimate:.3f} > {settings.max_span_error}"
+    scaled = scaled_subsample_distances(slabs, kept, basis, heads, resamples=settings.bootstrap_resamples, rng=rng,
+                                        full=info)
+    median, estimate = span_error_quantile(scaled, 0.5), span_error_quantile(scaled, settings.bootstrap_level)
+    if refused is None and median > settings.max_span_error:
+        refused, refused_by = f"estimated span error {median:.3f} (median) > {settings.max_span_error}", "median"
+    if refused is None and estimate > settings.max_span_bound:
+        refused = (f"upper bound of the span error {estimate:.3f} (level {settings.bootstrap_level}) > "
+                   f"{settings.max_span_bound}")
+        refused_by = "bound"
     if refused is None and heads > 1 and info["spectral_gap"] < settings.min_gap:
         refused = f"no clear long directions (gap {info['spectral_gap']:.2f} < {settings.min_gap})"
+        refused_by = "gap"
     counts.update(singular_values=info["singular_values"], spectral_gap=info["spectral_gap"], centre=centre,
                   point=point, long_directions=long_directions, kept=kept, rows=len(np.unique(slabs.slab_row)),
                   kept_rows=len(kept), discarded=discarded)
-    return SpanReading(seconds=time.perf_counter() - start, refused=refused, estimated_error=estimate,
+    return SpanReading(seconds=time.perf_counter() - start, refused=refused, refused_by=refused_by,
+                       estimated_error=estimate, median_error=median,
                        head_norm=max(float(np.linalg.norm(point)), 1e-3), basis=basis, **counts)

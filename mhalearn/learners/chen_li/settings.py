@@ -54,6 +54,7 @@ BODY_CONSTRAINTS = {
     "hull_trim": [Real(1.0, low_open=True)],
     "hull_core": [Real(0.0, 1.0, low_open=True)],
     "max_span_error": [Real(0.0, 1.0, low_open=True)],
+    "max_span_bound": [Real(0.0, 1.0, low_open=True)],
     "bootstrap_resamples": [Integer(2)],
     "bootstrap_level": [Real(0.0, 1.0)],
     "compare_routes_above": [Real(0.0, 1.0)],
@@ -114,6 +115,7 @@ class BodySettings:
     hull_trim: float = 3.0
     hull_core: float = 1.0
     max_span_error: float = 0.15
+    max_span_bound: float = 0.2
     bootstrap_resamples: int = 24
     bootstrap_level: float = 0.9
     compare_routes_above: float = 0.07
