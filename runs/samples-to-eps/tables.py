@@ -37,6 +37,8 @@ COMMITTED = [
     (3, "gradient", "polished", (1, 2, 4, 8, 16, 24), (3, 6, 12), 1.5),
     (4, "moment", "polished", (1, 2, 3, 4, 5, 6), (7,), 2.0),
     (5, "moment", "polished", (1, 2, 3, 4, 5, 6, 7), (12,), 2.0),
+    (6, "sculpt", "polished", (1, 2, 3, 4, 5, 6), (7,), 2.0),
+    (7, "gradient", "polished", (1, 2, 3, 4, 6, 8, 16, 24), (32,), 1.5),
 ]
 FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
 
