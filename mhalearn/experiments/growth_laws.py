@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..plotting import group_rows
-from ..sparse_variables.growth import bootstrap_median
+from ..sparse_variables.growth import bootstrap_median, bootstrap_median_ratio
 
 #: Level of the bootstrap intervals over teachers.
 LEVEL = 0.9
@@ -190,6 +190,41 @@ def family_comparison(rows: list[dict], *, reference: str = "random", resamples:
                             "censored": sum(math.isinf(teacher_value(row)) for row in pair[family]),
                             "censored_reference": sum(math.isinf(teacher_value(row)) for row in pair[reference]),
                             "top_heads": top, "top_ratio": medians[family] / medians[reference]})
+    return out
+
+
+def family_ratios(rows: list[dict], *, reference: str = "random", level: float = LEVEL) -> list[dict]:
+    """Per learner curve and m both families share: median n* of a family over ``reference``'s.
+
+    The ratio of the two medians over teachers (censored teachers count as
+    infinite, "> budget") and its interval from independent bootstraps of
+    each family's teachers (:func:`~mhalearn.sparse_variables.growth.bootstrap_median_ratio`).
+    Unlike :func:`family_comparison` it needs no law and keeps censored
+    teachers: a family grows faster than ``reference`` over m₁ < m₂ when the
+    ratio's interval at m₂ lies above its interval at m₁.  ``undefined``
+    counts the bootstrap replicates in which both medians were censored;
+    ``floor`` is the family's budget over ``reference``'s median n*, the
+    bound a censored ratio is known to exceed.
+    """
+    keys = [key for key in CURVE_KEYS if key != "family"]
+    out = []
+    for group, cells in group_rows(rows, keys).items():
+        by_family = {family: mine for (family,), mine in group_rows(cells, ["family"]).items()}
+        if reference not in by_family:
+            continue
+        for family, mine in sorted(by_family.items()):
+            if family == reference:
+                continue
+            for heads in sorted({row["heads"] for row in mine} & {row["heads"] for row in by_family[reference]}):
+                values = {name: [teacher_value(row) for row in by_family[name] if row["heads"] == heads]
+                          for name in (family, reference)}
+                ratio, low, high, undefined = bootstrap_median_ratio(values[family], values[reference], level=level)
+                out.append({**dict(zip(keys, group)), "family": family, "reference": reference, "heads": heads,
+                            "teachers": len(values[family]), "teachers_reference": len(values[reference]),
+                            "censored": sum(map(math.isinf, values[family])),
+                            "censored_reference": sum(map(math.isinf, values[reference])),
+                            "ratio": ratio, "low": low, "high": high, "undefined": undefined,
+                            "floor": max(row["budget"] for row in mine) / float(np.median(values[reference]))})
     return out
 
 
