@@ -312,7 +312,7 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
            e["verdict"], e["censored"], e["censored_reference"], e["top_heads"], _format(e["top_ratio"], 0))
           for e in family_comparison(rows)]),
         (f"median n* of the family over random teachers' per m, {LEVEL:.0%} interval from independent bootstraps "
-         "of each family's teachers; censored teachers count as > budget",
+         "of each family's teachers; censored teachers count as > budget, a censored ratio as > budget / random median",
          ["family", "d", "k", "noise", "learner", "output", "eps", "m", "teachers", "censored", "teachers_random",
           "censored_random", "median_ratio", "interval"],
          [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"],
