@@ -133,6 +133,17 @@ for block, learner, output, fitted_on, held_out, factor in COMMITTED:
 table(["block", "learner", "output", "fitted on m", "n* =", "held-out m", "predicted", "measured median (teachers)",
        "predicted / measured", "verdict"], held)
 
+print("where the failures end: each search's relative test error at its largest failing n (samples_lower; the "
+      "budget when censored), ε's output, polished searches: median [min, max] over teachers")
+last_failure: dict = {}
+for row in rows:
+    failed = [probe for probe in json.loads(row["probe_log"]) if probe["samples"] == row["samples_lower"]]
+    if row["output"] == "polished" and failed and failed[0]["polished_error"] is not None:
+        last_failure.setdefault((row["family"], row["learner"], row["heads"]), []).append(failed[0]["polished_error"])
+table(["family", "learner", "m", "searches", "error at the largest failing n"],
+      [(*key, len(values), f"{np.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]")
+       for key, values in sorted(last_failure.items())])
+
 print("unpolished relative test error at the budget (n = 2000), every teacher searched there: median [min, max]")
 floor = []
 for row in rows:
