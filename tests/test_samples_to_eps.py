@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from mhalearn.cli import main
 from mhalearn.experiments import get_experiment
-from mhalearn.experiments.growth_laws import family_comparison, fit_growth_laws, predict
+from mhalearn.experiments.growth_laws import family_comparison, family_ratios, fit_growth_laws, predict
 from mhalearn.experiments.samples_to_eps import EXPORT_COLUMNS, run_samples_to_eps_cell, samples_to_eps_cells
 from mhalearn.sample_search import search_samples_needed
 
@@ -139,6 +139,24 @@ def test_the_family_comparison_tells_a_faster_growth_from_the_same_growth():
     entry = next(e for e in family_comparison(random + alike) if e["form"] == "power")
     assert entry["heads"] == "1,2,4,8" and entry["low"] < 0 < entry["high"] and entry["verdict"] == "not resolved"
     assert entry["top_ratio"] == pytest.approx(1.0, rel=0.05)
+
+
+def test_the_family_ratios_keep_censored_teachers_as_above_the_budget():
+    random = [{**row, "budget": 1000} for row in _rows(lambda m: 20.0 * m, [1, 2, 4])]
+    steeper = [{**row, "budget": 1000} for row in _family(_rows(lambda m: 20.0 * m ** 2, [1, 2, 4]), "cancelling")]
+    # Three of five teachers censored at m = 4: the median is "> budget", a number would be wrong.
+    for index in (-1, -2, -3):
+        steeper[index] = {**steeper[index], "censored": True, "samples_needed": None}
+    entries = {e["heads"]: e for e in family_ratios(random + steeper)}
+    assert sorted(entries) == [1, 2, 4] and entries[4]["censored"] == 3 and entries[4]["teachers_reference"] == 5
+    # Teacher s of both families carries the same factor 1 + 0.01·s, so the medians' ratio is m exactly.
+    assert entries[1]["ratio"] == pytest.approx(1.0) and entries[2]["ratio"] == pytest.approx(2.0)
+    assert entries[2]["low"] < 2.0 < entries[2]["high"] < entries[4]["floor"]
+    assert math.isinf(entries[4]["ratio"]) and entries[4]["floor"] == pytest.approx(1000 / (80 * 1.02))
+    # Two of five censored: the median is still a number, the interval's top end is not.
+    steeper[-3] = {**steeper[-3], "censored": False, "samples_needed": 320.0 * 1.02}
+    entry = next(e for e in family_ratios(random + steeper) if e["heads"] == 4)
+    assert entry["ratio"] == pytest.approx(4.0) and math.isinf(entry["high"])
 
 
 def test_the_grid_refuses_bad_values_and_keeps_every_cell():

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..plotting import group_rows
-from ..sparse_variables.growth import bootstrap_median
+from ..sparse_variables.growth import bootstrap_median, bootstrap_median_ratio
 
 #: Level of the bootstrap intervals over teachers.
 LEVEL = 0.9
@@ -136,6 +136,20 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
 COMPARED_FORMS = ("power", "exponential")
 
 
+def _family_pairs(rows: list[dict], reference: str):
+    """(curve keys, their values, family, rows by family, the m both share) for each curve of a family
+    other than ``reference`` that has a ``reference`` curve with the same learner, output, ε, shape and noise."""
+    keys = [key for key in CURVE_KEYS if key != "family"]
+    for group, cells in group_rows(rows, keys).items():
+        by_family = {family: mine for (family,), mine in group_rows(cells, ["family"]).items()}
+        if reference not in by_family:
+            continue
+        for family, mine in sorted(by_family.items()):
+            if family != reference:
+                shared = sorted({row["heads"] for row in mine} & {row["heads"] for row in by_family[reference]})
+                yield keys, group, family, by_family, shared
+
+
 def family_comparison(rows: list[dict], *, reference: str = "random", resamples: int = 1000,
                       level: float = LEVEL, rng=0) -> list[dict]:
     """Does n*(m) grow faster on a family than on ``reference`` teachers, per learner?
@@ -154,42 +168,63 @@ def family_comparison(rows: list[dict], *, reference: str = "random", resamples:
     shared m (censored teachers as "> budget", ``inf``).
     """
     generator = np.random.default_rng(rng)
-    keys = [key for key in CURVE_KEYS if key != "family"]
-    curves = group_rows(rows, keys)
     tail = (1 - level) / 2
     out = []
-    for group, cells in curves.items():
-        by_family = {family: mine for (family,), mine in group_rows(cells, ["family"]).items()}
-        if reference not in by_family:
+    for keys, group, family, by_family, shared in _family_pairs(rows, reference):
+        cells = by_family[family]
+        pair = {name: [row for row in by_family[name] if row["heads"] in shared] for name in (family, reference)}
+        finite = {name: _finite_by_m(cells_) for name, cells_ in pair.items()}
+        if len(shared) < 2 or any(len(values) < 2 for values in finite.values()):
             continue
-        for family, mine in sorted(by_family.items()):
-            if family == reference:
-                continue
-            shared = sorted({row["heads"] for row in mine} & {row["heads"] for row in by_family[reference]})
-            pair = {name: [row for row in by_family[name] if row["heads"] in shared] for name in (family, reference)}
-            finite = {name: _finite_by_m(cells_) for name, cells_ in pair.items()}
-            if len(shared) < 2 or any(len(values) < 2 for values in finite.values()):
-                continue
-            shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
-            top = max(shared)
-            medians = {name: float(np.median([teacher_value(row) for row in pair[name] if row["heads"] == top]))
-                       for name in pair}
-            for form in COMPARED_FORMS:
-                slopes = {}
-                for name, values in finite.items():
-                    heads = np.concatenate([np.full(len(v), m) for m, v in values.items()])
-                    slopes[name] = (_law_fit(heads, np.concatenate(list(values.values())), form, **shape)[1],
-                                    _law_replicates(values, form, shape, resamples, generator)[:, 1])
-                difference = slopes[family][1] - slopes[reference][1]
-                low, high = np.quantile(difference, [tail, 1 - tail])
-                out.append({**dict(zip(keys, group)), "family": family, "reference": reference, "form": form,
-                            "heads": ",".join(map(str, shared)), "b": slopes[family][0],
-                            "b_reference": slopes[reference][0], "difference": slopes[family][0] - slopes[reference][0],
-                            "low": float(low), "high": float(high),
-                            "verdict": "faster" if low > 0 else "slower" if high < 0 else "not resolved",
-                            "censored": sum(math.isinf(teacher_value(row)) for row in pair[family]),
-                            "censored_reference": sum(math.isinf(teacher_value(row)) for row in pair[reference]),
-                            "top_heads": top, "top_ratio": medians[family] / medians[reference]})
+        shape = {"dim": cells[0]["dim"], "length": cells[0]["length"]}
+        top = max(shared)
+        medians = {name: float(np.median([teacher_value(row) for row in pair[name] if row["heads"] == top]))
+                   for name in pair}
+        for form in COMPARED_FORMS:
+            slopes = {}
+            for name, values in finite.items():
+                heads = np.concatenate([np.full(len(v), m) for m, v in values.items()])
+                slopes[name] = (_law_fit(heads, np.concatenate(list(values.values())), form, **shape)[1],
+                                _law_replicates(values, form, shape, resamples, generator)[:, 1])
+            difference = slopes[family][1] - slopes[reference][1]
+            low, high = np.quantile(difference, [tail, 1 - tail])
+            out.append({**dict(zip(keys, group)), "family": family, "reference": reference, "form": form,
+                        "heads": ",".join(map(str, shared)), "b": slopes[family][0],
+                        "b_reference": slopes[reference][0], "difference": slopes[family][0] - slopes[reference][0],
+                        "low": float(low), "high": float(high),
+                        "verdict": "faster" if low > 0 else "slower" if high < 0 else "not resolved",
+                        "censored": sum(math.isinf(teacher_value(row)) for row in pair[family]),
+                        "censored_reference": sum(math.isinf(teacher_value(row)) for row in pair[reference]),
+                        "top_heads": top, "top_ratio": medians[family] / medians[reference]})
+    return out
+
+
+def family_ratios(rows: list[dict], *, reference: str = "random", level: float = LEVEL) -> list[dict]:
+    """Per learner curve and m both families share: median n* of a family over ``reference``'s.
+
+    The ratio of the two medians over teachers (censored teachers count as
+    infinite, "> budget") and its interval from independent bootstraps of
+    each family's teachers (:func:`~mhalearn.sparse_variables.growth.bootstrap_median_ratio`).
+    Unlike :func:`family_comparison` it needs no law and keeps censored
+    teachers: a family grows faster than ``reference`` over m₁ < m₂ when the
+    ratio's interval at m₂ lies above its interval at m₁.  ``undefined``
+    counts the bootstrap replicates in which both medians were censored;
+    ``floor`` is the family's budget over ``reference``'s median n*, the
+    bound a censored ratio is known to exceed.
+    """
+    out = []
+    for keys, group, family, by_family, shared in _family_pairs(rows, reference):
+        mine = by_family[family]
+        for heads in shared:
+            values = {name: [teacher_value(row) for row in by_family[name] if row["heads"] == heads]
+                      for name in (family, reference)}
+            ratio, low, high, undefined = bootstrap_median_ratio(values[family], values[reference], level=level)
+            out.append({**dict(zip(keys, group)), "family": family, "reference": reference, "heads": heads,
+                        "teachers": len(values[family]), "teachers_reference": len(values[reference]),
+                        "censored": sum(map(math.isinf, values[family])),
+                        "censored_reference": sum(map(math.isinf, values[reference])),
+                        "ratio": ratio, "low": low, "high": high, "undefined": undefined,
+                        "floor": max(row["budget"] for row in mine) / float(np.median(values[reference]))})
     return out
 
 

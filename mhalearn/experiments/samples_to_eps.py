@@ -67,6 +67,7 @@ from ..sample_search import RESOLUTION, search_samples_needed
 from .growth_laws import (
     LEVEL,
     family_comparison,
+    family_ratios,
     fit_growth_laws,
     held_out_table,
     probe_rows,
@@ -220,8 +221,10 @@ def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
             for heads, value in needed.items()}
 
 
-def _format(value: float, budget: int) -> str:
-    return (f"> {budget:g}" if budget else "not reached") if math.isinf(value) else f"{value:.4g}"
+def _format(value: float, budget: float) -> str:
+    if not math.isinf(value):
+        return f"{value:.4g}"
+    return f"> {budget:{'.4g' if budget % 1 else 'g'}}" if budget else "not reached"
 
 
 def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] | None = None) -> list[Path]:
@@ -308,6 +311,14 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
            f"{e['b']:.4g}", f"{e['b_reference']:.4g}", f"{e['difference']:.4g}", f"[{e['low']:.4g}, {e['high']:.4g}]",
            e["verdict"], e["censored"], e["censored_reference"], e["top_heads"], _format(e["top_ratio"], 0))
           for e in family_comparison(rows)]),
+        (f"median n* of the family over random teachers' per m, {LEVEL:.0%} interval from independent bootstraps "
+         "of each family's teachers; censored teachers count as > budget, a censored ratio as > budget / random median",
+         ["family", "d", "k", "noise", "learner", "output", "eps", "m", "teachers", "censored", "teachers_random",
+          "censored_random", "median_ratio", "interval"],
+         [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"],
+           e["teachers"], e["censored"], e["teachers_reference"], e["censored_reference"],
+           _format(e["ratio"], e["floor"]), f"[{_format(e['low'], e['floor'])}, {_format(e['high'], e['floor'])}]")
+          for e in family_ratios(rows)]),
         ("each law fitted on the other m predicts the median n* at m (ratio = predicted / measured)",
          ["family", "d", "k", "noise", "learner", "output", "eps", "m", "form", "fitted_on_m", "predicted",
           "measured", "ratio"],

@@ -20,6 +20,7 @@ import numpy as np
 from mhalearn.experiments.growth_laws import (
     CURVE_KEYS,
     family_comparison,
+    family_ratios,
     fit_growth_laws,
     predict,
     samples_needed_table,
@@ -43,8 +44,10 @@ COMMITTED = [
 FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
 
 
-def number(value: float, budget: int = 0) -> str:
-    return f"> {budget}" if math.isinf(value) else f"{value:.4g}"
+def number(value: float, budget: float = 0) -> str:
+    if not math.isinf(value):
+        return f"{value:.4g}"
+    return f"> {budget:{'.4g' if budget % 1 else 'g'}}"
 
 
 def table(header: list[str], rows: list[tuple]) -> None:
@@ -100,6 +103,16 @@ table(["family", "learner", "output", "ε", "n* =", "m", "b (family)", "b (rando
         e["verdict"], f"{e['censored']}, {e['censored_reference']}",
         f"{number(e['top_ratio'])} (m = {e['top_heads']})") for e in family_comparison(rows)])
 
+print("how many times random teachers' n* the family needs, per m: median n* (family) / median n* (random), 90 % "
+      "interval from independent bootstraps of each family's teachers; censored teachers count as > budget, a censored "
+      "ratio as > budget / random teachers' median")
+table(["family", "learner", "output", "ε", "m", "teachers (censored)", "random teachers (censored)",
+       "median ratio [90 %]"],
+      [(e["family"], e["learner"], e["output"], f"{e['eps']:g}", e["heads"], f"{e['teachers']} ({e['censored']})",
+        f"{e['teachers_reference']} ({e['censored_reference']})",
+        f"{number(e['ratio'], e['floor'])} [{number(e['low'], e['floor'])}, {number(e['high'], e['floor'])}]")
+       for e in family_ratios(rows)])
+
 print("held-out m: each prediction committed in PREDICTIONS.md before its m ran, recomputed from the rows of the "
       "m it was fitted on, against the measured median n*")
 held = []
@@ -121,6 +134,17 @@ for block, learner, output, fitted_on, held_out, factor in COMMITTED:
                          f"{ratio:.2f}×", f"{verdict} {factor:g}×"))
 table(["block", "learner", "output", "fitted on m", "n* =", "held-out m", "predicted", "measured median (teachers)",
        "predicted / measured", "verdict"], held)
+
+print("where the failures end: each search's relative test error at its largest failing n (samples_lower; the "
+      "budget when censored), ε's output, polished searches: median [min, max] over teachers")
+last_failure: dict = {}
+for row in rows:
+    failed = [probe for probe in json.loads(row["probe_log"]) if probe["samples"] == row["samples_lower"]]
+    if row["output"] == "polished" and failed and failed[0]["polished_error"] is not None:
+        last_failure.setdefault((row["family"], row["learner"], row["heads"]), []).append(failed[0]["polished_error"])
+table(["family", "learner", "m", "searches", "error at the largest failing n"],
+      [(*key, len(values), f"{np.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]")
+       for key, values in sorted(last_failure.items())])
 
 print("unpolished relative test error at the budget (n = 2000), every teacher searched there: median [min, max]")
 floor = []
