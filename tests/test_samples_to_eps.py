@@ -122,6 +122,23 @@ def test_the_growth_laws_recover_a_planted_power_and_exponential_law():
     assert laws["exponential"]["b"] == pytest.approx(0.7, abs=1e-6)
 
 
+
+def test_rows_added_to_one_curve_leave_every_other_curves_intervals_as_they_were():
+    # The rows' spread over seeds must be uneven for the bootstrap to draw different intervals.
+    spread = lambda law: lambda m: law(m) * (1.0 + 0.3 * math.sin(7 * m))  # noqa: E731
+    moment = [{**row, "learner": "moment", "samples_needed": row["samples_needed"] * (1 + 0.1 * (row["seed"] % 3))}
+              for row in _rows(spread(lambda m: 20.0 * m), [1, 2, 4, 8])]
+    gradient = _rows(spread(lambda m: 15.0 * m), [1, 2, 4])
+    more = _rows(spread(lambda m: 15.0 * m), [8, 16])
+
+    def moment_laws(rows):
+        return [law for law in fit_growth_laws(rows, resamples=200) if law["learner"] == "moment"]
+
+    assert moment_laws(gradient + moment) == moment_laws(gradient + more + moment)
+    gradient_laws = [law for law in fit_growth_laws(gradient + moment, resamples=200) if law["learner"] == "gradient"]
+    grown = [law for law in fit_growth_laws(gradient + more + moment, resamples=200) if law["learner"] == "gradient"]
+    assert [law["b_low"] for law in gradient_laws] != [law["b_low"] for law in grown]
+
 def _family(rows, family):
     return [{**row, "family": family} for row in rows]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 
 import numpy as np
 
@@ -88,6 +89,12 @@ def _finite_by_m(cells: list[dict]) -> dict[int, np.ndarray]:
     return {heads: values for heads, values in finite.items() if len(values)}
 
 
+def _curve_generator(rng, *key) -> np.random.Generator:
+    """A generator of one curve's own: seeded by ``rng`` and the curve's key, so that adding rows to
+    one curve leaves every other curve's bootstrap intervals as they were."""
+    return np.random.default_rng([int(rng), zlib.crc32("|".join(map(str, key)).encode())])
+
+
 def _law_replicates(finite: dict[int, np.ndarray], form: str, shape: dict, resamples: int,
                     generator: np.random.Generator) -> np.ndarray:
     """(a, b) of the law refitted on ``resamples`` bootstrap samples of the teachers within each m."""
@@ -107,9 +114,9 @@ def fit_growth_laws(rows: list[dict], *, resamples: int = 1000, level: float = L
     teacher says so (``censored``): its law rests on the others and is a
     lower bound there.  Also the residual spread (RMS of log₁₀ n*) of each form.
     """
-    generator = np.random.default_rng(rng)
     laws = []
     for group, cells in group_rows(rows, list(CURVE_KEYS)).items():
+        generator = _curve_generator(rng, *group)
         by_m = {heads: np.array([teacher_value(row) for row in mine])
                 for (heads,), mine in group_rows(cells, ["heads"]).items()}
         finite = _finite_by_m(cells)
@@ -167,10 +174,10 @@ def family_comparison(rows: list[dict], *, reference: str = "random", resamples:
     others are lower bounds.  Also the ratio of the median n* at the largest
     shared m (censored teachers as "> budget", ``inf``).
     """
-    generator = np.random.default_rng(rng)
     tail = (1 - level) / 2
     out = []
     for keys, group, family, by_family, shared in _family_pairs(rows, reference):
+        generator = _curve_generator(rng, *group, family, reference)
         cells = by_family[family]
         pair = {name: [row for row in by_family[name] if row["heads"] in shared] for name in (family, reference)}
         finite = {name: _finite_by_m(cells_) for name, cells_ in pair.items()}
