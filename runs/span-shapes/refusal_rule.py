@@ -35,7 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mhalearn.learners.chen_li.phase4_span import span_basis, subsample_span_distances, trimmed_affine_hull
+from mhalearn.learners.chen_li.phase4_span import (
+    scaled_subsample_distances,
+    span_basis,
+    span_error_quantile,
+    trimmed_affine_hull,
+)
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import SlabSystem
 from mhalearn.learners.moment_route import sine_distance
@@ -84,10 +89,8 @@ def figures(slabs, rows, basis, heads, draws, rng) -> np.ndarray:
     """Per draw: the level-0.5, 0.75 and 0.9 figures of the design-scaled subsample distances."""
     out = []
     for _ in range(draws):
-        distances, factors, _ = subsample_span_distances(slabs, rows, basis, heads, resamples=24, rng=rng)
-        counted = factors > 0
-        scaled = distances[counted] * np.sqrt(factors[counted]) if np.any(counted) else np.ones(1)
-        out.append(np.minimum(np.quantile(scaled, [0.5, 0.75, 0.9]), 1.0))
+        scaled = scaled_subsample_distances(slabs, rows, basis, heads, resamples=24, rng=rng)
+        out.append([span_error_quantile(scaled, level) for level in (0.5, 0.75, 0.9)])
     return np.array(out)
 
 
