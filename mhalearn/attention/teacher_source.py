@@ -98,7 +98,7 @@ class TeacherSource(BlockSource):
         kept = index < self.kept_blocks
         X, Y, rows = self._drawn_block(index, self._kept[index] if kept else None)
         if kept and self._kept[index] is None:
-            self._kept[index] = Y
+            self._kept[index] = Y.copy()  # Y is half of one array with X: a copy, so that labels kept hold no X
         return X, Y, rows
 
     def _drawn_block(self, index: int, labels: np.ndarray | None) -> tuple[CodedTokens, np.ndarray, None]:
@@ -111,8 +111,7 @@ class TeacherSource(BlockSource):
             return CodedTokens(boolean_block(self.seed, index, size, self.length, self.dim, codes=codes), codes), \
                 labels, None
         X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes)
-        # Y is half of one array with X: a copy, so that labels kept hold no X.
-        return CodedTokens(X, codes), (Y.copy() if index < self.kept_blocks else Y), None
+        return CodedTokens(X, codes), Y, None
 
     def __dask_tokenize__(self):
         return self.fingerprint()
