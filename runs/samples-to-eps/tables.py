@@ -5,7 +5,8 @@ anew but the growth laws, which are deterministic in the rows).
 
 Prints, as Markdown tables: n* per curve and m; the growth laws per curve; whether each family's n*(m) grows
 faster than random teachers' (the laws' exponents on the m both share); every committed held-out prediction
-(PREDICTIONS.md), recomputed from the rows of the m it was fitted on, against the measured median; the
+(PREDICTIONS.md), recomputed from the rows of the m it was fitted on, against the measured median; the d = 12
+labels-per-unknown laws against d = 16, k = 6 (a held-out shape); the
 unpolished error at the budget (the moment route's floor); which code computed the rows, from their own
 provenance columns.  tests/test_docs_tables.py checks that every row printed is on the page.
 """
@@ -40,6 +41,7 @@ COMMITTED = [
     (5, "moment", "polished", (1, 2, 3, 4, 5, 6, 7), (12,), 2.0),
     (6, "sculpt", "polished", (1, 2, 3, 4, 5, 6), (7,), 2.0),
     (7, "gradient", "polished", (1, 2, 3, 4, 6, 8, 16, 24), (32,), 1.5),
+    (9, "gradient", "polished", (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), (20,), 1.5),
 ]
 FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
 
@@ -135,14 +137,37 @@ for block, learner, output, fitted_on, held_out, factor in COMMITTED:
 table(["block", "learner", "output", "fitted on m", "n* =", "held-out m", "predicted", "measured median (teachers)",
        "predicted / measured", "verdict"], held)
 
+print("held-out shape (PREDICTIONS.md, block 8): the d = 12, k = 4 labels-per-unknown law of each learner, fitted on "
+      "the d = 12 rows that existed when it was committed, predicts n* = a·2md/k at d = 16, k = 6; entries whose rows "
+      "existed when the prediction was committed are marked")
+shape_held = []
+#: The d = 12, k = 4 m whose rows the committed prediction was fitted on, per learner.
+SHAPE_FITTED_ON = {"gradient": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "moment": (1, 2, 3, 4, 5, 6, 7, 12)}
+for learner, fitted_on in SHAPE_FITTED_ON.items():
+    mine = [row for row in random if (row["learner"], row["output"]) == (learner, "polished")]
+    law = next(law for law in fit_growth_laws([row for row in mine if (row["dim"], row["length"]) == (12, 4)
+                                               and row["heads"] in fitted_on], resamples=10)
+               if law["form"] == "labels-per-unknown")
+    for heads in sorted({row["heads"] for row in mine if (row["dim"], row["length"]) == (16, 6)}):
+        measured = [teacher_value(row) for row in mine if (row["dim"], row["length"], row["heads"]) == (16, 6, heads)]
+        median, predicted = float(np.median(measured)), predict({**law, "dim": 16, "length": 6}, heads)
+        ratio = predicted / median if math.isfinite(median) else math.nan
+        verdict = "censored" if math.isnan(ratio) else "within 1.5×" if 1 / 1.5 <= ratio <= 1.5 else "missed 1.5×"
+        held_out = not (learner == "gradient" and heads in (1, 2))
+        shape_held.append((learner, f"{law['a']:.3g}", heads, f"{predicted:.1f}", f"{number(median)} ({len(measured)})",
+                           f"{ratio:.2f}×", verdict if held_out else f"{verdict} (not held out: rows existed)"))
+table(["learner", "a (d = 12)", "m", "predicted at d = 16, k = 6", "measured median (teachers)",
+       "predicted / measured", "verdict"], shape_held)
+
 print("where the failures end: each search's relative test error at its largest failing n (samples_lower; the "
       "budget when censored), ε's output, polished searches: median [min, max] over teachers")
 last_failure: dict = {}
 for row in rows:
     failed = [probe for probe in json.loads(row["probe_log"]) if probe["samples"] == row["samples_lower"]]
     if row["output"] == "polished" and failed and failed[0]["polished_error"] is not None:
-        last_failure.setdefault((row["family"], row["learner"], row["heads"]), []).append(failed[0]["polished_error"])
-table(["family", "learner", "m", "searches", "error at the largest failing n"],
+        last_failure.setdefault((row["family"], row["dim"], row["length"], row["learner"], row["heads"]), []).append(
+            failed[0]["polished_error"])
+table(["family", "d", "k", "learner", "m", "searches", "error at the largest failing n"],
       [(*key, len(values), f"{np.median(values):.3g} [{min(values):.3g}, {max(values):.3g}]")
        for key, values in sorted(last_failure.items())])
 
@@ -151,11 +176,12 @@ floor = []
 for row in rows:
     for probe in json.loads(row["probe_log"]):
         if probe["samples"] == row["budget"] and probe["unpolished_error"] is not None and row["learner"] != "gradient":
-            floor.append((row["family"], row["learner"], row["heads"], probe["unpolished_error"], probe["route"]))
+            floor.append(((row["family"], row["dim"], row["length"], row["learner"], row["heads"]),
+                          probe["unpolished_error"], probe["route"]))
 groups: dict = {}
-for family, learner, heads, error, route in floor:
-    groups.setdefault((family, learner, heads), []).append((error, route))
-table(["family", "learner", "m", "teachers", "unpolished error at n = 2000", "route"],
+for key, error, route in floor:
+    groups.setdefault(key, []).append((error, route))
+table(["family", "d", "k", "learner", "m", "teachers", "unpolished error at n = 2000", "route"],
       [(*key, len(values), f"{np.median([e for e, _ in values]):.3g} [{min(e for e, _ in values):.3g}, "
         f"{max(e for e, _ in values):.3g}]", ", ".join(f"{r} {c}" for r, c in sorted(Counter(
             r for _, r in values).items())))
