@@ -89,6 +89,14 @@ def _finite_by_m(cells: list[dict]) -> dict[int, np.ndarray]:
     return {heads: values for heads, values in finite.items() if len(values)}
 
 
+def bounded_text(value: float, bound: float = 0) -> str:
+    """A median or ratio as text: the value, or "> bound" when it is censored (infinite); "not reached"
+    when a censored value has no bound."""
+    if not math.isinf(value):
+        return f"{value:.4g}"
+    return f"> {bound:{'.4g' if bound % 1 else 'g'}}" if bound else "not reached"
+
+
 def _curve_generator(rng, *key) -> np.random.Generator:
     """A generator of one curve's own: seeded by ``rng`` and the curve's key, so that adding rows to
     one curve leaves every other curve's bootstrap intervals as they were."""

@@ -66,6 +66,7 @@ from ..plotting import save_figure, set_grid_ticks, style_for, write_tables
 from ..sample_search import RESOLUTION, search_samples_needed
 from .growth_laws import (
     LEVEL,
+    bounded_text,
     family_comparison,
     family_ratios,
     fit_growth_laws,
@@ -221,12 +222,6 @@ def _body_curve(path: Path = BODY_ROWS) -> dict[int, float]:
             for heads, value in needed.items()}
 
 
-def _format(value: float, budget: float) -> str:
-    if not math.isinf(value):
-        return f"{value:.4g}"
-    return f"> {budget:{'.4g' if budget % 1 else 'g'}}" if budget else "not reached"
-
-
 def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] | None = None) -> list[Path]:
     """n*(m): one panel per (family, shape), one line per (learner, output, ε), 90 % bands over teachers.
 
@@ -294,8 +289,8 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
          ["family", "d", "k", "noise", "learner", "output", "eps", "m", "teachers", "censored", "resolved",
           "non_monotone", "median_n*", "interval"],
          [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"],
-           e["teachers"], e["censored"], e["resolved_1_5"], e["non_monotone"], _format(e["median"], e["budget"]),
-           f"[{_format(e['low'], e['budget'])}, {_format(e['high'], e['budget'])}]") for e in table]),
+           e["teachers"], e["censored"], e["resolved_1_5"], e["non_monotone"], bounded_text(e["median"], e["budget"]),
+           f"[{bounded_text(e['low'], e['budget'])}, {bounded_text(e['high'], e['budget'])}]") for e in table]),
         (f"growth laws fitted to uncensored n* (least squares on log n*), {LEVEL:.0%} bootstrap over teachers",
          ["family", "d", "k", "noise", "learner", "output", "eps", "form", "a", "a_interval", "b", "b_interval",
           "rms_log10", "m", "points", "censored"],
@@ -309,7 +304,7 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
           "interval", "verdict", "censored", "censored_random", "largest_m", "median_ratio_there"],
          [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["form"], e["heads"],
            f"{e['b']:.4g}", f"{e['b_reference']:.4g}", f"{e['difference']:.4g}", f"[{e['low']:.4g}, {e['high']:.4g}]",
-           e["verdict"], e["censored"], e["censored_reference"], e["top_heads"], _format(e["top_ratio"], 0))
+           e["verdict"], e["censored"], e["censored_reference"], e["top_heads"], bounded_text(e["top_ratio"], 0))
           for e in family_comparison(rows)]),
         (f"median n* of the family over random teachers' per m, {LEVEL:.0%} interval from independent bootstraps "
          "of each family's teachers; censored teachers count as > budget, a censored ratio as > budget / random median",
@@ -317,13 +312,14 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
           "censored_random", "median_ratio", "interval"],
          [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"],
            e["teachers"], e["censored"], e["teachers_reference"], e["censored_reference"],
-           _format(e["ratio"], e["floor"]), f"[{_format(e['low'], e['floor'])}, {_format(e['high'], e['floor'])}]")
+           bounded_text(e["ratio"], e["floor"]),
+           f"[{bounded_text(e['low'], e['floor'])}, {bounded_text(e['high'], e['floor'])}]")
           for e in family_ratios(rows)]),
         ("each law fitted on the other m predicts the median n* at m (ratio = predicted / measured)",
          ["family", "d", "k", "noise", "learner", "output", "eps", "m", "form", "fitted_on_m", "predicted",
           "measured", "ratio"],
          [(e["family"], e["dim"], e["length"], e["noise"], e["learner"], e["output"], e["eps"], e["heads"], e["form"],
-           e["fitted_on"], f"{e['predicted']:.4g}", _format(e["measured"], 0),
+           e["fitted_on"], f"{e['predicted']:.4g}", bounded_text(e["measured"], 0),
            "censored" if e["ratio"] is None else f"{e['ratio']:.3g}") for e in held_out_table(rows)]),
         ("every probe (n on the teacher's stream prefix)",
          ["family", "d", "k", "learner", "output", "eps", "m", "seed", "n", "error", "success", "route",

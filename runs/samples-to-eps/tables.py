@@ -20,6 +20,7 @@ import numpy as np
 
 from mhalearn.experiments.growth_laws import (
     CURVE_KEYS,
+    bounded_text,
     family_comparison,
     family_ratios,
     fit_growth_laws,
@@ -44,12 +45,6 @@ COMMITTED = [
     (9, "gradient", "polished", (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), (20,), 1.5),
 ]
 FORM_NAMES = {"power": "a·m^b", "exponential": "a·e^{bm}", "labels-per-unknown": "a·2md/k"}
-
-
-def number(value: float, budget: float = 0) -> str:
-    if not math.isinf(value):
-        return f"{value:.4g}"
-    return f"> {budget:{'.4g' if budget % 1 else 'g'}}"
 
 
 def table(header: list[str], rows: list[tuple]) -> None:
@@ -79,8 +74,9 @@ entries = samples_needed_table(rows)
 table(["family", "d", "k", "learner", "output", "ε", "m", "teachers", "censored", "resolved ≤ 1.5×",
        "n* median [90 %]", "route at n*"],
       [(e["family"], e["dim"], e["length"], e["learner"], e["output"], f"{e['eps']:g}", e["heads"], e["teachers"],
-        e["censored"], e["resolved_1_5"], f"{number(e['median'], e['budget'])} [{number(e['low'], e['budget'])}, "
-        f"{number(e['high'], e['budget'])}]",
+        e["censored"], e["resolved_1_5"],
+        f"{bounded_text(e['median'], e['budget'])} [{bounded_text(e['low'], e['budget'])}, "
+        f"{bounded_text(e['high'], e['budget'])}]",
         routes([row for row in rows if curve_of(row) == tuple(e[key] for key in CURVE_KEYS)
                 and row["heads"] == e["heads"]]))
        for e in entries])
@@ -103,7 +99,7 @@ table(["family", "learner", "output", "ε", "n* =", "m", "b (family)", "b (rando
       [(e["family"], e["learner"], e["output"], f"{e['eps']:g}", FORM_NAMES[e["form"]], e["heads"].replace(",", ", "),
         f"{e['b']:.3g}", f"{e['b_reference']:.3g}", f"{e['difference']:.3g} [{e['low']:.3g}, {e['high']:.3g}]",
         e["verdict"], f"{e['censored']}, {e['censored_reference']}",
-        f"{number(e['top_ratio'])} (m = {e['top_heads']})") for e in family_comparison(rows)])
+        f"{bounded_text(e['top_ratio'])} (m = {e['top_heads']})") for e in family_comparison(rows)])
 
 print("how many times random teachers' n* the family needs, per m: median n* (family) / median n* (random), 90 % "
       "interval from independent bootstraps of each family's teachers; censored teachers count as > budget, a censored "
@@ -112,7 +108,8 @@ table(["family", "learner", "output", "ε", "m", "teachers (censored)", "random 
        "median ratio [90 %]"],
       [(e["family"], e["learner"], e["output"], f"{e['eps']:g}", e["heads"], f"{e['teachers']} ({e['censored']})",
         f"{e['teachers_reference']} ({e['censored_reference']})",
-        f"{number(e['ratio'], e['floor'])} [{number(e['low'], e['floor'])}, {number(e['high'], e['floor'])}]")
+        f"{bounded_text(e['ratio'], e['floor'])} [{bounded_text(e['low'], e['floor'])}, "
+        f"{bounded_text(e['high'], e['floor'])}]")
        for e in family_ratios(rows)])
 
 print("held-out m: each prediction committed in PREDICTIONS.md before its m ran, recomputed from the rows of the "
@@ -132,7 +129,7 @@ for block, learner, output, fitted_on, held_out, factor in COMMITTED:
             verdict = "censored" if math.isnan(ratio) else (
                 "within" if 1 / factor <= ratio <= factor else "missed")
             held.append((block, learner, output, ", ".join(map(str, fitted_on)), FORM_NAMES[law["form"]], heads,
-                         f"{predict(law, heads):.0f}", f"{number(median)} ({len(measured)})",
+                         f"{predict(law, heads):.0f}", f"{bounded_text(median)} ({len(measured)})",
                          f"{ratio:.2f}×", f"{verdict} {factor:g}×"))
 table(["block", "learner", "output", "fitted on m", "n* =", "held-out m", "predicted", "measured median (teachers)",
        "predicted / measured", "verdict"], held)
@@ -141,8 +138,10 @@ print("held-out shape (PREDICTIONS.md, block 8): the d = 12, k = 4 labels-per-un
       "the d = 12 rows that existed when it was committed, predicts n* = a·2md/k at d = 16, k = 6; entries whose rows "
       "existed when the prediction was committed are marked")
 shape_held = []
-#: The d = 12, k = 4 m whose rows the committed prediction was fitted on, per learner.
+#: The d = 12, k = 4 m whose rows the committed prediction was fitted on, per learner, and the d = 16 points
+#: some of whose rows had finished when it was committed (16:21:34 UTC: gradient descent's m = 1, and six of m = 2).
 SHAPE_FITTED_ON = {"gradient": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32), "moment": (1, 2, 3, 4, 5, 6, 7, 12)}
+SHAPE_SEEN_BEFORE = {("gradient", 1), ("gradient", 2)}
 for learner, fitted_on in SHAPE_FITTED_ON.items():
     mine = [row for row in random if (row["learner"], row["output"]) == (learner, "polished")]
     law = next(law for law in fit_growth_laws([row for row in mine if (row["dim"], row["length"]) == (12, 4)
@@ -153,9 +152,10 @@ for learner, fitted_on in SHAPE_FITTED_ON.items():
         median, predicted = float(np.median(measured)), predict({**law, "dim": 16, "length": 6}, heads)
         ratio = predicted / median if math.isfinite(median) else math.nan
         verdict = "censored" if math.isnan(ratio) else "within 1.5×" if 1 / 1.5 <= ratio <= 1.5 else "missed 1.5×"
-        held_out = not (learner == "gradient" and heads in (1, 2))
-        shape_held.append((learner, f"{law['a']:.3g}", heads, f"{predicted:.1f}", f"{number(median)} ({len(measured)})",
-                           f"{ratio:.2f}×", verdict if held_out else f"{verdict} (not held out: rows existed)"))
+        held_out = (learner, heads) not in SHAPE_SEEN_BEFORE
+        shape_held.append((learner, f"{law['a']:.3g}", heads, f"{predicted:.1f}",
+                           f"{bounded_text(median)} ({len(measured)})", f"{ratio:.2f}×",
+                           verdict if held_out else f"{verdict} (not held out: rows existed)"))
 table(["learner", "a (d = 12)", "m", "predicted at d = 16, k = 6", "measured median (teachers)",
        "predicted / measured", "verdict"], shape_held)
 
