@@ -2,10 +2,9 @@
 
 Copies this checkout's ``mhalearn`` package into a temporary directory once per
 variant, each copy's ``attention/forward_kernel.py`` with one step of a head
-removed (the softmax, the logits, the output product, the whole head after
-the projections, or the projections), imports every copy in this process and
-times ``forward`` of each on one thread (CPU time of the calling thread,
-rounds interleaved).  Printed per shape: the full kernel's nanoseconds per
+removed (the softmax, the logits, the output product or the projections),
+imports every copy in this process and times ``forward`` of each on one thread
+(CPU time of the calling thread, rounds interleaved).  Printed per shape: the full kernel's nanoseconds per
 sequence and head, and the share of it each step's removal saves.  A variant
 computes garbage (that is not what it is for); the shares overlap a little
 (a step left out also frees its loads and stores).  The steps are found by
@@ -32,11 +31,14 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Each variant: (source line, its replacement) in attention/forward_kernel.py.
 LEFT_OUT = {
-    "softmax": ("        peak = _as_lanes(weights[a, 0])", "        continue\n        peak = _as_lanes(weights[a, 0])"),
-    "output product": ("    _added_sums_lanes(projections[d:], weights, out_lanes)", "    pass"),
-    "logits": ("    _sums_lanes(projections, x_lanes, weights)  #", "    pass  #"),
-    "head": ("                _head_lanes(x_lanes, projections, weights, out_lanes)", "                pass"),
-    "projections": ("                _sums_lanes(projection[i], x_lanes, projections)", "                pass"),
+    "softmax": ("        peak = _as_lanes(logits[a, 0])", "        continue\n        peak = _as_lanes(logits[a, 0])"),
+    "output product": ("                _added_sums_lanes(values, 0, weights, out_lanes, 0, heads * k)",
+                       "                pass"),
+    "logits": ("                    _sums_lanes(theta_products, 0, x_lanes, logits, 0, d)  #",
+               "                    pass  #"),
+    "projections": ("                    _sums_lanes(projection[start + h], 0, x_lanes, theta_products, 0, d)\n"
+                    "                    _sums_lanes(projection[start + h], d, x_lanes, values, h * k, d)\n",
+                    "                    pass\n"),
 }
 SHAPES = [(16384, 4, 12, 4), (1024, 16, 16, 4)]
 
