@@ -362,3 +362,28 @@ def test_sculpt_vs_m_counts_every_teacher_and_labels_an_unreached_m_at_its_own_l
     rows[-2] = cell(3, 10**8, 1, 0.96)
     rows.append(cell(3, 10**8, 3, 0.97))  # two of four off: the median is no longer within 0.1
     assert samples_to_target(rows)[3] == math.inf
+
+
+def test_sculpt_vs_m_noise_estimate_off_is_a_diagnostic_with_keys_of_its_own(tmp_path):
+    from mhalearn.experiments.sculpt_vs_m import plot_sculpt_vs_m, sculpt_vs_m_cells
+    from mhalearn.experiments.store import cell_key
+
+    grid = dict(heads=[1, 2], dim=12, length=4, samples=1000, seed=0)
+    defaults = sculpt_vs_m_cells(grid)
+    assert sculpt_vs_m_cells({**grid, "estimate_noise": True}) == defaults
+    assert all("estimate_noise" not in cell for cell in defaults)  # the defaults' cells keep their keys
+    diagnostic = sculpt_vs_m_cells({**grid, "estimate_noise": False})
+    assert [cell["estimate_noise"] for cell in diagnostic] == [False, False]
+    assert not {cell_key("sculpt-vs-m", cell) for cell in diagnostic} & {cell_key("sculpt-vs-m", cell)
+                                                                          for cell in defaults}
+    with pytest.raises(ValueError, match="estimate_noise must be true or false"):
+        sculpt_vs_m_cells({**grid, "estimate_noise": [True, False]})
+
+    def row(cell):
+        return {**cell, "span_distance": 0.05, "refused": None, "agreement_rows": 10, "precision": 1.0,
+                "feasible": 1.0, "refined_w_sum_error": 0.01, "candidates": None, "test_error": None,
+                "body_seconds": 1.0, "peak_memory_mb": 100.0}
+
+    with pytest.raises(ValueError, match="separate --db"):
+        plot_sculpt_vs_m([row(cell) for cell in defaults + diagnostic], tmp_path)
+    plot_sculpt_vs_m([row(cell) for cell in diagnostic], tmp_path)

@@ -78,17 +78,29 @@ TEST_SAMPLES = 4000
 
 #: The fields of a cell, in the order the grid's axes are nested.
 FIELDS = ("heads", "dim", "length", "samples", "seed")
+#: A diagnostic's field: ``estimate_noise = false`` runs the body with K*'s tolerance at ``residual_tol``
+#: (labels taken as noiseless, :class:`~mhalearn.learners.chen_li.BodySettings`).  A cell holds it only
+#: when false, so the cells of the body's defaults keep their keys.
+DIAGNOSTIC = "estimate_noise"
 
 
 def sculpt_vs_m_cells(table: dict) -> list[dict]:
     """The cells of a grid table (``grids/sculpt-vs-m.toml``): m × n × seeds.
 
     Refuses values no cell could run, and d ≤ k, where the body cannot detect agreement rows.
+    ``estimate_noise`` (optional, a single boolean): false adds it to every cell (:data:`DIAGNOSTIC`).
     """
+    table = dict(table)
+    estimate_noise = table.pop(DIAGNOSTIC, True)
+    if not isinstance(estimate_noise, bool):
+        raise ValueError(f"grid: sculpt-vs-m's {DIAGNOSTIC} must be true or false (one value for the grid), "
+                         f"received {estimate_noise!r}")
     constraints = {"heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)], "samples": [Integer(1)],
                    "seed": [Integer(0)]}
     cells = check_label_counts(expand_grid(table, FIELDS, experiment="sculpt-vs-m", constraints=constraints),
                                "sculpt-vs-m")
+    if not estimate_noise:
+        cells = [{**cell, DIAGNOSTIC: False} for cell in cells]
     for cell in cells:
         if cell["dim"] <= cell["length"]:
             raise ValueError(f"grid: sculpt-vs-m needs dim > length (the body detects agreement rows only "
@@ -133,11 +145,13 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         source = source.as_dask()
     rng = seeded_rng(seed, heads, samples)
     observer = TeacherObserver(teacher)
+    body_settings = BodySettings(estimate_noise=cell.get(DIAGNOSTIC, True))
+    diagnostic = "" if body_settings.estimate_noise else " (noise estimate off)"
     # A cell runs beside the sweep's own display, in a worker: its long passes show as a line every 10 minutes.
-    passes = StreamProgress(interval=600.0, desc=f"sculpt-vs-m m = {heads}, seed {seed}, n = {samples:.0e}: ",
-                            lines=True)
+    passes = StreamProgress(interval=600.0, lines=True,
+                            desc=f"sculpt-vs-m m = {heads}, seed {seed}, n = {samples:.0e}{diagnostic}: ")
     notify = Notifier(Observers(observer, passes))
-    body_settings, search_settings = BodySettings(), SearchSettings(refine="none")
+    search_settings = SearchSettings(refine="none")
     checkpoint = open_checkpoint(checkpoint_dir, source, heads, body_settings, rng)
     phases = sculpt_span(source, heads, body_settings, rng, notify, checkpoint)
     span, final = phases.span, phases.sculpt[-1]
@@ -218,6 +232,10 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     """Writes ``sculpt-vs-m.png`` (four panels) and ``sculpt-vs-m.txt`` in ``out_dir``."""
     if not rows:
         raise ValueError("rows: expected stored results of sculpt-vs-m, received none (run the sweep first)")
+    diagnostic = {row.get(DIAGNOSTIC, True) is False for row in rows}
+    if len(diagnostic) > 1:
+        raise ValueError(f"rows: the body's defaults and its {DIAGNOSTIC} = false diagnostic in one set of rows; "
+                         f"plot them from separate --db files")
     out_dir = Path(out_dir)
     rows = [{**row, "span_or_one": _span_or_one(row)} for row in rows]
     heads_values = sorted({row["heads"] for row in rows})
@@ -271,7 +289,8 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
     span_ax.legend(fontsize=8)
     first = rows[0]
     fig.suptitle(f"Chen & Li's body as m grows — d = {first['dim']}, k = {first['length']}, ‖Θ_i‖_F = 2, "
-                 f"noiseless; median and quartiles over seeds", fontsize=9)
+                 f"noiseless{'; noise estimate off (diagnostic)' if diagnostic == {True} else ''}; "
+                 f"median and quartiles over seeds", fontsize=9)
     return [
         save_figure(fig, out_dir / "sculpt-vs-m.png"),
         write_tables(out_dir / "sculpt-vs-m.txt", [
