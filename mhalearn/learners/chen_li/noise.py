@@ -30,18 +30,18 @@ them with probability below :data:`PASSES_ALPHA`.  Then the smaller σ̂ is
 kept (each over-estimates σ when its share exceeds the true share of
 agreement rows); otherwise the first share's.  While the passes are no more
 than noise explains, the estimate reads four times as many sequences, up to
-:data:`NOISE_MAX_SAMPLES`.  On development teachers 30–32
+:data:`NOISE_MAX_SAMPLES`.  On development instances 30–32
 (runs/noise-body/README.md, "The noise estimate at m = 4"), under a Ŵ_Σ of
 error 0.02:
 
 - m = 4, noiseless: 25 000 sequences hold about one agreement row, so the
-  noise-free test passed none on two of three teachers and σ̂ was read off
+  noise-free test passed none on two of three instances and σ̂ was read off
   rows that do not agree (0.24–0.25, tolerance 0.19–0.20); the larger
   sample finds 5–8 passes where noise would explain 0.01, and σ̂ is
   0.045–0.056;
 - m = 1, σ = 0.1: the noise-free test passes a few agreement rows by chance
   (as many as noise at the first share's σ̂ explains) and their share read
-  σ̂ 0.02 on two of three teachers; the rule keeps the first share's σ̂
+  σ̂ 0.02 on two of three instances; the rule keeps the first share's σ̂
   (0.101 on all three);
 - m = 1, σ = 0.01: the passes are what noise explains too, and σ̂ is the
   first share's, 0.017–0.018 (0.013–0.015 from the passes' share);
@@ -68,8 +68,8 @@ NOISE_SAMPLES = 25_000
 #: The share of agreement rows at the estimated noise the widened test passes.
 NOISE_LEVEL = 0.95
 #: The most sequences the estimate reads while the noise-free test's passes are no more than noise explains
-#: (each step reads four times as many): at m = 4 a random teacher's agreement rows are ~10⁻⁶–10⁻⁵ a
-#: sequence, so NOISE_SAMPLES may hold none; development teacher ``sample_teacher(4, 12, rng=41)`` passes
+#: (each step reads four times as many): at m = 4 a random layer's agreement rows are ~10⁻⁶–10⁻⁵ a
+#: sequence, so NOISE_SAMPLES may hold none; the planted development layer of rng = 41 (m = 4, d = 12) passes
 #: the noise-free test on no row of 4·10⁵ sequences under its true W_Σ, and on 2 of 1.6·10⁶.
 NOISE_MAX_SAMPLES = 1_600_000
 #: The Poisson tail below which the noise-free test's passes are more than noise explains.
