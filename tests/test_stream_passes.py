@@ -122,6 +122,9 @@ def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkey
     np.testing.assert_array_equal(k_star.tokens, everything.tokens[:len(k_star)])
     np.testing.assert_array_equal(k_star.pattern, everything.pattern[:len(k_star)])
     assert phases.span.refused is None and phases.span.basis.shape == (2, 49)
+    # The noise estimate says how many sequences it read: the whole short stream, here.
+    assert phases.sculpt[-1].noise_samples == min(NOISE_SAMPLES, source.samples)
+    assert phases.sculpt[0].noise_samples is None  # the quantile rule estimates no noise
 
 
 class Interrupted(Exception):

@@ -169,6 +169,7 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         # The tolerance K*'s rows were accepted with, and the label noise it follows (estimated).
         "kstar_residual_tol": final.residual_tol,
         "noise_estimate": final.noise,
+        "noise_samples": final.noise_samples,
         "feasible": observer.figure(Phase.SCULPT, "teacher_feasible_fraction"),
         "crude_w_sum_error": observer.figure(Phase.CRUDE_SUM, "w_sum_error"),
         "refined_w_sum_error": observer.figure(Phase.REFINED_SUM, "refined_w_sum_error"),

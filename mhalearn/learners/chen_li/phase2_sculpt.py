@@ -47,8 +47,10 @@ class SculptedBody(PhaseResult):
     slabs than it needs (:func:`~mhalearn.learners.chen_li.slabs.kstar_weight_threshold`).
     ``residual_tol`` is the tolerance K*'s rows were accepted with and
     ``noise`` the label noise σ̂ it follows, estimated from the stream's head
-    (:mod:`~mhalearn.learners.chen_li.noise`; None for the quantile rule, or
-    when ``estimate_noise`` is off).
+    (:mod:`~mhalearn.learners.chen_li.noise`), and ``noise_samples`` the
+    sequences that estimate read (25 000, or up to 1.6·10⁶ where agreement
+    rows are rare); both None for the quantile rule, or when
+    ``estimate_noise`` is off.
     Data: the rows, the slabs and, for the quantile rule, the pool of
     candidates our alternating refit starts from.
     """
@@ -62,12 +64,13 @@ class SculptedBody(PhaseResult):
     halfspaces: int
     residual_tol: float | None = None
     noise: float | None = None
+    noise_samples: int | None = None
     rows: AgreementRows = data_field()
     slabs: SlabSystem = data_field()
     pool: AgreementRows | None = data_field()
 
     columns = ("rule", "accepted_rows", "found_rows", "slab_threshold", "equalities", "halfspaces", "residual_tol",
-               "noise")
+               "noise", "noise_samples")
 
 
 def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, rng: np.random.Generator, *,
@@ -88,13 +91,13 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     the first ``max_rows`` of them that pass, found without reading the stream.
     """
     start = time.perf_counter()
-    pool, tolerance, noise = None, None, None
+    pool, tolerance, noise, noise_samples = None, None, None, None
     if rule == "absolute":
         tolerance = settings.residual_tol
         if settings.estimate_noise:
             found = estimate_tolerance(source, w_sum, residual_tol=settings.residual_tol,
                                        simplex_tol=settings.simplex_tol, agreement_share=settings.quantile_for(heads))
-            tolerance, noise = found["tolerance"], found["noise"]
+            tolerance, noise, noise_samples = found["tolerance"], found["noise"], found["samples"]
     if rule == "quantile":
         quantile, pool_fraction = settings.quantile_for(heads), settings.pool_fraction_for(heads)
         pool = draw_pool(source, w_sum, pool_fraction=pool_fraction, simplex_tol=settings.simplex_tol,
@@ -114,4 +117,5 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),
                         slab_threshold=slab_rule["w_min"], equalities=slabs.equalities, halfspaces=len(slabs.g),
-                        residual_tol=tolerance, noise=noise, rows=accepted, slabs=slabs, pool=pool)
+                        residual_tol=tolerance, noise=noise, noise_samples=noise_samples, rows=accepted, slabs=slabs,
+                        pool=pool)
