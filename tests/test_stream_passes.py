@@ -1,5 +1,7 @@
 """The body's passes over a long stream: a prefix for phases 1–3, one candidate pass for the rest."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -101,8 +103,9 @@ def test_a_blocks_needs_are_those_of_every_rows_reach(rng, heads, held_out):
 def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkeypatch):
     teacher, source = _stream(samples=20_000)
     reads = []
-    original = TeacherSource._block
-    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: reads.append(index) or original(self, index))
+    original = TeacherSource._drawn_block
+    monkeypatch.setattr(TeacherSource, "_drawn_block",
+                        lambda self, index, *args: reads.append(index) or original(self, index, *args))
     settings = BodySettings(prefix_samples=5000)
     phases = sculpt_span(source, 2, settings, np.random.default_rng(7))
     stream_refit = phases.refined_sum.steps[-1]
@@ -143,15 +146,15 @@ def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkey
     assert (whole_covered < settings["radius"]) == capped
     monkeypatch.setattr(checkpoint, "PROGRESS_SECONDS", 0.0)  # keep every wave
     kept = checkpoint.PhaseCheckpoint(tmp_path, "fit", source)
-    reads, original = [], TeacherSource._block
+    reads, original = [], TeacherSource._drawn_block
 
-    def read(self, index, stop_at=None):
+    def read(self, index, *args, stop_at=None):
         if index == stop_at:
             raise Interrupted
         reads.append(index)
-        return original(self, index)
+        return original(self, index, *args)
 
-    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index, stop_at=12))
+    monkeypatch.setattr(TeacherSource, "_drawn_block", lambda self, index, *args: read(self, index, *args, stop_at=12))
     with pytest.raises(Interrupted):
         agreement_passes.reachable_rows(source, centre, **settings, progress=kept.progress("3_stream_refit"))
     assert [path.name for path in (tmp_path / "fit").iterdir()] == ["3_stream_refit.pass1.progress.npz"]
@@ -161,7 +164,7 @@ def test_an_interrupted_candidate_pass_resumes_to_the_same_rows(tmp_path, monkey
     assert kept.progress("3_stream_refit").load(1, {**inputs, "w_sum": centre + 1e-12}) is None
     assert kept.progress("3_stream_refit").load(2, inputs) is None
     # The same pass resumes after the last wave kept (blocks 0-7) and gives the same rows to the bit.
-    monkeypatch.setattr(TeacherSource, "_block", lambda self, index: read(self, index))
+    monkeypatch.setattr(TeacherSource, "_drawn_block", lambda self, index, *args: read(self, index, *args))
     resumed = checkpoint.PhaseCheckpoint(tmp_path, "fit", source)
     resumed.data()  # the digest reads three blocks once a fit, whatever the pass reads
     progress = resumed.progress("3_stream_refit")
@@ -323,3 +326,39 @@ def test_phases_1_to_4_are_the_same_whatever_labels_the_stream_keeps(monkeypatch
         _, figures = span_of(source.as_dask())
     for name in reference:
         np.testing.assert_array_equal(figures[name], reference[name], err_msg=name)
+
+
+@pytest.mark.parametrize("scheduler", ["sequential", "threads"])
+def test_a_pass_draws_its_blocks_into_as_many_arrays_as_it_runs_at_once(monkeypatch, scheduler):
+    import dask
+
+    from mhalearn.attention import teacher_source
+
+    teacher, source = _stream(samples=5500)  # five blocks of 1000 and one of 500
+    made = []
+
+    class Counted(teacher_source.BlockBuffers):
+        def __init__(self, source):
+            super().__init__(source)
+            made.append(self)
+
+    monkeypatch.setattr(teacher_source, "BlockBuffers", Counted)
+    fresh = [source._drawn_block(index, None) for index in range(source.block_count)]
+
+    def copied(X, Y, rows):
+        return np.array(X), np.array(X.codes), np.array(Y)
+
+    stream = source if scheduler == "sequential" else source.as_dask()
+    with dask.config.set(scheduler="threads", num_workers=2):
+        drawn = stream.map_blocks(copied)
+        # A pass that may stop early maps its blocks in waves: one set of arrays for all its waves.
+        taken = stream.map_until(4000, lambda X, Y, rows, missing: np.array(Y).reshape(-1)[:missing])
+    for (X, codes, Y), (want_X, want_Y, _) in zip(drawn, fresh, strict=True):
+        np.testing.assert_array_equal(X, want_X)
+        np.testing.assert_array_equal(codes, want_X.codes)
+        np.testing.assert_array_equal(Y, want_Y)
+    assert sum(take for _, take in taken) == 4000
+    most = 1 if scheduler == "sequential" else 2  # one block at a time, or one a thread
+    assert len(made) == 2 and all(1 <= buffers.allocated <= most for buffers in made)
+    assert source._buffers is None and stream._buffers is None  # dropped when the pass ends
+    assert pickle.loads(pickle.dumps(made[0])).allocated == 0  # shipped to another process: empty

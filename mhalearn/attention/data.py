@@ -177,7 +177,8 @@ def boolean_block(seed: int, index: int, size: int, length: int, dim: int, out: 
 
 
 def labelled_block(teacher, length: int, law: str, noise: float, seed: int, index: int,
-                   size: int, codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   size: int, codes: np.ndarray | None = None,
+                   out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Block ``index`` of a generated dataset: ``size`` sequences and their labels, drawn from ``seed`` and ``index``.
 
     Boolean inputs are the bits of counter-based 64-bit words keyed by
@@ -187,17 +188,18 @@ def labelled_block(teacher, length: int, law: str, noise: float, seed: int, inde
     wherever and whenever it is drawn, which is what lets a pass re-draw it
     instead of storing it (:class:`~mhalearn.attention.teacher_source.TeacherSource`,
     ``make_dataset(..., chunks=...)``).  X and Y are the two halves of one
-    (2, size, length, dim) array (:func:`_labelled_pairs`).  ``codes``
+    (2, size, length, dim) array (:func:`_labelled_pairs`), ``out`` when given.  ``codes``
     (Boolean inputs only) receives the tokens' codes (:func:`boolean_block`).
     """
-    X, Y = _labelled_pairs(teacher, length, law, noise, seed, index, size, codes)
+    X, Y = _labelled_pairs(teacher, length, law, noise, seed, index, size, codes, out)
     return X, Y
 
 
 def _labelled_pairs(teacher, length: int, law: str, noise: float, seed: int, index: int, size: int,
-                    codes: np.ndarray | None = None) -> np.ndarray:
-    """:func:`labelled_block` as one array (2, size, length, dim): the inputs, then their labels."""
-    pairs = np.empty((2, size, length, teacher.dim))
+                    codes: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """:func:`labelled_block` as one array (2, size, length, dim): the inputs, then their labels, into ``out``
+    (C-contiguous float64 halves) when given."""
+    pairs = np.empty((2, size, length, teacher.dim)) if out is None else out
     X, Y = pairs
     rng = np.random.default_rng([seed, index])
     if law == "boolean":

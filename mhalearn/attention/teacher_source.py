@@ -18,6 +18,9 @@ kept, the same bits.
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 import numpy as np
 
 from .._memory import format_bytes, get_memory_budget
@@ -60,6 +63,7 @@ class TeacherSource(BlockSource):
         # Block b's labels once computed, b < kept_blocks (Dask's persisted tasks in a DaskTeacherSource).
         self._kept = [None] * self.kept_blocks
         self.kept_labels = None
+        self._buffers = None  # the pass's (_pass_buffers)
 
     def keeping_labels(self, samples: int) -> "TeacherSource":
         """The same stream, keeping the labels of its first blocks that hold ``samples`` sequences once
@@ -82,7 +86,7 @@ class TeacherSource(BlockSource):
 
     def __getstate__(self) -> dict:
         # A task receives the labels it reads as an argument: the source it carries keeps none.
-        return {**self.__dict__, "_kept": [], "kept_blocks": 0}
+        return {**self.__dict__, "_kept": [], "kept_blocks": 0, "_buffers": None}
 
     def fingerprint(self) -> str:
         """A hash of what the blocks are drawn from: the teacher, the sizes, the seed and the noise."""
@@ -101,17 +105,59 @@ class TeacherSource(BlockSource):
             self._kept[index] = Y.copy()  # Y is half of one array with X: a copy, so that labels kept hold no X
         return X, Y, rows
 
-    def _drawn_block(self, index: int, labels: np.ndarray | None) -> tuple[CodedTokens, np.ndarray, None]:
-        """Block ``index`` drawn, labelled unless its ``labels`` are given (then its signs only are drawn)."""
+    def _drawn_block(self, index: int, labels: np.ndarray | None,
+                     buffers: BlockBuffers | None = None) -> tuple[CodedTokens, np.ndarray, None]:
+        """Block ``index`` drawn, labelled unless its ``labels`` are given (then its signs only are drawn), into
+        ``buffers`` (:meth:`BlockBuffers.lent`) when given, else into new arrays."""
         size = self.block_samples(index)
+        pairs, codes = (None, np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)) \
+            if buffers is None else buffers
         # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
         # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
-        codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
         if labels is not None:
-            return CodedTokens(boolean_block(self.seed, index, size, self.length, self.dim, codes=codes), codes), \
-                labels, None
-        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes)
+            X = boolean_block(self.seed, index, size, self.length, self.dim,
+                              out=None if pairs is None else pairs[0], codes=codes)
+            return CodedTokens(X, codes), labels, None
+        X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes,
+                              out=pairs)
         return CodedTokens(X, codes), Y, None
+
+    def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
+        """As :meth:`~mhalearn.data.sources.BlockSource.map_blocks`, every block drawn into the same arrays
+        (:class:`BlockBuffers`): ``func``'s result must hold no view of X or Y."""
+        selected = range(self.block_count) if blocks is None else blocks
+        with self._pass_buffers() as buffers:
+            return [self._mapped_block(func, args, index, indexed, buffers) for index in selected]
+
+    def map_until(self, needed: int, func, *args, indexed: bool = False) -> list[tuple]:
+        """As :meth:`~mhalearn.data.sources.BlockSource.map_until`, its waves drawn into the same arrays."""
+        with self._pass_buffers():
+            return super().map_until(needed, func, *args, indexed=indexed)
+
+    @contextmanager
+    def _pass_buffers(self):
+        """The :class:`BlockBuffers` of the pass under way, made by its outermost map and dropped when it ends."""
+        outer = self._buffers is None
+        if outer:
+            self._buffers = BlockBuffers(self)
+        try:
+            yield self._buffers
+        finally:
+            if outer:
+                self._buffers = None
+
+    def _mapped_block(self, func, args: tuple, index: int, indexed: bool, buffers: BlockBuffers,
+                      labels: np.ndarray | None = None):
+        """``func`` on block ``index`` drawn into arrays lent by ``buffers``, labelled unless its ``labels``
+        are given or kept; the labels of a block to keep are copied out of the arrays and kept."""
+        keep = index < self.kept_blocks and labels is None
+        if keep and self._kept[index] is not None:
+            labels = self._kept[index]
+        with buffers.lent(self.block_samples(index)) as lent:
+            X, Y, rows = self._drawn_block(index, labels, lent)
+            if keep and self._kept[index] is None:
+                self._kept[index] = Y.copy()
+            return run_block(func, X, Y, rows, args, index if indexed else None)
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -156,10 +202,11 @@ class DaskTeacherSource(TeacherSource):
             persisted = dask.persist(*(dask.delayed(_kept_labels, pure=True)(self, index) for index in labelling))
             for index, labels in zip(labelling, persisted):
                 self._kept[index] = labels
-        tasks = [dask.delayed(_draw_and_run_block, pure=True)(
-            self, func, args, index, indexed, self._kept[index] if index < self.kept_blocks else None)
-            for index in selected]
-        return list(dask.compute(*tasks))
+        with self._pass_buffers() as buffers:
+            tasks = [dask.delayed(_draw_and_run_block, pure=True)(
+                self, func, args, index, indexed, buffers, self._kept[index] if index < self.kept_blocks else None)
+                for index in selected]
+            return list(dask.compute(*tasks))
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
         # Read on the caller (a head of the stream): drawn and labelled there, what is kept left to the tasks.
@@ -174,10 +221,60 @@ def _kept_labels(source: TeacherSource, index: int) -> np.ndarray:
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
-                        labels: np.ndarray | None = None):
-    """Block ``index`` of ``source`` drawn, labelled unless its ``labels`` are given, and passed to ``func``
-    inside a Dask task, on one thread."""
+                        buffers: BlockBuffers, labels: np.ndarray | None = None):
+    """Block ``index`` of ``source`` drawn into arrays lent by ``buffers``, labelled unless its ``labels`` are
+    given, and passed to ``func`` inside a Dask task, on one thread."""
     with one_thread():
-        return run_block(func, *source._drawn_block(index, labels), args, index if indexed else None)
+        return TeacherSource._mapped_block(source, func, args, index, indexed, buffers, labels)
+
+
+class BlockBuffers:
+    """The arrays a pass draws its blocks into, lent to one block at a time and taken back.
+
+    A block of 65 536 sequences at k = 4, d = 12 is 50 MB of X and Y: new
+    arrays for every block are new pages, which the kernel faults in and
+    zeroes before the labelling writes them — a fifth of the candidate pass on
+    two threads (`runs/generated-pass/README.md`).  A pass lends each block
+    task a free pair of arrays (``(2, block_size, k, d)`` float64 and the
+    codes), allocated when none is free, so a pass holds as many as it runs
+    blocks at once, as before, and drops them when it ends.  A function
+    mapped over the blocks must not return a view of X or Y: the next block
+    overwrites them.  Pickled (a task shipped to another process), it arrives
+    empty.
+    """
+
+    def __init__(self, source: TeacherSource):
+        self.shape = (source.block_size, source.length, source.dim)
+        self.groups = code_groups(source.dim)
+        self.allocated = 0  # arrays made: at most the blocks run at once
+        self._free = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lent(self, size: int):
+        """A free (X and Y, codes) pair, its first ``size`` sequences, returned to the free list after use."""
+        with self._lock:
+            arrays = self._free.pop() if self._free else None
+            self.allocated += arrays is None
+        if arrays is None:
+            arrays = (np.empty((2, *self.shape)), np.empty((*self.shape[:2], self.groups), dtype=np.uint8))
+        try:
+            yield arrays[0][:, :size], arrays[1][:size]
+        finally:
+            with self._lock:
+                self._free.append(arrays)
+
+    def __dask_tokenize__(self):
+        return "BlockBuffers", self.shape  # what a task computes does not depend on the arrays it is lent
+
+    def __reduce__(self):
+        return _empty_buffers, (self.shape, self.groups)
+
+
+def _empty_buffers(shape: tuple, groups: int) -> BlockBuffers:
+    buffers = BlockBuffers.__new__(BlockBuffers)
+    buffers.shape, buffers.groups, buffers.allocated = shape, groups, 0
+    buffers._free, buffers._lock = [], threading.Lock()
+    return buffers
 
 __all__ = ["DaskTeacherSource", "TeacherSource"]

@@ -15,8 +15,9 @@ again).  They read the examples through a *source*: an object with
   are read): ``np.asarray``, indexing and ``shape`` as for an array.
   Every pass is such a map followed by a reduction of the
   results, on the caller and in block order, so ``func`` returns a small
-  summary (normal equations, the rows a block accepts) and a pass gives the
-  same bits whoever runs the blocks.  A pass that needs randomness draws one
+  summary (normal equations, the rows a block accepts), never a view of X
+  or Y (a generated source draws its next block into the same arrays), and a
+  pass gives the same bits whoever runs the blocks.  A pass that needs randomness draws one
   seed on the caller and passes ``indexed=True``: ``func`` then receives the
   block's index last and draws from ``numpy.random.default_rng([seed, index])``;
 - ``blocks()``, the blocks' sequences in order, and ``head(samples)``, the
