@@ -338,8 +338,8 @@ def test_a_pass_draws_its_blocks_into_as_many_arrays_as_it_runs_at_once(monkeypa
     made = []
 
     class Counted(teacher_source.BlockBuffers):
-        def __init__(self, source):
-            super().__init__(source)
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             made.append(self)
 
     monkeypatch.setattr(teacher_source, "BlockBuffers", Counted)
@@ -360,5 +360,31 @@ def test_a_pass_draws_its_blocks_into_as_many_arrays_as_it_runs_at_once(monkeypa
     assert sum(take for _, take in taken) == 4000
     most = 1 if scheduler == "sequential" else 2  # one block at a time, or one a thread
     assert len(made) == 2 and all(1 <= buffers.allocated <= most for buffers in made)
+    made = made[:2]
     assert source._buffers is None and stream._buffers is None  # dropped when the pass ends
-    assert pickle.loads(pickle.dumps(made[0])).allocated == 0  # shipped to another process: empty
+    # Shipped to another process, every task of a pass gets that process's set for the pass; a new pass's
+    # set replaces it there.
+    pickled = pickle.dumps(made[0])
+    assert pickle.loads(pickled) is pickle.loads(pickled) is teacher_source._PROCESS_BUFFERS[made[0].key]
+    assert pickle.loads(pickled).allocated == 0 and pickle.loads(pickled) is not made[0]
+    pickle.loads(pickle.dumps(made[1]))
+    assert list(teacher_source._PROCESS_BUFFERS) == [made[1].key]
+    made[1].release()
+    assert teacher_source._PROCESS_BUFFERS == {}
+
+
+@pytest.mark.slow
+def test_the_workers_of_a_cluster_reuse_a_passes_arrays_and_drop_them_when_it_ends():
+    from distributed import Client, LocalCluster
+
+    from mhalearn.attention import teacher_source
+
+    teacher, source = _stream(samples=6000)
+
+    def arrays_made(X, Y, rows):  # in the worker: what its set for this pass has allocated so far
+        return sum(buffers.allocated for buffers in teacher_source._PROCESS_BUFFERS.values())
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert source.as_dask().map_blocks(arrays_made) == [1] * 6
+        assert list(client.run(lambda: len(teacher_source._PROCESS_BUFFERS)).values()) == [0]

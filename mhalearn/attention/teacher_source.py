@@ -19,6 +19,7 @@ kept, the same bits.
 from __future__ import annotations
 
 import threading
+import uuid
 from contextlib import contextmanager
 
 import numpy as np
@@ -48,6 +49,9 @@ class TeacherSource(BlockSource):
     The labels of the first ``kept_blocks`` blocks are kept once computed
     (:meth:`keeping_labels` chooses how many).
     """
+
+    #: Whether a pass's blocks run as tasks of the active Dask scheduler (:class:`DaskTeacherSource`).
+    tasks = False
 
     def __init__(self, teacher, samples: int, length: int, *, seed: int = 0, noise: float = 0.0,
                  block_size: int = BLOCK_SIZE, kept_blocks: int = 0):
@@ -144,6 +148,7 @@ class TeacherSource(BlockSource):
             yield self._buffers
         finally:
             if outer:
+                self._buffers.release(tasks=self.tasks)
                 self._buffers = None
 
     def _mapped_block(self, func, args: tuple, index: int, indexed: bool, buffers: BlockBuffers,
@@ -190,6 +195,7 @@ class DaskTeacherSource(TeacherSource):
     """
 
     wave_blocks = WAVE_BLOCKS
+    tasks = True
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """As :meth:`~mhalearn.data.sources.BlockSource.map_blocks`, every block drawn and mapped in a task of the
@@ -233,19 +239,22 @@ class BlockBuffers:
 
     A block of 65 536 sequences at k = 4, d = 12 is 50 MB of X and Y: new
     arrays for every block are new pages, which the kernel faults in and
-    zeroes before the labelling writes them — a fifth of the candidate pass on
-    two threads (`runs/generated-pass/README.md`).  A pass lends each block
-    task a free pair of arrays (``(2, block_size, k, d)`` float64 and the
-    codes), allocated when none is free, so a pass holds as many as it runs
-    blocks at once, as before, and drops them when it ends.  A function
-    mapped over the blocks must not return a view of X or Y: the next block
-    overwrites them.  Pickled (a task shipped to another process), it arrives
-    empty.
+    zeroes before the labelling writes them (about a tenth of the candidate
+    pass, `runs/generated-pass/README.md`).  A pass lends each block task a
+    free pair of arrays (``(2, block_size, k, d)`` float64 and the codes),
+    allocated when none is free, so a pass holds as many as it runs blocks
+    at once, as before, and drops them when it ends.  A function mapped over
+    the blocks must not return a view of X or Y: the next block overwrites
+    them.  Pickled, as a task shipped to another process is, it arrives as
+    that process's set for the same pass (:func:`_process_buffers`).
     """
 
-    def __init__(self, source: TeacherSource):
-        self.shape = (source.block_size, source.length, source.dim)
-        self.groups = code_groups(source.dim)
+    def __init__(self, source: TeacherSource | None = None, *, key: str | None = None, shape: tuple = (),
+                 groups: int = 0):
+        if source is not None:
+            shape, groups = (source.block_size, source.length, source.dim), code_groups(source.dim)
+        self.key = uuid.uuid4().hex if key is None else key  # names the pass in other processes
+        self.shape, self.groups = shape, groups
         self.allocated = 0  # arrays made: at most the blocks run at once
         self._free = []
         self._lock = threading.Lock()
@@ -264,17 +273,48 @@ class BlockBuffers:
             with self._lock:
                 self._free.append(arrays)
 
+    def release(self, tasks: bool = False) -> None:
+        """The pass has ended: its arrays go, and with ``tasks`` (its blocks ran as Dask tasks) those of the
+        pass in the processes of the active ``distributed`` client."""
+        with self._lock:
+            self._free.clear()
+        _drop_process_buffers(self.key)
+        if tasks:
+            from dask.base import get_scheduler
+
+            client = getattr(get_scheduler(), "__self__", None)  # Client.get, when a distributed client is active
+            if client is not None and hasattr(client, "run"):
+                client.run(_drop_process_buffers, self.key)
+
     def __dask_tokenize__(self):
         return "BlockBuffers", self.shape  # what a task computes does not depend on the arrays it is lent
 
     def __reduce__(self):
-        return _empty_buffers, (self.shape, self.groups)
+        return _process_buffers, (self.key, self.shape, self.groups)
 
 
-def _empty_buffers(shape: tuple, groups: int) -> BlockBuffers:
-    buffers = BlockBuffers.__new__(BlockBuffers)
-    buffers.shape, buffers.groups, buffers.allocated = shape, groups, 0
-    buffers._free, buffers._lock = [], threading.Lock()
+#: The BlockBuffers of the pass whose tasks this process runs (one pass: a new one drops the last one's).
+_PROCESS_BUFFERS: dict[str, BlockBuffers] = {}
+_PROCESS_LOCK = threading.Lock()
+
+
+def _process_buffers(key: str, shape: tuple, groups: int) -> BlockBuffers:
+    """This process's :class:`BlockBuffers` of the pass ``key``: every task of the pass run here shares them.
+
+    A process keeps those of one pass, the last one a task came from: memory stays bounded by one pass's
+    blocks at once even where no :meth:`BlockBuffers.release` reaches (a process pool).
+    """
+    with _PROCESS_LOCK:
+        buffers = _PROCESS_BUFFERS.get(key)
+        if buffers is None:
+            _PROCESS_BUFFERS.clear()
+            buffers = _PROCESS_BUFFERS[key] = BlockBuffers(key=key, shape=shape, groups=groups)
     return buffers
+
+
+def _drop_process_buffers(key: str) -> None:
+    with _PROCESS_LOCK:
+        _PROCESS_BUFFERS.pop(key, None)
+
 
 __all__ = ["DaskTeacherSource", "TeacherSource"]
