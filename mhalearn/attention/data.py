@@ -178,7 +178,7 @@ def boolean_block(seed: int, index: int, size: int, length: int, dim: int, out: 
 
 def labelled_block(teacher, length: int, law: str, noise: float, seed: int, index: int,
                    size: int, codes: np.ndarray | None = None,
-                   out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                   out=None) -> tuple[np.ndarray, np.ndarray]:
     """Block ``index`` of a generated dataset: ``size`` sequences and their labels, drawn from ``seed`` and ``index``.
 
     Boolean inputs are the bits of counter-based 64-bit words keyed by
@@ -196,9 +196,9 @@ def labelled_block(teacher, length: int, law: str, noise: float, seed: int, inde
 
 
 def _labelled_pairs(teacher, length: int, law: str, noise: float, seed: int, index: int, size: int,
-                    codes: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+                    codes: np.ndarray | None = None, out=None) -> np.ndarray:
     """:func:`labelled_block` as one array (2, size, length, dim): the inputs, then their labels, into ``out``
-    (C-contiguous float64 halves) when given."""
+    when given (a (2, size, length, dim) array or a pair of arrays, each C-contiguous float64)."""
     pairs = np.empty((2, size, length, teacher.dim)) if out is None else out
     X, Y = pairs
     rng = np.random.default_rng([seed, index])

@@ -154,14 +154,16 @@ class TeacherSource(BlockSource):
     def _mapped_block(self, func, args: tuple, index: int, indexed: bool, buffers: BlockBuffers,
                       labels: np.ndarray | None = None):
         """``func`` on block ``index`` drawn into arrays lent by ``buffers``, labelled unless its ``labels``
-        are given or kept; the labels of a block to keep are copied out of the arrays and kept."""
+        are given or kept; a block whose labels are to be kept is labelled into a new array, kept."""
         keep = index < self.kept_blocks and labels is None
         if keep and self._kept[index] is not None:
             labels = self._kept[index]
-        with buffers.lent(self.block_samples(index)) as lent:
-            X, Y, rows = self._drawn_block(index, labels, lent)
+        with buffers.lent(self.block_samples(index)) as (pairs, codes):
             if keep and self._kept[index] is None:
-                self._kept[index] = Y.copy()
+                X, Y, rows = self._drawn_block(index, None, ((pairs[0], np.empty(pairs.shape[1:])), codes))
+                self._kept[index] = Y
+            else:
+                X, Y, rows = self._drawn_block(index, labels, (pairs, codes))
             return run_block(func, X, Y, rows, args, index if indexed else None)
 
     def __dask_tokenize__(self):
@@ -204,11 +206,12 @@ class DaskTeacherSource(TeacherSource):
 
         selected = list(range(self.block_count) if blocks is None else blocks)
         labelling = [index for index in selected if index < self.kept_blocks and self._kept[index] is None]
-        if labelling:
-            persisted = dask.persist(*(dask.delayed(_kept_labels, pure=True)(self, index) for index in labelling))
-            for index, labels in zip(labelling, persisted):
-                self._kept[index] = labels
         with self._pass_buffers() as buffers:
+            if labelling:
+                persisted = dask.persist(*(dask.delayed(_kept_labels, pure=True)(self, index, buffers)
+                                           for index in labelling))
+                for index, labels in zip(labelling, persisted):
+                    self._kept[index] = labels
             tasks = [dask.delayed(_draw_and_run_block, pure=True)(
                 self, func, args, index, indexed, buffers, self._kept[index] if index < self.kept_blocks else None)
                 for index in selected]
@@ -219,11 +222,13 @@ class DaskTeacherSource(TeacherSource):
         return self._drawn_block(index, None)
 
 
-def _kept_labels(source: TeacherSource, index: int) -> np.ndarray:
-    """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread, to be kept."""
-    with one_thread():
-        X, Y, _ = source._drawn_block(index, None)
-        return Y if Y.base is None else Y.copy()
+def _kept_labels(source: TeacherSource, index: int, buffers: BlockBuffers) -> np.ndarray:
+    """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread into a new array,
+    to be kept (its signs drawn into arrays lent by ``buffers``)."""
+    with one_thread(), buffers.lent(source.block_samples(index)) as (pairs, codes):
+        labels = np.empty(pairs.shape[1:])
+        source._drawn_block(index, None, ((pairs[0], labels), codes))
+        return labels
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
