@@ -10,7 +10,8 @@ chunks=65 536)`` read through a ``DaskSource``, the blocks the outputs of
 array tasks.  Both draw the same blocks (one seed drawn from
 ``seeded_rng(seed, "passes")``).  For each
 ``--workers`` count, one after the other in this process, on a
-``LocalCluster`` of that many single-threaded workers:
+``LocalCluster`` of that many single-threaded workers (``--scheduler
+threads``: on Dask's threaded scheduler with that many threads, in this process):
 
 1. a *labelling pass*: every block drawn and labelled, its labels summed (what
    any pass over a generated dataset costs at least);
@@ -34,15 +35,18 @@ rerun skips the lines it holds and still prints the comparison;
 ``--report`` prints them and measures nothing.
 
     python bench/passes.py [--samples 1e8] [--seed 0] [--workers 1 2] [--prefix-samples N]
-                           [--source block-tasks|array-tasks] [--out runs/passes.jsonl] [--report]
+                           [--source block-tasks|array-tasks] [--scheduler cluster|threads]
+                           [--out runs/passes.jsonl] [--report]
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 
+import dask
 import numpy as np
 from _common import label_sum, load_jsonl, markdown_table
 from distributed import Client, LocalCluster
@@ -65,6 +69,8 @@ HEADS, DIM, LENGTH = 3, 12, 4
 
 #: What a pass maps: one task a block that draws and reads it, or array tasks whose outputs are the blocks.
 SOURCES = ("block-tasks", "array-tasks")
+#: Where the tasks run: a LocalCluster of single-threaded worker processes, or Dask's threads in this process.
+SCHEDULERS = ("cluster", "threads")
 
 
 def generated(teacher, samples: int, rng, kind: str):
@@ -112,12 +118,23 @@ def rate_cells(row: dict, seconds: float | None) -> tuple[str, str]:
     return f"{per_core:,.0f}", f"{limit / seconds:.1%}"
 
 
-def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, kind: str) -> dict:
+@contextlib.contextmanager
+def scheduler_of(scheduler: str, workers: int):
+    """The scheduler the passes run on while inside; yields a function giving each worker's peak memory (MB)."""
+    if scheduler == "threads":
+        with dask.config.set(scheduler="threads", num_workers=workers):
+            yield lambda: [peak_memory_mb()]
+        return
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield lambda: sorted(client.run(peak_memory_mb).values())
+
+
+def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, kind: str, scheduler: str) -> dict:
     dgemm = dgemm_gflops()
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, seed))
     settings = BodySettings(prefix_samples=prefix_samples)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with scheduler_of(scheduler, workers) as worker_memory_mb:
         warm_up(teacher, kind)
         source = generated(teacher, samples, seeded_rng(seed, "passes"), kind)
         start = time.perf_counter()
@@ -134,10 +151,11 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
         observers = Observers(show, StreamProgress(interval=60.0, lines=True, desc=f"  {workers} worker(s): "))
         phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(observers))
         body = time.perf_counter() - start
-        worker_memory = sorted(client.run(peak_memory_mb).values())
+        worker_memory = worker_memory_mb()
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
     span = phases.span
     return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples, "source": kind,
+            "scheduler": scheduler,
             "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
             "stream_refit": None if stream is None else stream.as_dict(),
             "prefix_labels": phases.refined_sum.prefix_labels,
@@ -169,18 +187,22 @@ def main():
                         help="BodySettings.prefix_samples (default: the setting's own)")
     parser.add_argument("--source", choices=SOURCES, default=SOURCES[0],
                         help="one task a block (TeacherSource.as_dask) or make_dataset's array tasks")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default=SCHEDULERS[0],
+                        help="a LocalCluster of worker processes, or Dask's threads in this process")
     parser.add_argument("--out", default="runs/passes.jsonl")
     parser.add_argument("--report", action="store_true", help="print the rows already in --out and measure nothing")
     args = parser.parse_args()
     samples = int(args.samples)
     prefix = None if args.prefix_samples is None else int(args.prefix_samples)
-    # Rows stored before the option read array tasks.
-    rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"], row.get("source", "array-tasks")): row
+    # Rows stored before the options read array tasks on a cluster.
+    rows = {(row["samples"], row["seed"], row["workers"], row["prefix_samples"], row.get("source", "array-tasks"),
+             row.get("scheduler", "cluster")): row
             for row in load_jsonl(args.out)}
-    keys = [(samples, args.seed, workers, prefix, args.source) for workers in args.workers]
+    keys = [(samples, args.seed, workers, prefix, args.source, args.scheduler) for workers in args.workers]
     missing = [key for key in keys if key not in rows]
     if args.report and missing:
-        parser.error(f"{args.out} holds no row for (samples, seed, workers, prefix_samples, source) = {missing}")
+        parser.error(f"{args.out} holds no row for (samples, seed, workers, prefix_samples, source, scheduler) = "
+                     f"{missing}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for key in missing:
         rows[key] = measure(*key)
