@@ -322,6 +322,21 @@ def test_crude_sum_exact_under_uniform_attention():
     np.testing.assert_allclose(estimate, layer.projection_sum, atol=1e-10)
 
 
+@pytest.mark.parametrize("label_scale", [1.0, 2.5])
+def test_token_sums_are_the_sums_of_the_rows_tokens_in_order(label_scale):
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((300, 5, 7)), 1e3 * rng.standard_normal((300, 5, 7))
+    rows = np.sort(rng.choice(300, 120, replace=False))
+    mean, label_sum = phase1_crude_sum.token_sums(X, Y, rows, label_scale)
+    # Each sum from 0, its k terms in order: a loop in NumPy, the same operations.
+    want_mean, want_labels = np.zeros((120, 7)), np.zeros((120, 7))
+    for j in range(5):
+        want_mean += X[rows, j]
+        want_labels += Y[rows, j] / label_scale
+    np.testing.assert_array_equal(mean, want_mean / 5)
+    np.testing.assert_array_equal(label_sum, want_labels)
+
+
 def test_alternating_refit_recovers_projection_sum():
     teacher = mhalearn.sample_teacher(1, 8, rng=13)
     source = ArraySource(*mhalearn.make_dataset(teacher, 3000, 3, rng=14))

@@ -65,18 +65,25 @@ def token_sums(X, Y, rows, label_scale=1.0):
     """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep; y_ℓ = Y[ℓ] / ``label_scale``.
 
     NumPy's reductions over the middle axis of (n, k, d) cost five times
-    this sweep, which adds each sequence's k rows in order.
+    this sweep, which adds each sequence's k rows in order, each sum in a
+    register rather than stored and read back in the output at every term,
+    and divides by a scale only when it is not 1 (y / 1 is y, to the bit).
     """
     k, d = X.shape[1], X.shape[2]
-    mean = np.zeros((rows.shape[0], d))
-    label_sum = np.zeros((rows.shape[0], Y.shape[2]))
+    labels = Y.shape[2]
+    scaled = label_scale != 1.0
+    mean = np.empty((rows.shape[0], d))
+    label_sum = np.empty((rows.shape[0], labels))
     for out in range(rows.shape[0]):
-        s = rows[out]
-        for j in range(k):
-            for e in range(d):
-                mean[out, e] += X[s, j, e]
-            for e in range(Y.shape[2]):
-                label_sum[out, e] += Y[s, j, e] / label_scale
+        tokens, outputs = X[rows[out]], Y[rows[out]]
         for e in range(d):
-            mean[out, e] /= k
+            total = 0.0
+            for j in range(k):
+                total += tokens[j, e]
+            mean[out, e] = total / k
+        for e in range(labels):
+            total = 0.0
+            for j in range(k):
+                total += outputs[j, e] / label_scale if scaled else outputs[j, e]
+            label_sum[out, e] = total
     return mean, label_sum
