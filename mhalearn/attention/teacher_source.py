@@ -128,7 +128,7 @@ class TeacherSource(BlockSource):
 
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """As :meth:`~mhalearn.data.sources.BlockSource.map_blocks`, every block drawn into the same arrays
-        (:class:`BlockBuffers`): ``func``'s result must hold no view of X or Y."""
+        (``BlockBuffers`` of this module): ``func``'s result must hold no view of X or Y."""
         selected = range(self.block_count) if blocks is None else blocks
         with self._pass_buffers() as buffers:
             return [self._mapped_block(func, args, index, indexed, buffers) for index in selected]
