@@ -251,7 +251,8 @@ class BlockBuffers:
     at once, as before, and drops them when it ends.  A function mapped over
     the blocks must not return a view of X or Y: the next block overwrites
     them.  Pickled, as a task shipped to another process is, it arrives as
-    that process's set for the same pass (:func:`_process_buffers`).
+    that process's set for the same pass (:func:`_process_buffers`)
+    ([decision: lent-block-arrays]).
     """
 
     def __init__(self, source: TeacherSource | None = None, *, key: str | None = None, shape: tuple = (),
