@@ -143,7 +143,7 @@ class TeacherSource(BlockSource):
         """The :class:`BlockBuffers` of the pass under way, made by its outermost map and dropped when it ends."""
         outer = self._buffers is None
         if outer:
-            self._buffers = BlockBuffers(self)
+            self._buffers = BlockBuffers((self.block_size, self.length, self.dim), code_groups(self.dim))
         try:
             yield self._buffers
         finally:
@@ -158,13 +158,19 @@ class TeacherSource(BlockSource):
         keep = index < self.kept_blocks and labels is None
         if keep and self._kept[index] is not None:
             labels = self._kept[index]
-        with buffers.lent(self.block_samples(index)) as (pairs, codes):
+        with buffers.lent(self.block_samples(index)) as lent:
             if keep and self._kept[index] is None:
-                X, Y, rows = self._drawn_block(index, None, ((pairs[0], np.empty(pairs.shape[1:])), codes))
+                X, Y, rows = self._drawn_to_keep(index, lent)
                 self._kept[index] = Y
             else:
-                X, Y, rows = self._drawn_block(index, labels, (pairs, codes))
+                X, Y, rows = self._drawn_block(index, labels, lent)
             return run_block(func, X, Y, rows, args, index if indexed else None)
+
+    def _drawn_to_keep(self, index: int, lent: tuple) -> tuple[CodedTokens, np.ndarray, None]:
+        """Block ``index`` drawn into the ``lent`` arrays (:meth:`BlockBuffers.lent`) but for its labels, which go
+        into a new array, to be kept."""
+        pairs, codes = lent
+        return self._drawn_block(index, None, ((pairs[0], np.empty(pairs.shape[1:])), codes))
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -225,10 +231,8 @@ class DaskTeacherSource(TeacherSource):
 def _kept_labels(source: TeacherSource, index: int, buffers: BlockBuffers) -> np.ndarray:
     """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread into a new array,
     to be kept (its signs drawn into arrays lent by ``buffers``)."""
-    with one_thread(), buffers.lent(source.block_samples(index)) as (pairs, codes):
-        labels = np.empty(pairs.shape[1:])
-        source._drawn_block(index, None, ((pairs[0], labels), codes))
-        return labels
+    with one_thread(), buffers.lent(source.block_samples(index)) as lent:
+        return source._drawn_to_keep(index, lent)[1]
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
@@ -236,7 +240,7 @@ def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, in
     """Block ``index`` of ``source`` drawn into arrays lent by ``buffers``, labelled unless its ``labels`` are
     given, and passed to ``func`` inside a Dask task, on one thread."""
     with one_thread():
-        return TeacherSource._mapped_block(source, func, args, index, indexed, buffers, labels)
+        return source._mapped_block(func, args, index, indexed, buffers, labels)
 
 
 class BlockBuffers:
@@ -244,8 +248,8 @@ class BlockBuffers:
 
     A block of 65 536 sequences at k = 4, d = 12 is 50 MB of X and Y: new
     arrays for every block are new pages, which the kernel faults in and
-    zeroes before the labelling writes them (about a tenth of the candidate
-    pass, `runs/generated-pass/README.md`).  A pass lends each block task a
+    zeroes before the labelling writes them (about 8 % of the candidate pass
+    typically, `runs/generated-pass/README.md`).  A pass lends each block task a
     free pair of arrays (``(2, block_size, k, d)`` float64 and the codes),
     allocated when none is free, so a pass holds as many as it runs blocks
     at once, as before, and drops them when it ends.  A function mapped over
@@ -255,12 +259,9 @@ class BlockBuffers:
     ([decision: lent-block-arrays]).
     """
 
-    def __init__(self, source: TeacherSource | None = None, *, key: str | None = None, shape: tuple = (),
-                 groups: int = 0):
-        if source is not None:
-            shape, groups = (source.block_size, source.length, source.dim), code_groups(source.dim)
+    def __init__(self, shape: tuple, groups: int, key: str | None = None):
+        self.shape, self.groups = shape, groups  # a block's (block_size, k, d) and its tokens' code groups
         self.key = uuid.uuid4().hex if key is None else key  # names the pass in other processes
-        self.shape, self.groups = shape, groups
         self.allocated = 0  # arrays made: at most the blocks run at once
         self._free = []
         self._lock = threading.Lock()
@@ -314,7 +315,7 @@ def _process_buffers(key: str, shape: tuple, groups: int) -> BlockBuffers:
         buffers = _PROCESS_BUFFERS.get(key)
         if buffers is None:
             _PROCESS_BUFFERS.clear()
-            buffers = _PROCESS_BUFFERS[key] = BlockBuffers(key=key, shape=shape, groups=groups)
+            buffers = _PROCESS_BUFFERS[key] = BlockBuffers(shape, groups, key)
     return buffers
 
 
