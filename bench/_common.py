@@ -85,3 +85,17 @@ def label_sum(X, Y, rows) -> float:
     import numpy as np
 
     return float(np.asarray(Y).sum())
+
+
+def candidate_pass(source, w_sum):
+    """Phase 3's candidate pass (``reachable_rows``) over ``source`` around ``w_sum``, with ``BodySettings()``'s
+    tolerances and radius: the pass the generated-pass benchmarks time."""
+    import numpy as np
+
+    from mhalearn.learners.chen_li import BodySettings
+    from mhalearn.learners.chen_li.agreement_passes import reachable_rows
+
+    settings = BodySettings()
+    return reachable_rows(source, w_sum, threshold=settings.residual_tol,
+                          radius=settings.candidate_radius * np.linalg.norm(w_sum, 2),
+                          simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)

@@ -17,6 +17,7 @@ import contextlib
 import time
 
 import numpy as np
+from _common import candidate_pass
 
 
 def new_arrays(fresh: bool) -> None:
@@ -46,29 +47,22 @@ def main():
 
     from mhalearn.attention.teacher_source import TeacherSource
     from mhalearn.attention.teachers import sample_teacher
-    from mhalearn.learners.chen_li import BodySettings
-    from mhalearn.learners.chen_li.agreement_passes import reachable_rows
     from mhalearn.seeding import seeded_rng
 
     block = 1 << 16
     teacher = sample_teacher(4, 12, rng=seeded_rng(20_251, 4, 0))
     stream = TeacherSource(teacher, options.blocks * block, 4, seed=12_345)
-    settings, w_sum = BodySettings(), teacher.ws.sum(axis=0)
+    w_sum = teacher.ws.sum(axis=0)
     samples = options.blocks * block
 
-    def candidate_pass(source):
-        return reachable_rows(source, w_sum, threshold=settings.residual_tol,
-                              radius=settings.candidate_radius * np.linalg.norm(w_sum, 2),
-                              simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
-
     def compare(name, source, switch, cpu_time=True):
-        candidate_pass(source)  # warm up
+        candidate_pass(source, w_sum)  # warm up
         best = {"lent": [np.inf, np.inf], "new": [np.inf, np.inf]}
         for _ in range(options.rounds):
             for kind in best:
                 switch(kind == "new")
                 wall, cpu = time.perf_counter(), time.process_time()
-                candidate_pass(source)
+                candidate_pass(source, w_sum)
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 best[kind] = [min(best[kind][0], wall), min(best[kind][1], cpu)]
         switch(False)

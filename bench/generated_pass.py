@@ -33,13 +33,14 @@ import subprocess
 import sys
 import time
 
+from _common import candidate_pass, label_sum
+
 HEADS, DIM, LENGTH, BLOCK = 4, 12, 4, 1 << 16
 
 
 def child(blocks: int, threads: int, kind: str):
     """Serve rounds: read a line, time one round, print its figures as one JSON line."""
     import dask
-    import numpy as np
 
     import mhalearn
     from mhalearn.attention.teachers import sample_teacher
@@ -48,8 +49,6 @@ def child(blocks: int, threads: int, kind: str):
         from mhalearn.data.dask_data import DaskSource
     except ImportError:  # a checkout before the data layer's modules (8f40801)
         from mhalearn.learners.streams import DaskSource, TeacherSource
-    from mhalearn.learners.chen_li import BodySettings
-    from mhalearn.learners.chen_li.agreement_passes import reachable_rows
     from mhalearn.seeding import seeded_rng
 
     teacher = sample_teacher(HEADS, DIM, rng=seeded_rng(20_251, HEADS, 0))
@@ -58,18 +57,10 @@ def child(blocks: int, threads: int, kind: str):
                                                   chunks=BLOCK))
     candidates = (labelling if kind == "array-tasks" else
                   TeacherSource(teacher, samples, LENGTH, seed=12_345).as_dask())
-    settings = BodySettings()
     w_sum = teacher.ws.sum(axis=0)
 
-    def label_sum(X, Y, rows):
-        return float(np.asarray(Y).sum())
-
-    def candidate_pass(source, blocks_=None):
-        if blocks_ is not None:
-            source = source.prefix(blocks_ * BLOCK)
-        return reachable_rows(source, w_sum, threshold=settings.residual_tol,
-                              radius=settings.candidate_radius * np.linalg.norm(w_sum, 2),
-                              simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
+    def candidate_pass_over(source, blocks_=None):
+        return candidate_pass(source if blocks_ is None else source.prefix(blocks_ * BLOCK), w_sum)
 
     def timed(run):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -78,12 +69,12 @@ def child(blocks: int, threads: int, kind: str):
 
     with dask.config.set(scheduler="threads", num_workers=threads):
         labelling.map_blocks(label_sum, blocks=range(2))  # warm up: load or compile the kernels
-        candidate_pass(candidates, 2)
+        candidate_pass_over(candidates, 2)
         print(json.dumps({"ready": True}), flush=True)
         for _ in sys.stdin:
             row = {"samples": samples}
             row["labelling_wall"], row["labelling_cpu"] = timed(lambda: labelling.map_blocks(label_sum))
-            row["candidate_wall"], row["candidate_cpu"] = timed(lambda: candidate_pass(candidates))
+            row["candidate_wall"], row["candidate_cpu"] = timed(lambda: candidate_pass_over(candidates))
             print(json.dumps(row), flush=True)
 
 

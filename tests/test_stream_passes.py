@@ -282,6 +282,7 @@ def test_a_stream_labels_the_blocks_it_keeps_once_within_the_budget(monkeypatch)
             np.testing.assert_array_equal(X, X_ref)
             np.testing.assert_array_equal(Y, Y_ref)
     assert labelled == [0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert all(labels.base is None for labels in kept._kept)  # arrays of their own: keeping them keeps no X
     assert kept.kept_labels.startswith("labels of the first 3 blocks kept")
     # Each task of a Dask pass receives the labels kept; the kept blocks are labelled by tasks of their own, once.
     labelled.clear()

@@ -104,9 +104,12 @@ class TeacherSource(BlockSource):
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
         kept = index < self.kept_blocks
-        X, Y, rows = self._drawn_block(index, self._kept[index] if kept else None)
-        if kept and self._kept[index] is None:
-            self._kept[index] = Y.copy()  # Y is half of one array with X: a copy, so that labels kept hold no X
+        if not kept or self._kept[index] is not None:
+            return self._drawn_block(index, self._kept[index] if kept else None)
+        size = self.block_samples(index)
+        X, Y, rows = self._drawn_to_keep(index, np.empty((size, self.length, self.dim)),
+                                         np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8))
+        self._kept[index] = Y
         return X, Y, rows
 
     def _drawn_block(self, index: int, labels: np.ndarray | None,
@@ -160,17 +163,16 @@ class TeacherSource(BlockSource):
             labels = self._kept[index]
         with buffers.lent(self.block_samples(index)) as lent:
             if keep and self._kept[index] is None:
-                X, Y, rows = self._drawn_to_keep(index, lent)
+                X, Y, rows = self._drawn_to_keep(index, lent[0][0], lent[1])
                 self._kept[index] = Y
             else:
                 X, Y, rows = self._drawn_block(index, labels, lent)
             return run_block(func, X, Y, rows, args, index if indexed else None)
 
-    def _drawn_to_keep(self, index: int, lent: tuple) -> tuple[CodedTokens, np.ndarray, None]:
-        """Block ``index`` drawn into the ``lent`` arrays (:meth:`BlockBuffers.lent`) but for its labels, which go
-        into a new array, to be kept."""
-        pairs, codes = lent
-        return self._drawn_block(index, None, ((pairs[0], np.empty(pairs.shape[1:])), codes))
+    def _drawn_to_keep(self, index: int, tokens: np.ndarray, codes: np.ndarray) -> tuple[CodedTokens, np.ndarray, None]:
+        """Block ``index`` drawn into ``tokens`` and ``codes``, its labels into an array of their own, to be kept
+        (one array with the tokens would keep them alive too)."""
+        return self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -232,7 +234,7 @@ def _kept_labels(source: TeacherSource, index: int, buffers: BlockBuffers) -> np
     """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread into a new array,
     to be kept (its signs drawn into arrays lent by ``buffers``)."""
     with one_thread(), buffers.lent(source.block_samples(index)) as lent:
-        return source._drawn_to_keep(index, lent)[1]
+        return source._drawn_to_keep(index, lent[0][0], lent[1])[1]
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,

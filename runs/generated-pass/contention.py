@@ -16,6 +16,11 @@ clock), not the scheduler or the interpreter's lock.
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+# the helpers the benchmarks share (bench/_common.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _common import candidate_pass  # noqa: E402
 
 BLOCK, BLOCKS = 1 << 16, 16
 
@@ -24,12 +29,9 @@ def candidate_pass_cpu(seed: int, dask_threads: int, start_at: float | None) -> 
     """Best of 3 CPU seconds a sequence of the candidate pass over stream ``seed``."""
     import dask
     import numba
-    import numpy as np
 
     from mhalearn.attention.teacher_source import TeacherSource
     from mhalearn.attention.teachers import sample_teacher
-    from mhalearn.learners.chen_li import BodySettings
-    from mhalearn.learners.chen_li.agreement_passes import reachable_rows
     from mhalearn.seeding import seeded_rng
 
     numba.set_num_threads(1)
@@ -37,12 +39,10 @@ def candidate_pass_cpu(seed: int, dask_threads: int, start_at: float | None) -> 
     source = TeacherSource(teacher, BLOCKS * BLOCK, 4, seed=seed)
     if dask_threads:
         source = source.as_dask()
-    settings, w_sum = BodySettings(), teacher.ws.sum(axis=0)
+    w_sum = teacher.ws.sum(axis=0)
 
     def run(stream):
-        reachable_rows(stream, w_sum, threshold=settings.residual_tol,
-                       radius=settings.candidate_radius * np.linalg.norm(w_sum, 2),
-                       simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
+        candidate_pass(stream, w_sum)
 
     with dask.config.set(scheduler="threads", num_workers=max(dask_threads, 1)):
         run(source.prefix(2 * BLOCK))  # load the kernels
