@@ -13,7 +13,9 @@ It prints, against the teacher (evaluation only: nothing here feeds the fit):
    token other than the top one) and theirs; the rows the trimmed hull kept and theirs;
 2. the rows by their largest weight off the top token, agreement rows and others;
 3. the span distance of the hull read from K*'s rows at K*'s threshold and at fixed ones, from all
-   the rows and from the agreement rows alone (an oracle no learner has), with the body's estimate.
+   the rows and from the agreement rows alone (an oracle no learner has), with the body's estimate;
+4. the same from the candidate rows K*'s tolerance accepts, capped as K* caps them (``max_rows``), at
+   five times the cap and uncapped (``row_caps``).
 """
 
 import argparse
@@ -29,7 +31,7 @@ from mhalearn.data.checkpoint import open_checkpoint
 from mhalearn.evaluation.observer import agreeing_rows, span_distance
 from mhalearn.learners.chen_li import BodySettings, sculpt_span
 from mhalearn.learners.chen_li.phase4_span import read_span
-from mhalearn.learners.chen_li.slabs import slab_constraints, top_differences
+from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints, top_differences
 from mhalearn.seeding import seeded_rng
 
 HEADS, DIM, LENGTH, SAMPLES = 4, 12, 4, 5_000_000_000
@@ -53,6 +55,19 @@ def hull_reading(rows, w_min: float, settings: BodySettings, teacher) -> dict:
             "equalities": int(slabs.equalities), "span_distance": distance,
             "estimated_error": reading.estimated_error, "median_error": reading.median_error,
             "refused": reading.refused}
+
+
+def row_cap_reading(refined, final, cap: int | None, settings: BodySettings, teacher) -> dict:
+    """K* read as phase 4 reads it but from the first ``cap`` of the candidate rows it accepts (None: all of
+    them), at K*'s own threshold rule, and its agreement rows alone at fixed thresholds."""
+    rows = refined.candidates.accepted_under(refined.w_sum, residual_tol=final.residual_tol,
+                                             simplex_tol=settings.simplex_tol, max_rows=cap)
+    agree = agreeing_rows(rows, teacher)
+    threshold = kstar_slab_rule(rows, settings)["w_min"]
+    return {"cap": cap, "rows": len(rows), "found": int(rows.found), "precision": float(agree.mean()),
+            "default_rule": hull_reading(rows, threshold, settings, teacher),
+            "agreement_rows_only": [hull_reading(rows.subset(agree), w_min, settings, teacher)
+                                    for w_min in (settings.kstar_w_max, 0.05)]}
 
 
 def main():
@@ -96,6 +111,8 @@ def main():
             for name, subset in (("all", rows), ("agreement rows only", rows.subset(agree))):
                 readings.append({"rows_used": name, **hull_reading(subset, w_min, settings, teacher)})
         figures["readings"] = readings
+        figures["row_caps"] = [row_cap_reading(phases.refined_sum, final, cap, settings, teacher)
+                               for cap in (settings.max_rows, 5 * settings.max_rows, None)]
     print(json.dumps(figures, indent=1))
     if args.out:
         with open(args.out, "w") as handle:
