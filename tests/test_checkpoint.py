@@ -197,6 +197,29 @@ def test_a_sweep_removes_a_stored_cells_checkpoint(tmp_path, backend):
     assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
 
 
+def test_a_sweep_keeps_a_stored_cells_checkpoint_when_asked_and_it_gives_the_cells_phases(tmp_path):
+    # The kept checkpoint holds every phase of the cell: a fit resumed from it computes none of them.
+    from mhalearn.experiments.runner import run_sweep
+
+    grid = tmp_path / "grid.toml"
+    grid.write_text("[full]\nheads = 1\ndim = 8\nlength = 3\nsamples = 2000\nseed = 0\n")
+    with pytest.raises(ValueError, match="keep_checkpoints: there are no checkpoints to keep"):
+        run_sweep("sculpt-vs-m", tmp_path / "rows.db", grid=grid, progress=False, workers=1,
+                  keep_checkpoints=True)
+    summary = run_sweep("sculpt-vs-m", tmp_path / "rows.db", grid=grid, progress=False, workers=1,
+                        checkpoints=tmp_path / "kept", keep_checkpoints=True)
+    assert (summary.computed, summary.failed) == (1, 0)
+    [cell] = list((tmp_path / "kept").iterdir())
+    [row] = _stored_rows(tmp_path / "rows.db")
+    again = run_sweep("sculpt-vs-m", tmp_path / "again.db", grid=grid, progress=False, workers=1,
+                      checkpoints=tmp_path / "kept")
+    assert (again.computed, again.failed) == (1, 0)
+    [resumed] = _stored_rows(tmp_path / "again.db")
+    assert resumed["resumed"] == "1_crude_sum, 2_sculpt, 3_refined_sum, 4_sculpt, 4_span"
+    assert resumed["span_distance"] == row["span_distance"]
+    assert not cell.exists()  # the second sweep did not ask to keep it
+
+
 def test_a_sculpt_vs_m_cell_on_a_cluster_spreads_its_passes_and_stores_the_local_row(tmp_path):
     # Three blocks of 2¹⁶ sequences: a cell run as a task of a cluster of two single-threaded
     # workers reads them as tasks of that cluster, on both workers, and stores the row a local

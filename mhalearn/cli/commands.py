@@ -215,7 +215,7 @@ def command_sweep(args) -> int:
                         retry_failed=args.retry_failed, allow_mixed=args.allow_mixed,
                         write_timeout=WRITE_TIMEOUT if args.write_timeout is None else args.write_timeout,
                         worker_timeout=WORKER_TIMEOUT if args.worker_timeout is None else args.worker_timeout,
-                        checkpoints=args.checkpoints,
+                        checkpoints=args.checkpoints, keep_checkpoints=args.keep_checkpoints,
                         max_cells=MAX_CELLS if args.max_cells is None else args.max_cells)
     print(summary)
     return EXIT_FAILURE if summary.failed else 0

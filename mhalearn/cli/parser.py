@@ -152,6 +152,8 @@ def build_parser(learner: str | None = None) -> argparse.ArgumentParser:
     sweep.add_argument("--checkpoints", type=Path, default=None, metavar="DIR",
                        help="keep each running cell's long phases here, so that a cell interrupted mid-way "
                             "resumes after them (sculpt-vs-m; a stored cell's are removed)")
+    sweep.add_argument("--keep-checkpoints", action="store_true",
+                       help="with --checkpoints: keep a stored cell's checkpoint, to read its phases again")
 
     plot = commands.add_parser("plot", parents=[common], help="figures of an experiment from its results",
                                description="Render an experiment's PNG figures (and a table of the numbers "

@@ -173,7 +173,8 @@ class _StoreUnavailable(Exception):
 def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, workers: int | None = None,
               backend: str = "local", scheduler: str | None = None, progress: bool = True,
               retry_failed: bool = False, allow_mixed: bool = False, write_timeout: float = WRITE_TIMEOUT,
-              worker_timeout: float = WORKER_TIMEOUT, checkpoints=None, max_cells: int = MAX_CELLS) -> SweepSummary:
+              worker_timeout: float = WORKER_TIMEOUT, checkpoints=None, keep_checkpoints: bool = False,
+              max_cells: int = MAX_CELLS) -> SweepSummary:
     """Compute the cells of a named experiment that ``db_path`` lacks, storing each as it finishes.
 
     Parameters
@@ -218,6 +219,10 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
         after them on the next sweep, and its subdirectory is removed once
         its row is stored.  With the Dask backend it must be a path the
         workers can write.
+    keep_checkpoints : bool
+        Keep a stored cell's checkpoint instead of removing it, so that its
+        phases can be read again (a diagnostic resuming them gets the cell's
+        results without computing them).  Needs ``checkpoints``.
     max_cells : int
         The most cells the grid may have (:data:`~mhalearn.experiments.registry.MAX_CELLS`
         by default), counted before the grid is expanded.
@@ -257,6 +262,10 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
     write_timeout = check_real(write_timeout, "write_timeout", low=0.0)
     worker_timeout = check_real(worker_timeout, "worker_timeout", low=0.0)
     max_cells = check_positive_int(max_cells, "max_cells")
+    if not isinstance(keep_checkpoints, bool):
+        raise ValueError(f"keep_checkpoints: expected True or False, received {keep_checkpoints!r}")
+    if keep_checkpoints and checkpoints is None:
+        raise ValueError("keep_checkpoints: there are no checkpoints to keep; give a checkpoints directory")
     experiment = get_experiment(experiment_name)  # unknown names fail before the store is touched
     if checkpoints is not None:
         if not experiment.checkpoints:
@@ -289,7 +298,8 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
             else:
                 outcomes = run_dask(experiment.run_cell, todo, scheduler, worker_timeout, kept)
             _collect(outcomes, store, summary, replace=retry_failed, allow_mixed=allow_mixed,
-                     write_timeout=write_timeout, progress=progress, checkpoints=checkpoints)
+                     write_timeout=write_timeout, progress=progress,
+                     checkpoints=None if keep_checkpoints else checkpoints)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -309,7 +319,8 @@ def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bo
              write_timeout: float, progress: bool, checkpoints=None) -> None:
     """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable.
 
-    A stored cell's checkpoint (under ``checkpoints``) is removed: its row is what a resumed sweep reads.
+    A stored cell's checkpoint (under ``checkpoints``; None: none is removed) is removed: its row is what a
+    resumed sweep reads.
     """
     bar = progress_bar(summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
                        enabled=progress)
