@@ -15,7 +15,9 @@ It prints, against the teacher (evaluation only: nothing here feeds the fit):
 3. the span distance of the hull read from K*'s rows at K*'s threshold and at fixed ones, from all
    the rows and from the agreement rows alone (an oracle no learner has), with the body's estimate;
 4. the same from the candidate rows K*'s tolerance accepts, capped as K* caps them (``max_rows``), at
-   five times the cap and uncapped (``row_caps``).
+   five times the cap and uncapped (``row_caps``);
+5. K* read from the candidate rows within tighter tolerances than the one the noise estimate gave
+   (the labels have no noise), capped and uncapped (``tolerances``).
 """
 
 import argparse
@@ -57,17 +59,20 @@ def hull_reading(rows, w_min: float, settings: BodySettings, teacher) -> dict:
             "refused": reading.refused}
 
 
-def row_cap_reading(refined, final, cap: int | None, settings: BodySettings, teacher) -> dict:
-    """K* read as phase 4 reads it but from the first ``cap`` of the candidate rows it accepts (None: all of
-    them), at K*'s own threshold rule, and its agreement rows alone at fixed thresholds."""
-    rows = refined.candidates.accepted_under(refined.w_sum, residual_tol=final.residual_tol,
+def row_cap_reading(refined, tolerance: float, cap: int | None, settings: BodySettings, teacher,
+                    oracle: bool = True) -> dict:
+    """K* read as phase 4 reads it but from the first ``cap`` of the candidate rows within ``tolerance`` (None:
+    all of them), at K*'s own threshold rule, and (``oracle``) its agreement rows alone at fixed thresholds."""
+    rows = refined.candidates.accepted_under(refined.w_sum, residual_tol=tolerance,
                                              simplex_tol=settings.simplex_tol, max_rows=cap)
     agree = agreeing_rows(rows, teacher)
     threshold = kstar_slab_rule(rows, settings)["w_min"]
-    return {"cap": cap, "rows": len(rows), "found": int(rows.found), "precision": float(agree.mean()),
-            "default_rule": hull_reading(rows, threshold, settings, teacher),
-            "agreement_rows_only": [hull_reading(rows.subset(agree), w_min, settings, teacher)
-                                    for w_min in (settings.kstar_w_max, 0.05)]}
+    reading = {"tolerance": tolerance, "cap": cap, "rows": len(rows), "found": int(rows.found),
+               "precision": float(agree.mean()), "default_rule": hull_reading(rows, threshold, settings, teacher)}
+    if oracle:
+        reading["agreement_rows_only"] = [hull_reading(rows.subset(agree), w_min, settings, teacher)
+                                          for w_min in (settings.kstar_w_max, 0.05)]
+    return reading
 
 
 def main():
@@ -111,8 +116,13 @@ def main():
             for name, subset in (("all", rows), ("agreement rows only", rows.subset(agree))):
                 readings.append({"rows_used": name, **hull_reading(subset, w_min, settings, teacher)})
         figures["readings"] = readings
-        figures["row_caps"] = [row_cap_reading(phases.refined_sum, final, cap, settings, teacher)
+        figures["row_caps"] = [row_cap_reading(phases.refined_sum, final.residual_tol, cap, settings, teacher)
                                for cap in (settings.max_rows, 5 * settings.max_rows, None)]
+        # K*'s tolerance widened to the noise estimated from noise-free labels: the noise-free test's
+        # tolerance and tighter ones instead, read from the same candidate rows.
+        figures["tolerances"] = [row_cap_reading(phases.refined_sum, tolerance, cap, settings, teacher, oracle=False)
+                                 for tolerance in (0.01, 0.015, settings.residual_tol)
+                                 for cap in (settings.max_rows, None)]
     print(json.dumps(figures, indent=1))
     if args.out:
         with open(args.out, "w") as handle:
