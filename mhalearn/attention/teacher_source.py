@@ -104,21 +104,23 @@ class TeacherSource(BlockSource):
 
     def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
         kept = index < self.kept_blocks
-        if not kept or self._kept[index] is not None:
-            return self._drawn_block(index, self._kept[index] if kept else None)
-        size = self.block_samples(index)
-        X, Y, rows = self._drawn_to_keep(index, np.empty((size, self.length, self.dim)),
-                                         np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8))
-        self._kept[index] = Y
+        X, Y, rows = self._drawn_block(index, self._kept[index] if kept else None)
+        if kept and self._kept[index] is None:
+            self._kept[index] = Y  # new arrays hold the labels apart from the tokens: keeping them keeps no X
         return X, Y, rows
 
     def _drawn_block(self, index: int, labels: np.ndarray | None,
                      buffers: BlockBuffers | None = None) -> tuple[CodedTokens, np.ndarray, None]:
         """Block ``index`` drawn, labelled unless its ``labels`` are given (then its signs only are drawn), into
-        ``buffers`` (:meth:`BlockBuffers.lent`) when given, else into new arrays."""
+        ``buffers`` (:meth:`BlockBuffers.lent`) when given, else into new arrays, the tokens and the labels
+        each in an array of its own."""
         size = self.block_samples(index)
-        pairs, codes = (None, np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)) \
-            if buffers is None else buffers
+        if buffers is None:
+            shape = (size, self.length, self.dim)
+            pairs = None if labels is not None else (np.empty(shape), np.empty(shape))
+            codes = np.empty((size, self.length, code_groups(self.dim)), dtype=np.uint8)
+        else:
+            pairs, codes = buffers
         # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
         # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
         if labels is not None:
