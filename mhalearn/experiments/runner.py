@@ -299,7 +299,7 @@ def run_sweep(experiment_name: str, db_path, *, quick: bool = False, grid=None, 
                 outcomes = run_dask(experiment.run_cell, todo, scheduler, worker_timeout, kept)
             _collect(outcomes, store, summary, replace=retry_failed, allow_mixed=allow_mixed,
                      write_timeout=write_timeout, progress=progress,
-                     checkpoints=None if keep_checkpoints else checkpoints)
+                     removed_checkpoints=None if keep_checkpoints else checkpoints)
     summary.seconds = time.perf_counter() - start
     return summary
 
@@ -316,10 +316,10 @@ def _worker_count(requested: int | None, pending: int) -> int:
 
 
 def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bool, allow_mixed: bool,
-             write_timeout: float, progress: bool, checkpoints=None) -> None:
+             write_timeout: float, progress: bool, removed_checkpoints=None) -> None:
     """Store outcomes as they arrive, under a progress bar; stop cleanly when the file stays unwritable.
 
-    A stored cell's checkpoint (under ``checkpoints``; None: none is removed) is removed: its row is what a
+    A stored cell's checkpoint under ``removed_checkpoints`` (None: none) is removed: its row is what a
     resumed sweep reads.
     """
     bar = progress_bar(summary.total, initial=summary.skipped, desc=summary.experiment, unit="cell",
@@ -340,8 +340,9 @@ def _collect(outcomes, store: ResultStore, summary: SweepSummary, *, replace: bo
                     f"{summary.computed} cells (every row written is kept). Fix that and run the same command "
                     "to resume") from None
             summary.computed += 1
-            if checkpoints is not None:
-                shutil.rmtree(cell_checkpoint(checkpoints, summary.experiment, outcome.cell), ignore_errors=True)
+            if removed_checkpoints is not None:
+                shutil.rmtree(cell_checkpoint(removed_checkpoints, summary.experiment, outcome.cell),
+                              ignore_errors=True)
             if outcome.status == STATUS_FAILED:
                 summary.failed += 1
                 if len(summary.errors) < 3:
