@@ -111,11 +111,10 @@ def main():
         figures["by_largest_off_top_weight"] = [
             {"from": WEIGHT_EDGES[b], "to": WEIGHT_EDGES[b + 1], "agreement_rows": int(np.sum(agree & (bins == b))),
              "other_rows": int(np.sum(~agree & (bins == b)))} for b in range(len(WEIGHT_EDGES) - 1)]
-        readings = []
-        for w_min in sorted({final.slab_threshold, 0.05, settings.w_min}, reverse=True):
-            for name, subset in (("all", rows), ("agreement rows only", rows.subset(agree))):
-                readings.append({"rows_used": name, **hull_reading(subset, w_min, settings, teacher)})
-        figures["readings"] = readings
+        subsets = (("all", rows), ("agreement rows only", rows.subset(agree)))
+        figures["readings"] = [{"rows_used": name, **hull_reading(subset, w_min, settings, teacher)}
+                               for w_min in sorted({final.slab_threshold, 0.05, settings.w_min}, reverse=True)
+                               for name, subset in subsets]
         figures["row_caps"] = [row_cap_reading(phases.refined_sum, final.residual_tol, cap, settings, teacher)
                                for cap in (settings.max_rows, 5 * settings.max_rows, None)]
         # K*'s tolerance widened to the noise estimated from noise-free labels: the noise-free test's
