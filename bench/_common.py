@@ -1,7 +1,13 @@
 """Helpers shared by the benchmark scripts (they import the package only, never the tests)."""
 
+import importlib
 import os
+import shutil
+import sys
 import time
+
+#: The checkout whose package the benchmarks copy (bench/..).
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def calls_per_round(function, repeats: int = 5, min_seconds: float = 0.2) -> int:
@@ -99,3 +105,40 @@ def candidate_pass(source, w_sum):
     return reachable_rows(source, w_sum, threshold=settings.residual_tol,
                           radius=settings.candidate_radius * np.linalg.norm(w_sum, 2),
                           simplex_tol=settings.simplex_tol, max_rows=settings.max_candidate_rows)
+
+
+def package_variants(directory: str, path: str, left_out: dict, module: str, script: str) -> dict:
+    """This checkout's package copied into ``directory`` once as it is and once per variant, each imported.
+
+    ``left_out`` maps a variant's name to (source text, its replacement) in
+    the package's file ``path``; ``module`` is the module each copy gives
+    back (``attention.kernels``).  Stops with an error naming the text when
+    the file no longer holds it (``script`` names the caller).
+    """
+    modules = {}
+    for index, name in enumerate(["full", *left_out]):
+        package = f"mhalearn_variant{index}"
+        target = os.path.join(directory, package)
+        shutil.copytree(os.path.join(CHECKOUT, "mhalearn"), target, ignore=shutil.ignore_patterns("__pycache__"))
+        if name != "full":
+            source_path = os.path.join(target, path)
+            text, replacement = left_out[name]
+            with open(source_path) as handle:
+                source = handle.read()
+            if text not in source:
+                sys.exit(f"{script}: {path} no longer holds {text.strip()[:60]!r}... ({name})")
+            with open(source_path, "w") as handle:
+                handle.write(source.replace(text, replacement))
+        modules[name] = package
+    sys.path.insert(0, directory)
+    return {name: importlib.import_module(f"{package}.{module}") for name, package in modules.items()}
+
+
+def interleaved_best(calls: dict, rounds: int, clock=time.thread_time) -> dict:
+    """Each call's best time on ``clock`` over ``rounds`` rounds, the calls interleaved within a round."""
+    counts = {name: calls_per_round(call, rounds, 0.3) for name, call in calls.items()}
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(rounds):
+        for name, call in calls.items():
+            best[name] = min(best[name], round_time(call, counts[name], clock))
+    return best

@@ -15,19 +15,13 @@ kernel's source no longer holds it.
 """
 
 import argparse
-import importlib
 import os
-import shutil
-import sys
 import tempfile
-import time
 
 import numba
 import numpy as np
-from _common import calls_per_round, round_time
+from _common import interleaved_best, package_variants
 from threadpoolctl import threadpool_limits
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: Each variant: (source line, its replacement) in attention/forward_kernel.py.
 LEFT_OUT = {
@@ -43,27 +37,6 @@ LEFT_OUT = {
 SHAPES = [(16384, 4, 12, 4), (1024, 16, 16, 4)]
 
 
-def copies(directory: str) -> dict:
-    """The package's kernels module once as it is and once per variant, each a package of its own."""
-    modules = {}
-    for index, name in enumerate(["full", *LEFT_OUT]):
-        package = f"mhalearn_variant{index}"
-        target = os.path.join(directory, package)
-        shutil.copytree(os.path.join(HERE, "mhalearn"), target, ignore=shutil.ignore_patterns("__pycache__"))
-        if name != "full":
-            path = os.path.join(target, "attention", "forward_kernel.py")
-            line, replacement = LEFT_OUT[name]
-            with open(path) as handle:
-                source = handle.read()
-            if line not in source:
-                sys.exit(f"forward_parts: attention/forward_kernel.py no longer holds {line.strip()!r} ({name})")
-            with open(path, "w") as handle:
-                handle.write(source.replace(line, replacement))
-        modules[name] = package
-    sys.path.insert(0, directory)
-    return {name: importlib.import_module(f"{package}.attention.kernels") for name, package in modules.items()}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -73,7 +46,8 @@ def main():
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as directory:
         os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(directory, "numba-cache"))
-        kernels = copies(directory)
+        kernels = package_variants(directory, os.path.join("attention", "forward_kernel.py"), LEFT_OUT,
+                                   "attention.kernels", "forward_parts")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; one thread, CPU time, "
               f"best of {args.rounds} interleaved rounds")
         for n, k, d, m in SHAPES:
@@ -81,11 +55,7 @@ def main():
             thetas = 2.0 * rng.standard_normal((m, d, d)) / d
             ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
             calls = {name: (lambda K=K: K.forward(X, thetas, ws)) for name, K in kernels.items()}
-            counts = {name: calls_per_round(call, args.rounds, 0.3) for name, call in calls.items()}
-            best = dict.fromkeys(calls, float("inf"))
-            for _ in range(args.rounds):
-                for name, call in calls.items():
-                    best[name] = min(best[name], round_time(call, counts[name], time.thread_time))
+            best = interleaved_best(calls, args.rounds)
             full = best["full"]
             shares = ", ".join(f"{name} {1 - best[name] / full:.0%}" for name in LEFT_OUT)
             print(f"(n, k, d, m) = {(n, k, d, m)}: {full / (n * m) * 1e9:.1f} ns a sequence and head; "
