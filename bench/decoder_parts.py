@@ -30,7 +30,7 @@ import tempfile
 
 import numba
 import numpy as np
-from _common import interleaved_best, package_variants
+from _common import CHECKOUT, interleaved_best, package_variants
 from threadpoolctl import threadpool_limits
 
 from mhalearn.attention.teacher_source import TeacherSource
@@ -55,9 +55,9 @@ LEFT_OUT = {
 DECODER = os.path.join("learners", "chen_li", "decoder.py")
 
 
-def row_solves(package: str) -> tuple[str, str]:
-    """The rows' solves of the batched kernel in ``package``'s decoder (their text), and their replacement."""
-    with open(os.path.join(package, "mhalearn", DECODER)) as handle:
+def row_solves() -> tuple[str, str]:
+    """The rows' solves of the batched kernel in this checkout's decoder (their text), and their replacement."""
+    with open(os.path.join(CHECKOUT, "mhalearn", DECODER)) as handle:
         source = handle.read()
     start = source.find(ROW_SOLVE_START)
     end = source.find(ROW_SOLVE_END, start)
@@ -81,7 +81,7 @@ def main():
     w_sum = teacher.projection_sum
     # A crude Ŵ_Σ (3 % off in norm), as a pool's: most rows are far from agreement under it.
     w_sum = w_sum + 0.03 * np.linalg.norm(w_sum, 2) * np.random.default_rng(1).standard_normal(w_sum.shape) / 12
-    left_out = {**LEFT_OUT, "rows' solves": row_solves(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    left_out = {**LEFT_OUT, "rows' solves": row_solves()}
     with tempfile.TemporaryDirectory() as directory:
         os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(directory, "numba-cache"))
         decoders = package_variants(directory, DECODER, left_out, "learners.chen_li.decoder", "decoder_parts")
