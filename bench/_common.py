@@ -134,11 +134,20 @@ def package_variants(directory: str, path: str, left_out: dict, module: str, scr
     return {name: importlib.import_module(f"{package}.{module}") for name, package in modules.items()}
 
 
-def interleaved_best(calls: dict, rounds: int, clock=time.thread_time) -> dict:
-    """Each call's best time on ``clock`` over ``rounds`` rounds, the calls interleaved within a round."""
-    counts = {name: calls_per_round(call, rounds, 0.3) for name, call in calls.items()}
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(rounds):
-        for name, call in calls.items():
-            best[name] = min(best[name], round_time(call, counts[name], clock))
+def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15,
+                           clock=time.perf_counter):
+    """Best time of one call of each function on ``clock`` (wall time by default), rounds interleaved.
+
+    Alternating the rounds makes every function see the same machine load
+    (other jobs come and go), so their ratios are fairer than when each is
+    timed in one block.  A pause before each round lets the thread pools of
+    the previous function (OpenBLAS spins for ~2^28 cycles after a call)
+    go idle, so that no function is timed against another's spinning threads.
+    """
+    calls = [calls_per_round(function, repeats, min_seconds) for function in functions]
+    best = [float("inf")] * len(functions)
+    for _ in range(repeats):
+        for index, (function, count) in enumerate(zip(functions, calls)):
+            time.sleep(pause)
+            best[index] = min(best[index], round_time(function, count, clock))
     return best

@@ -27,10 +27,11 @@ text when the kernel's source no longer holds it.
 import argparse
 import os
 import tempfile
+import time
 
 import numba
 import numpy as np
-from _common import CHECKOUT, interleaved_best, package_variants
+from _common import CHECKOUT, interleaved_best_times, package_variants
 from threadpoolctl import threadpool_limits
 
 from mhalearn.attention.teacher_source import TeacherSource
@@ -77,7 +78,6 @@ def main():
     threadpool_limits(limits=1, user_api="blas")
     teacher = sample_teacher(args.heads, 12, rng=np.random.default_rng(5))
     X, Y, _ = TeacherSource(teacher, 65_536, 4, seed=3)._block(0)
-    Y = np.array(Y)
     w_sum = teacher.projection_sum
     # A crude Ŵ_Σ (3 % off in norm), as a pool's: most rows are far from agreement under it.
     w_sum = w_sum + 0.03 * np.linalg.norm(w_sum, 2) * np.random.default_rng(1).standard_normal(w_sum.shape) / 12
@@ -88,7 +88,8 @@ def main():
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; one thread, CPU time, "
               f"best of {args.rounds} interleaved rounds; one block of {len(Y)} sequences, m = {args.heads}")
         calls = {name: (lambda D=D: D.decoding_residuals(X, Y, w_sum)) for name, D in decoders.items()}
-        best = interleaved_best(calls, args.rounds)
+        best = dict(zip(calls, interleaved_best_times(list(calls.values()), args.rounds, min_seconds=0.3,
+                                                            pause=0.0, clock=time.thread_time)))
         full = best["full"]
         shares = ", ".join(f"{name} {1 - best[name] / full:.0%}" for name in left_out)
         print(f"decoding_residuals: {full / len(Y) * 1e9:.1f} ns a sequence; left out, saves: {shares}")

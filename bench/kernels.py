@@ -21,7 +21,7 @@ import time
 
 import numba
 import numpy as np
-from _common import best_time, calls_per_round, round_time
+from _common import best_time, interleaved_best_times
 from threadpoolctl import threadpool_limits
 
 from mhalearn.attention import kernels, reference
@@ -60,25 +60,6 @@ def torch_functions(X, Y, thetas, ws):
         return torch.autograd.grad(loss, (tth, tws))
 
     return forward, loss_grad
-
-
-def interleaved_best_times(functions, repeats: int, min_seconds: float = 0.2, pause: float = 0.15,
-                           clock=time.perf_counter):
-    """Best wall time of one call of each function, rounds of the functions interleaved.
-
-    Alternating the rounds makes every function see the same machine load
-    (other jobs come and go), so their ratios are fairer than when each is
-    timed in one block.  A pause before each round lets the thread pools of
-    the previous function (OpenBLAS spins for ~2^28 cycles after a call)
-    go idle, so that no function is timed against another's spinning threads.
-    """
-    calls = [calls_per_round(function, repeats, min_seconds) for function in functions]
-    best = [float("inf")] * len(functions)
-    for _ in range(repeats):
-        for index, (function, count) in enumerate(zip(functions, calls)):
-            time.sleep(pause)
-            best[index] = min(best[index], round_time(function, count, clock))
-    return best
 
 
 def main():
