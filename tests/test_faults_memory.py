@@ -5,6 +5,8 @@ after seconds of work): a teacher of 10⁹ heads or of d = 10⁶, the m·k × k
 attention scratch of k = 10⁵ tokens, a broadcast view of 10⁹ sequences.
 """
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -15,8 +17,17 @@ from mhalearn.cli import main
 
 @pytest.mark.parametrize("heads, dim, name", [(10**9, 12, "heads"), (1, 10**6, "dim")])
 def test_a_teacher_too_large_for_the_budget_is_refused(heads, dim, name):
-    with pytest.raises(MemoryBudgetError, match=f"^{name}: a teacher of {heads} head.s. of {dim} × {dim} matrices"):
-        mhalearn.sample_teacher(heads, dim)
+    # Refused before any array of the teacher's size is made (NumPy reports its allocations to tracemalloc).
+    sample_teacher = mhalearn.sample_teacher  # its modules imported before the count starts
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryBudgetError,
+                           match=f"^{name}: a teacher of {heads} head.s. of {dim} × {dim} matrices"):
+            sample_teacher(heads, dim)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
 
 
 def test_the_attention_scratch_of_long_sequences_is_refused_before_planting(monkeypatch, capsys):

@@ -144,12 +144,13 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
     theta_norm = check_real(theta_norm, "theta_norm", low=0.0, low_open=True)
     shared = check_real(shared, "shared", low=0.0, high=1.0, high_open=True)
     max_tries = check_positive_int(max_tries, "max_tries")
+    # Θ, W and the draws they come from (m × d × d each), the heads' Gram matrix (m × m), the SVD of Σ Θ_i;
+    # checked before any array of m entries is made (the default w_scales is one).
+    check_memory(8 * (4 * heads * dim * dim + heads * heads + 2 * dim * dim), "heads" if heads >= dim else "dim",
+                 f"a teacher of {heads} head(s) of {dim} × {dim} matrices", lower="heads or dim")
     w_scales = np.ones(heads) if w_scales is None else as_float_array(w_scales, "w_scales", 1)
     if w_scales.shape != (heads,) or np.any(w_scales <= 0):
         raise ValueError(f"w_scales: expected {heads} finite positive numbers, received {w_scales!r}")
-    # Θ, W and the draws they come from (m × d × d each), the heads' Gram matrix (m × m), the SVD of Σ Θ_i.
-    check_memory(8 * (4 * heads * dim * dim + heads * heads + 2 * dim * dim), "heads" if heads >= dim else "dim",
-                 f"a teacher of {heads} head(s) of {dim} × {dim} matrices", lower="heads or dim")
     rng = as_generator(rng)
     last = None
     for _ in range(max_tries):
