@@ -6,6 +6,8 @@ file edited or damaged that gave a raw error or a silently different model.
 The reference is the fit computed afresh, without a checkpoint.
 """
 
+import shutil
+
 import numpy as np
 import pytest
 from test_checkpoint import DIM, HEADS, LENGTH, SAMPLES, SMALL, _same_fit
@@ -102,6 +104,19 @@ def fresh(examples):
     return mhalearn.SculptLearner(HEADS, **SMALL).fit(*examples)
 
 
+@pytest.fixture(scope="module")
+def checkpointed(examples, tmp_path_factory):
+    """A checkpoint directory of the fit of ``examples``, written once; each test edits a copy of it."""
+    directory = tmp_path_factory.mktemp("checkpointed")
+    mhalearn.SculptLearner(HEADS, checkpoint=directory, **SMALL).fit(*examples)
+    return directory
+
+
+def _copied(checkpointed, directory):
+    shutil.copytree(checkpointed, directory, dirs_exist_ok=True)
+    return directory
+
+
 PHASES = ("1_crude_sum", "2_sculpt", "3_refined_sum", "4_sculpt", "4_span", "moment")
 
 
@@ -174,27 +189,27 @@ def _computed_again(examples, fresh, directory, phase):
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
-def test_an_edited_phase_file_is_computed_again_with_one_warning(examples, fresh, tmp_path, edit):
+def test_an_edited_phase_file_is_computed_again_with_one_warning(examples, fresh, checkpointed, tmp_path, edit):
     phase, change = EDITS[edit]
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*examples)
+    _copied(checkpointed, tmp_path)
     _rewritten(_phase_file(tmp_path, phase), change)
     _computed_again(examples, fresh, tmp_path, phase)
 
 
 @pytest.mark.parametrize("edit", [edit for edit in EDITS if edit != "span-basis-none"])
-def test_a_phase_file_of_wrong_types_is_refused_whatever_its_checksum(examples, fresh, tmp_path, edit):
+def test_a_phase_file_of_wrong_types_is_refused_whatever_its_checksum(examples, fresh, checkpointed, tmp_path, edit):
     # Written with a checksum of its own content: the checks of types, time and generator state refuse it.
     # (A None where the class allows one, as in span-basis-none, is then a consistent file.)
     phase, change = EDITS[edit]
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*examples)
+    _copied(checkpointed, tmp_path)
     _rewritten(_phase_file(tmp_path, phase), change, checksum="new")
     _computed_again(examples, fresh, tmp_path, phase)
 
 
-def test_a_changed_number_in_a_phase_file_is_found(examples, fresh, tmp_path):
+def test_a_changed_number_in_a_phase_file_is_found(examples, fresh, checkpointed, tmp_path):
     # The bytes of phase 1's Ŵ_Σ changed where they lie in the file (one entry doubled): a fit that used
     # the file would fit another model.
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **SMALL).fit(*examples)
+    _copied(checkpointed, tmp_path)
     w_sum = fresh.report_.crude_sum.w_sum
     file = _phase_file(tmp_path, "1_crude_sum")
     content = file.read_bytes()
@@ -207,7 +222,7 @@ def test_a_changed_number_in_a_phase_file_is_found(examples, fresh, tmp_path):
     _same_fit(fitted, fresh)
 
 
-def test_a_planted_pickle_runs_no_code(examples, fresh, tmp_path):
+def test_a_planted_pickle_runs_no_code(examples, fresh, checkpointed, tmp_path):
     import pickle
 
     marker = tmp_path / "ran"
@@ -216,7 +231,7 @@ def test_a_planted_pickle_runs_no_code(examples, fresh, tmp_path):
         def __reduce__(self):
             return (marker.touch, ())
 
-    mhalearn.SculptLearner(HEADS, checkpoint=tmp_path / "kept", **SMALL).fit(*examples)
+    _copied(checkpointed, tmp_path / "kept")
     for phase in PHASES:
         _phase_file(tmp_path / "kept", phase).write_bytes(pickle.dumps({"result": Payload()}))
     fitted, told = _resumed_with_one_warning(examples, tmp_path / "kept")
