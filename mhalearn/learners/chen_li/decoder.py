@@ -35,6 +35,7 @@ from numba import njit, types
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, slp_vectorised, thread_driver
 from ...attention.forward_kernel import _as_lanes, _store_lanes
 from ...data.sources import kernel_labels, stream_rows
+from .cholesky import solve_three
 from .decoder_kernel import _CHOLESKY_FLOOR, _EXPLICIT_BELOW, _decode_patterns_parallel, _decode_patterns_worker
 from .sign_tables import sign_tables
 
@@ -42,7 +43,6 @@ from .sign_tables import sign_tables
 #: vectors, one AVX-512 vector of float64.
 LANES = 8
 _ZERO_LANES = (0.0,) * LANES
-_ONE_LANES = (1.0,) * LANES
 
 
 @njit(inline="always", cache=True)
@@ -57,106 +57,59 @@ def _difference_lanes(u, v):
     return (u[0] - v[0], u[1] - v[1], u[2] - v[2], u[3] - v[3], u[4] - v[4], u[5] - v[5], u[6] - v[6], u[7] - v[7])
 
 
-@njit(inline="always", cache=True)
-def _product_lanes(u, v):
-    return (u[0] * v[0], u[1] * v[1], u[2] * v[2], u[3] * v[3], u[4] * v[4], u[5] * v[5], u[6] * v[6], u[7] * v[7])
+#: Rows of the batched worker's scratch of LANES columns: the Gram matrix (g00, g10, g11, g20, g21, g22), its
+#: factor (l10, l20, l21 and 1 / the diagonal) and whether it is healthy; a row's sums (‖y − v_0‖², ‖y‖², the
+#: three entries of D(y − v_0)); its weights â, squared residual, relative residual and distance from the
+#: simplex.  One array, so that its loops over the lanes read and write rows LLVM can tell apart.
+_GRAM, _FACTOR, _FACTORED, _SUMS, _WEIGHTS, _SQUARED, _RESIDUAL, _VIOLATION = 0, 6, 12, 13, 18, 22, 23, 24
+_SCRATCH_ROWS = 25
 
 
 @njit(inline="always", cache=True)
-def _max_lanes(u, v):
-    """max(u, v) lane by lane as Python's max takes it: v where v > u, else u (the same operand, bit for bit)."""
-    return (v[0] if v[0] > u[0] else u[0], v[1] if v[1] > u[1] else u[1], v[2] if v[2] > u[2] else u[2],
-            v[3] if v[3] > u[3] else u[3], v[4] if v[4] > u[4] else u[4], v[5] if v[5] > u[5] else u[5],
-            v[6] if v[6] > u[6] else u[6], v[7] if v[7] > u[7] else u[7])
-
-
-@njit(inline="always", cache=True)
-def _sqrt_lanes(u):
-    return (np.sqrt(u[0]), np.sqrt(u[1]), np.sqrt(u[2]), np.sqrt(u[3]), np.sqrt(u[4]), np.sqrt(u[5]),
-            np.sqrt(u[6]), np.sqrt(u[7]))
-
-
-@njit(inline="always", cache=True)
-def _quotient_lanes(u, v):
-    return (u[0] / v[0], u[1] / v[1], u[2] / v[2], u[3] / v[3], u[4] / v[4], u[5] / v[5], u[6] / v[6], u[7] / v[7])
-
-
-@njit(inline="always", cache=True)
-def _factor_lanes(g00, g10, g11, g20, g21, g22, factor, healthy):
-    """cholesky_three's operations on every lane's Gram matrix at once (lane tuples), its failures marked in
-    ``healthy`` instead of returned: factor = l10, l20, l21 and 1 / the diagonal."""
-    l00 = _sqrt_lanes(g00)
-    bound = _product_lanes(_as_lanes(_CHOLESKY_FLOOR), _max_lanes(_max_lanes(_max_lanes(_ZERO_LANES, g00), g11), g22))
-    l10, l20 = _quotient_lanes(g10, l00), _quotient_lanes(g20, l00)
-    pivot = _difference_lanes(g11, _product_lanes(l10, l10))
-    l11 = _sqrt_lanes(pivot)
-    l21 = _quotient_lanes(_difference_lanes(g21, _product_lanes(l20, l10)), l11)
-    last = _difference_lanes(_difference_lanes(g22, _product_lanes(l20, l20)), _product_lanes(l21, l21))
-    _store_lanes(factor[0], l10)
-    _store_lanes(factor[1], l20)
-    _store_lanes(factor[2], l21)
-    _store_lanes(factor[3], _quotient_lanes(_ONE_LANES, l00))
-    _store_lanes(factor[4], _quotient_lanes(_ONE_LANES, l11))
-    _store_lanes(factor[5], _quotient_lanes(_ONE_LANES, _sqrt_lanes(last)))
+def _factor_lanes(scratch):
+    """cholesky_three's operations on every lane's Gram matrix, in its order (hence its bits), its failures
+    marked in row _FACTORED (1.0 where healthy) instead of returned; a loop without a branch, which LLVM's
+    loop vectoriser takes LANES lanes at a time."""
     for lane in range(LANES):
-        healthy[lane] = (healthy[lane] and not (g00[lane] <= bound[lane]) and not (pivot[lane] <= bound[lane])
-                         and not (last[lane] <= bound[lane]))
+        g00, g10, g11 = scratch[_GRAM, lane], scratch[_GRAM + 1, lane], scratch[_GRAM + 2, lane]
+        g20, g21, g22 = scratch[_GRAM + 3, lane], scratch[_GRAM + 4, lane], scratch[_GRAM + 5, lane]
+        l00 = np.sqrt(g00)
+        bound = _CHOLESKY_FLOOR * max(max(max(0.0, g00), g11), g22)
+        l10, l20 = g10 / l00, g20 / l00
+        pivot = g11 - l10 * l10
+        l11 = np.sqrt(pivot)
+        l21 = (g21 - l20 * l10) / l11
+        last = g22 - l20 * l20 - l21 * l21
+        scratch[_FACTOR, lane], scratch[_FACTOR + 1, lane], scratch[_FACTOR + 2, lane] = l10, l20, l21
+        scratch[_FACTOR + 3, lane] = 1.0 / l00
+        scratch[_FACTOR + 4, lane] = 1.0 / l11
+        scratch[_FACTOR + 5, lane] = 1.0 / np.sqrt(last)
+        healthy = not (g00 <= bound) and not (pivot <= bound) and not (last <= bound)
+        scratch[_FACTORED, lane] = 1.0 if healthy else 0.0
 
 
 @njit(inline="always", cache=True)
-def _relative_residual(squared, label_squares):
-    # The root taken before the test, so that a choice replaces the branch: the quotient of a zero ‖y‖² is
-    # only discarded (error_model="numpy": no exception).
-    root = np.sqrt(squared / label_squares)
-    return root if label_squares > 0.0 else np.inf
-
-
-@njit(inline="always", cache=True)
-def _relative_residual_lanes(squared, label_squares):
-    return (_relative_residual(squared[0], label_squares[0]), _relative_residual(squared[1], label_squares[1]),
-            _relative_residual(squared[2], label_squares[2]), _relative_residual(squared[3], label_squares[3]),
-            _relative_residual(squared[4], label_squares[4]), _relative_residual(squared[5], label_squares[5]),
-            _relative_residual(squared[6], label_squares[6]), _relative_residual(squared[7], label_squares[7]))
-
-
-@njit(inline="always", cache=True)
-def _simplex_excess(violation, weight):
-    """max(violation, −weight, weight − 1), lane by lane."""
-    return _max_lanes(_max_lanes(violation, _difference_lanes(_ZERO_LANES, weight)),
-                      _difference_lanes(weight, _ONE_LANES))
-
-
-@njit(inline="always", cache=True)
-def _solve_rows(factor, sums, weights, squared, residuals, violations):
-    """Every lane's row at once: solve_three's weights â, the squared residual by subtraction and the
-    distance from the simplex, _decode_patterns_worker's operations in its order (hence its bits), as lane
-    tuples that the SLP vectoriser packs (a loop over the lanes stays scalar: its solves are chains); the
-    relative residual √(squared / ‖y‖²) of every lane, which the caller recomputes where the subtraction
-    lost digits."""
-    p0, p1, p2 = _as_lanes(sums[2]), _as_lanes(sums[3]), _as_lanes(sums[4])
-    l10, l20, l21 = _as_lanes(factor[0]), _as_lanes(factor[1]), _as_lanes(factor[2])
-    i0, i1, i2 = _as_lanes(factor[3]), _as_lanes(factor[4]), _as_lanes(factor[5])
-    forward0 = _product_lanes(p0, i0)
-    forward1 = _product_lanes(_difference_lanes(p1, _product_lanes(l10, forward0)), i1)
-    forward2 = _product_lanes(_difference_lanes(_difference_lanes(p2, _product_lanes(l20, forward0)),
-                                                _product_lanes(l21, forward1)), i2)
-    c2 = _product_lanes(forward2, i2)
-    c1 = _product_lanes(_difference_lanes(forward1, _product_lanes(l21, c2)), i1)
-    c0 = _product_lanes(_difference_lanes(_difference_lanes(forward0, _product_lanes(l10, c1)),
-                                          _product_lanes(l20, c2)), i0)
-    w0 = _difference_lanes(_difference_lanes(_difference_lanes(_ONE_LANES, c0), c1), c2)
-    _store_lanes(weights[0], w0)
-    _store_lanes(weights[1], c0)
-    _store_lanes(weights[2], c1)
-    _store_lanes(weights[3], c2)
-    fitted = _product_sum_lanes(_product_sum_lanes(_product_sum_lanes(_ZERO_LANES, c0, p0), c1, p1), c2, p2)
-    by_subtraction = _difference_lanes(_as_lanes(sums[0]), fitted)
-    _store_lanes(squared, by_subtraction)
-    _store_lanes(residuals, _relative_residual_lanes(by_subtraction, _as_lanes(sums[1])))
-    violation = _simplex_excess(_ZERO_LANES, w0)
-    violation = _simplex_excess(violation, c0)
-    violation = _simplex_excess(violation, c1)
-    _store_lanes(violations, _simplex_excess(violation, c2))
+def _solve_lanes(scratch):
+    """Every lane's row: solve_three's weights â, the squared residual by subtraction, the relative residual
+    and the distance from the simplex, as _decode_patterns_worker computes them; a loop without a branch
+    (the root is taken before the test of ‖y‖², whose zero quotient is only discarded: error_model="numpy")."""
+    for lane in range(LANES):
+        p0, p1, p2 = scratch[_SUMS + 2, lane], scratch[_SUMS + 3, lane], scratch[_SUMS + 4, lane]
+        c0, c1, c2 = solve_three(scratch[_FACTOR, lane], scratch[_FACTOR + 1, lane], scratch[_FACTOR + 2, lane],
+                                 scratch[_FACTOR + 3, lane], scratch[_FACTOR + 4, lane], scratch[_FACTOR + 5, lane],
+                                 p0, p1, p2)
+        w0 = 1.0 - c0 - c1 - c2
+        scratch[_WEIGHTS, lane], scratch[_WEIGHTS + 1, lane] = w0, c0
+        scratch[_WEIGHTS + 2, lane], scratch[_WEIGHTS + 3, lane] = c1, c2
+        squared = scratch[_SUMS, lane] - (0.0 + c0 * p0 + c1 * p1 + c2 * p2)
+        scratch[_SQUARED, lane] = squared
+        label_squares = scratch[_SUMS + 1, lane]
+        root = np.sqrt(squared / label_squares)
+        scratch[_RESIDUAL, lane] = root if label_squares > 0.0 else np.inf
+        violation = max(0.0, -w0, w0 - 1.0)
+        violation = max(violation, -c0, c0 - 1.0)
+        violation = max(violation, -c1, c1 - 1.0)
+        scratch[_VIOLATION, lane] = max(violation, -c2, c2 - 1.0)
 
 
 _BATCHED_SIGNATURE = types.void(types.float64[:, :, ::1], types.uint8[:, :, ::1], types.float64[:, :, ::1],
@@ -168,12 +121,14 @@ _BATCHED_SIGNATURE = types.void(types.float64[:, :, ::1], types.uint8[:, :, ::1]
 def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum, tables, chunks, counter, residuals,
                                      violations):
     # The common case of a pass, k = 4 Boolean tokens given by their codes, residuals and violations only, LANES
-    # sequences side by side: the Gram matrix's and every row's sums, the factorisation and every row's solve are tuples
-    # of LANES values, in registers, that LLVM's SLP vectoriser packs into the host's vectors (as the forward kernel's,
-    # mhalearn.attention.forward_kernel); only the reads of labels and table rows, and the stores of each row's two
-    # outputs, go lane by lane.  Each lane performs _decode_patterns_worker's operations on its sequence in their order
-    # (no reassociation, no fused multiply-add: compiled without fast-math), hence its bits.  A lane whose sequence
-    # repeats a token, or whose Gram matrix is not positive definite, is decoded again by _decode_patterns_worker
+    # sequences side by side: the Gram matrix's and every row's sums are tuples of LANES running sums, in registers,
+    # that LLVM's SLP vectoriser packs into the host's vectors (as the forward kernel's,
+    # mhalearn.attention.forward_kernel), and the factorisation and every row's solve are loops over the lanes without a
+    # branch, on the rows of one scratch array, that its loop vectoriser takes a vector at a time (as tuples they took
+    # twice as long to compile); only the reads of labels and table rows, and the stores of each row's two outputs, go
+    # lane by lane.  Each lane performs _decode_patterns_worker's operations on its sequence in their order (no
+    # reassociation, no fused multiply-add: compiled without fast-math), hence its bits.  A lane whose sequence repeats
+    # a token, or whose Gram matrix is not positive definite, is decoded again by _decode_patterns_worker
     # (error_model="numpy": its divisions by 0 here give NaN, not an exception); so is a chunk's tail shorter than
     # LANES.
     n = sequences.shape[0]
@@ -183,13 +138,8 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
     label = np.empty((labels, d, LANES))  # every array ends in the lane axis
     values = np.empty((k, d, LANES))
     differences = np.empty((3, d, LANES))
-    factor = np.empty((6, LANES))  # l10, l20, l21 and 1 / the diagonal
     healthy = np.empty(LANES, dtype=np.bool_)
-    sums = np.empty((5, LANES))  # ‖y − v_0‖², ‖y‖² and the three entries of D(y − v_0) of one row
-    weights = np.empty((4, LANES))  # â of one row
-    squared = np.empty(LANES)  # its squared residual
-    row_residuals = np.empty(LANES)
-    row_violations = np.empty(LANES)
+    scratch = np.empty((_SCRATCH_ROWS, LANES))
     one = np.zeros(1, dtype=np.int64)
     chunk = next_chunk(counter)
     while chunk < chunks:
@@ -230,7 +180,15 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                 g20 = _product_sum_lanes(g20, c, a)
                 g21 = _product_sum_lanes(g21, c, b)
                 g22 = _product_sum_lanes(g22, c, c)
-            _factor_lanes(g00, g10, g11, g20, g21, g22, factor, healthy)
+            _store_lanes(scratch[_GRAM], g00)
+            _store_lanes(scratch[_GRAM + 1], g10)
+            _store_lanes(scratch[_GRAM + 2], g11)
+            _store_lanes(scratch[_GRAM + 3], g20)
+            _store_lanes(scratch[_GRAM + 4], g21)
+            _store_lanes(scratch[_GRAM + 5], g22)
+            _factor_lanes(scratch)
+            for lane in range(LANES):
+                healthy[lane] = healthy[lane] and scratch[_FACTORED, lane] == 1.0
             for row in range(labels):
                 offset_squares = label_squares = first = second = third = _ZERO_LANES
                 for e in range(d):
@@ -241,27 +199,28 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                     first = _product_sum_lanes(first, _as_lanes(differences[0, e]), offset)
                     second = _product_sum_lanes(second, _as_lanes(differences[1, e]), offset)
                     third = _product_sum_lanes(third, _as_lanes(differences[2, e]), offset)
-                _store_lanes(sums[0], offset_squares)
-                _store_lanes(sums[1], label_squares)
-                _store_lanes(sums[2], first)
-                _store_lanes(sums[3], second)
-                _store_lanes(sums[4], third)
-                _solve_rows(factor, sums, weights, squared, row_residuals, row_violations)
+                _store_lanes(scratch[_SUMS], offset_squares)
+                _store_lanes(scratch[_SUMS + 1], label_squares)
+                _store_lanes(scratch[_SUMS + 2], first)
+                _store_lanes(scratch[_SUMS + 3], second)
+                _store_lanes(scratch[_SUMS + 4], third)
+                _solve_lanes(scratch)
                 for lane in range(LANES):
-                    if squared[lane] <= _EXPLICIT_BELOW * sums[0, lane]:
+                    if scratch[_SQUARED, lane] <= _EXPLICIT_BELOW * scratch[_SUMS, lane]:
                         # The residual formed from the fitted point, as _decode_patterns_worker forms it.
                         total = 0.0
                         for e in range(d):
                             fitted = 0.0
-                            fitted += weights[0, lane] * values[0, e, lane]
-                            fitted += weights[1, lane] * values[1, e, lane]
-                            fitted += weights[2, lane] * values[2, e, lane]
-                            fitted += weights[3, lane] * values[3, e, lane]
+                            fitted += scratch[_WEIGHTS, lane] * values[0, e, lane]
+                            fitted += scratch[_WEIGHTS + 1, lane] * values[1, e, lane]
+                            fitted += scratch[_WEIGHTS + 2, lane] * values[2, e, lane]
+                            fitted += scratch[_WEIGHTS + 3, lane] * values[3, e, lane]
                             total += (fitted - label[row, e, lane]) ** 2
-                        row_residuals[lane] = _relative_residual(total, sums[1, lane])
+                        label_squares = scratch[_SUMS + 1, lane]
+                        scratch[_RESIDUAL, lane] = np.sqrt(total / label_squares) if label_squares > 0.0 else np.inf
                     out = batch + lane
-                    residuals[out, row] = row_residuals[lane]
-                    violations[out, row] = row_violations[lane]
+                    residuals[out, row] = scratch[_RESIDUAL, lane]
+                    violations[out, row] = scratch[_VIOLATION, lane]
             for lane in range(LANES):
                 if not healthy[lane]:
                     out = batch + lane
