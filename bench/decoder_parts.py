@@ -13,8 +13,8 @@ rounds interleaved).  The steps:
 - *labels read*: each lane's labels copied into the lane layout;
 - *token values*: x_j Ŵ_Σ of the lane's four tokens summed from the sign tables;
 - *rows' solves*: for each row and lane, the 3 × 3 solve, the residual's square
-  root and the distance from the simplex (the row's five sums of d products,
-  vectorised across lanes, stay).
+  root and the distance from the simplex, and the stores of both (the row's
+  five sums of d products, vectorised across lanes, stay).
 
 A variant computes garbage (that is not what it is for); the shares overlap
 (a step left out also frees its loads and stores, and what the compiler
@@ -37,8 +37,8 @@ from threadpoolctl import threadpool_limits
 from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 
-ROW_SOLVE_START = "                for lane in range(LANES):\n                    p0, p1, p2 = sums[2, lane]"
-ROW_SOLVE_END = "                    violations[out, row] = max(violation, -c2, c2 - 1.0)\n"
+ROW_SOLVE_START = "                _solve_lanes(scratch)\n"
+ROW_SOLVE_END = "                    violations[out, row] = scratch[_VIOLATION, lane]\n"
 
 #: Each variant: (source text, its replacement) in learners/chen_li/decoder.py; the rows' solves are
 #: found by their first and last lines (``row_solves``).
@@ -65,7 +65,7 @@ def row_solves() -> tuple[str, str]:
     if start < 0 or end < 0:
         raise SystemExit(f"decoder_parts: {DECODER} no longer holds the rows' solves ({ROW_SOLVE_START.strip()!r})")
     replacement = ("                for lane in range(LANES):\n"
-                   "                    residuals[batch + lane, row] = sums[0, lane]\n")
+                   "                    residuals[batch + lane, row] = scratch[_SUMS, lane]\n")
     return source[start:end + len(ROW_SOLVE_END)], replacement
 
 
