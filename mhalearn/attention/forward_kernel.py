@@ -81,6 +81,28 @@ def _reciprocal_lanes(u):
     return (1.0 / u[0], 1.0 / u[1], 1.0 / u[2], 1.0 / u[3], 1.0 / u[4], 1.0 / u[5], 1.0 / u[6], 1.0 / u[7])
 
 
+@njit(inline="always", fastmath=FASTMATH, cache=True)
+def _fma_block_row(sums, u, v):
+    """sums[j] + u ⊙ v[j] for the four columns j of a block's row."""
+    return (_fma_lanes(sums[0], u, v[0]), _fma_lanes(sums[1], u, v[1]), _fma_lanes(sums[2], u, v[2]),
+            _fma_lanes(sums[3], u, v[3]))
+
+
+@njit(inline="always", cache=True)
+def _store_block_row(out, i, at, j, sums):
+    _store_lanes(out[i, at + j[0]], sums[0])
+    _store_lanes(out[i, at + j[1]], sums[1])
+    _store_lanes(out[i, at + j[2]], sums[2])
+    _store_lanes(out[i, at + j[3]], sums[3])
+
+
+@njit(inline="always", cache=True)
+def _block_indices(first, size):
+    """The four indices of a block from ``first``; past ``size`` the last one repeats."""
+    last = size - 1
+    return (first, min(first + 1, last), min(first + 2, last), min(first + 3, last))
+
+
 def _lane_sums(transposed: bool, accumulate: bool):
     """The kernel out[i, q + j] (+)= Σ_c left[c, p + i] ⊙ right[c, j] (``transposed``: Σ_c left[i, p + c] ⊙
     right[j, c]) over c < ``inner``, for i < out's rows and j < right's columns (its rows when
@@ -89,37 +111,46 @@ def _lane_sums(transposed: bool, accumulate: bool):
     no test of them.
 
     ``left`` holds lanes (a 3-d array) or one scalar for every lane (2-d); ``right`` holds lanes.  The sums
-    are computed in 2 × 2 blocks, four independent sums that the core overlaps (one sum alone waits on each
-    multiply-add's latency), each load serving two of them; an odd last row or column repeats its
-    neighbour's index, which computes the same sum twice and stores it twice.
+    are computed in 4 × 4 blocks: sixteen independent sums that the core overlaps (one sum alone waits on
+    each multiply-add's latency), each load serving four of them; past the last row or column a block
+    repeats it, which computes the same sum again and stores it again.
     """
     @njit(inline="always", fastmath=FASTMATH, cache=True)
     def sums(left, left_at, right, out, out_at, inner):
         rows = out.shape[0]
         cols = right.shape[0] if transposed else right.shape[1]
-        for i in range(0, rows, 2):
-            i1 = min(i + 1, rows - 1)
-            for j in range(0, cols, 2):
-                j1 = min(j + 1, cols - 1)
-                s00, s01, s10, s11 = _ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES
+        for i in range(0, rows, 4):
+            i0, i1, i2, i3 = _block_indices(i, rows)
+            for j in range(0, cols, 4):
+                js = _block_indices(j, cols)
+                zero = (_ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES)
+                s0, s1, s2, s3 = zero, zero, zero, zero
                 if accumulate:
-                    s00, s01 = _as_lanes(out[i, out_at + j]), _as_lanes(out[i, out_at + j1])
-                    s10, s11 = _as_lanes(out[i1, out_at + j]), _as_lanes(out[i1, out_at + j1])
+                    s0 = (_as_lanes(out[i0, out_at + js[0]]), _as_lanes(out[i0, out_at + js[1]]),
+                          _as_lanes(out[i0, out_at + js[2]]), _as_lanes(out[i0, out_at + js[3]]))
+                    s1 = (_as_lanes(out[i1, out_at + js[0]]), _as_lanes(out[i1, out_at + js[1]]),
+                          _as_lanes(out[i1, out_at + js[2]]), _as_lanes(out[i1, out_at + js[3]]))
+                    s2 = (_as_lanes(out[i2, out_at + js[0]]), _as_lanes(out[i2, out_at + js[1]]),
+                          _as_lanes(out[i2, out_at + js[2]]), _as_lanes(out[i2, out_at + js[3]]))
+                    s3 = (_as_lanes(out[i3, out_at + js[0]]), _as_lanes(out[i3, out_at + js[1]]),
+                          _as_lanes(out[i3, out_at + js[2]]), _as_lanes(out[i3, out_at + js[3]]))
                 for c in range(inner):
                     if transposed:
-                        u0, u1 = _as_lanes(left[i, left_at + c]), _as_lanes(left[i1, left_at + c])
-                        v0, v1 = right[j, c], right[j1, c]
+                        u0, u1 = _as_lanes(left[i0, left_at + c]), _as_lanes(left[i1, left_at + c])
+                        u2, u3 = _as_lanes(left[i2, left_at + c]), _as_lanes(left[i3, left_at + c])
+                        v = (right[js[0], c], right[js[1], c], right[js[2], c], right[js[3], c])
                     else:
-                        u0, u1 = _as_lanes(left[c, left_at + i]), _as_lanes(left[c, left_at + i1])
-                        v0, v1 = right[c, j], right[c, j1]
-                    s00 = _fma_lanes(s00, u0, v0)
-                    s01 = _fma_lanes(s01, u0, v1)
-                    s10 = _fma_lanes(s10, u1, v0)
-                    s11 = _fma_lanes(s11, u1, v1)
-                _store_lanes(out[i, out_at + j], s00)
-                _store_lanes(out[i, out_at + j1], s01)
-                _store_lanes(out[i1, out_at + j], s10)
-                _store_lanes(out[i1, out_at + j1], s11)
+                        u0, u1 = _as_lanes(left[c, left_at + i0]), _as_lanes(left[c, left_at + i1])
+                        u2, u3 = _as_lanes(left[c, left_at + i2]), _as_lanes(left[c, left_at + i3])
+                        v = (right[c, js[0]], right[c, js[1]], right[c, js[2]], right[c, js[3]])
+                    s0 = _fma_block_row(s0, u0, v)
+                    s1 = _fma_block_row(s1, u1, v)
+                    s2 = _fma_block_row(s2, u2, v)
+                    s3 = _fma_block_row(s3, u3, v)
+                _store_block_row(out, i0, out_at, js, s0)
+                _store_block_row(out, i1, out_at, js, s1)
+                _store_block_row(out, i2, out_at, js, s2)
+                _store_block_row(out, i3, out_at, js, s3)
     return sums
 
 
