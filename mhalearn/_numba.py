@@ -456,7 +456,7 @@ def _blas_controller():
 
 # ------------------------------------------------------------ input checks
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def all_finite(flat: np.ndarray) -> bool:
     """Whether every entry of the flat array is finite (:func:`mhalearn._validation.as_float_array`)."""
     # As all_plus_minus_one: one read, no temporary the size of the array (np.isfinite writes one).
@@ -469,7 +469,7 @@ def all_finite(flat: np.ndarray) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def all_plus_minus_one(flat: np.ndarray) -> bool:
     """Whether every entry of the flat array is +1 or -1 (:func:`mhalearn._validation.check_boolean`)."""
     # One read of the data and no temporary the size of X (np.abs(X) == 1 writes two); the count

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numba
 import numpy as np
@@ -327,3 +328,44 @@ def test_exp_nonpositive_is_accurate():
 def _exp_loop(x, out):
     for i in range(x.size):
         out[i] = _exp.exp_nonpositive(x[i])
+
+
+def _calls_of_the_pass_kernels():
+    """A call of each kernel a pass's block function runs outside a thread driver, on inputs that take it
+    tens of milliseconds."""
+    from mhalearn.data.token_codes import block_codes, code_groups
+    from mhalearn.learners.chen_li.agreement_rows import _entries_within
+    from mhalearn.learners.chen_li.phase1_crude_sum import token_sums
+
+    rng = np.random.default_rng(0)
+    X = rng.choice([-1.0, 1.0], size=(200_000, 4, 12))
+    codes = np.empty((len(X), 4, code_groups(12)), dtype=np.uint8)
+    flat = rng.random(4_000_000)
+    return {"token_sums": lambda: token_sums(X, X, np.arange(len(X))),
+            "block_codes": lambda: block_codes(X, codes),
+            "_entries_within": lambda: _entries_within(flat, flat, 0.5, 0.5)}
+
+
+@pytest.mark.parametrize("name", ["token_sums", "block_codes", "_entries_within"])
+def test_a_pass_kernel_releases_the_gil_while_it_runs(name):
+    # On Dask's threads a kernel that holds the GIL stops the other block tasks' Python.  Run it on a thread
+    # while this one keeps taking the GIL: holding it, the kernel leaves this thread a gap as long as the call.
+    call = _calls_of_the_pass_kernels()[name]
+    call()  # compiled before the clock starts
+    start = time.perf_counter()
+    call()
+    duration = time.perf_counter() - start
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)  # the GIL changes hands every 0.5 ms, far below the call's duration
+    try:
+        worker = threading.Thread(target=call)
+        longest, last = 0.0, time.perf_counter()
+        worker.start()
+        while worker.is_alive():
+            now = time.perf_counter()
+            longest, last = max(longest, now - last), now
+        worker.join()
+    finally:
+        sys.setswitchinterval(previous)
+    assert longest < duration / 2, f"{name} held the GIL: no Python ran here for {longest * 1e3:.1f} ms of its " \
+                                   f"{duration * 1e3:.1f} ms"

@@ -58,7 +58,7 @@ def sequence_codes(x, codes):
     return boolean
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def block_codes(X, codes):
     """:func:`sequence_codes` of every sequence of X (n, k, d) into ``codes`` (n, k, groups) of one byte
     each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void)."""

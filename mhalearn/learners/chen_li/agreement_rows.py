@@ -313,7 +313,7 @@ def accepted_entries(residual, violation, quantile, residual_tol, simplex_tol) -
     return np.unravel_index(_entries_within(flat_residual, flat_violation, simplex_tol, threshold), residual.shape)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _entries_within(residual, violation, simplex_tol, threshold):
     """Ascending indices of the entries within ``simplex_tol`` of the simplex with a finite residual at most
     ``threshold`` (one read of each array, no temporary masks)."""

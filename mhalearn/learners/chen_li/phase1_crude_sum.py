@@ -60,7 +60,7 @@ def _crude_block_summary(X: np.ndarray, Y: np.ndarray, rows: np.ndarray | None) 
     return X.shape[1] * mean.T @ mean, mean.T @ label_sum
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def token_sums(X, Y, rows, label_scale=1.0):
     """x̄ and Σ_ℓ y_ℓ of the sequences ``rows``, each (len(rows), d), in one sweep; y_ℓ = Y[ℓ] / ``label_scale``.
 
