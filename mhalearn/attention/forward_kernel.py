@@ -81,19 +81,81 @@ def _reciprocal_lanes(u):
     return (1.0 / u[0], 1.0 / u[1], 1.0 / u[2], 1.0 / u[3], 1.0 / u[4], 1.0 / u[5], 1.0 / u[6], 1.0 / u[7])
 
 
-@njit(inline="always", fastmath=FASTMATH, cache=True)
 def _fma_block_row(sums, u, v):
-    """sums[j] + u ⊙ v[j] for the four columns j of a block's row."""
-    return (_fma_lanes(sums[0], u, v[0]), _fma_lanes(sums[1], u, v[1]), _fma_lanes(sums[2], u, v[2]),
-            _fma_lanes(sums[3], u, v[3]))
+    """sums[t] + u ⊙ v[t] for each column t of a block's row (four or two)."""
 
 
-@njit(inline="always", cache=True)
-def _store_block_row(out, i, at, j, sums):
-    _store_lanes(out[i, at + j[0]], sums[0])
-    _store_lanes(out[i, at + j[1]], sums[1])
-    _store_lanes(out[i, at + j[2]], sums[2])
-    _store_lanes(out[i, at + j[3]], sums[3])
+@overload(_fma_block_row, inline="always", fastmath=FASTMATH)
+def _fma_block_row_overload(sums, u, v):
+    if len(sums) == 4:
+        return lambda sums, u, v: (_fma_lanes(sums[0], u, v[0]), _fma_lanes(sums[1], u, v[1]),
+                                   _fma_lanes(sums[2], u, v[2]), _fma_lanes(sums[3], u, v[3]))
+    return lambda sums, u, v: (_fma_lanes(sums[0], u, v[0]), _fma_lanes(sums[1], u, v[1]))
+
+
+def _block_row(rows, i, at, js):
+    """The lane tuples rows[i, at + j] for the columns j of ``js`` (four or two)."""
+
+
+@overload(_block_row, inline="always")
+def _block_row_overload(rows, i, at, js):
+    if len(js) == 4:
+        return lambda rows, i, at, js: (_as_lanes(rows[i, at + js[0]]), _as_lanes(rows[i, at + js[1]]),
+                                        _as_lanes(rows[i, at + js[2]]), _as_lanes(rows[i, at + js[3]]))
+    return lambda rows, i, at, js: (_as_lanes(rows[i, at + js[0]]), _as_lanes(rows[i, at + js[1]]))
+
+
+def _block_column(right, c, js):
+    """The lane rows right[c, j] for the columns j of ``js`` (four or two)."""
+
+
+@overload(_block_column, inline="always")
+def _block_column_overload(right, c, js):
+    if len(js) == 4:
+        return lambda right, c, js: (right[c, js[0]], right[c, js[1]], right[c, js[2]], right[c, js[3]])
+    return lambda right, c, js: (right[c, js[0]], right[c, js[1]])
+
+
+def _block_column_of_rows(right, c, js):
+    """The lane rows right[j, c] for the columns j of ``js`` (four or two): ``right`` transposed."""
+
+
+@overload(_block_column_of_rows, inline="always")
+def _block_column_of_rows_overload(right, c, js):
+    if len(js) == 4:
+        return lambda right, c, js: (right[js[0], c], right[js[1], c], right[js[2], c], right[js[3], c])
+    return lambda right, c, js: (right[js[0], c], right[js[1], c])
+
+
+def _zero_row(js):
+    """A block row of zero lane tuples, one for each column of ``js`` (four or two)."""
+
+
+@overload(_zero_row, inline="always")
+def _zero_row_overload(js):
+    if len(js) == 4:
+        return lambda js: (_ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES)
+    return lambda js: (_ZERO_LANES, _ZERO_LANES)
+
+
+def _store_block_row(out, i, at, js, sums):
+    """out[i, at + j] = the lane tuples ``sums``, for the columns j of ``js`` (four or two)."""
+
+
+@overload(_store_block_row, inline="always")
+def _store_block_row_overload(out, i, at, js, sums):
+    if len(js) == 4:
+        def store(out, i, at, js, sums):
+            _store_lanes(out[i, at + js[0]], sums[0])
+            _store_lanes(out[i, at + js[1]], sums[1])
+            _store_lanes(out[i, at + js[2]], sums[2])
+            _store_lanes(out[i, at + js[3]], sums[3])
+        return store
+
+    def store_two(out, i, at, js, sums):
+        _store_lanes(out[i, at + js[0]], sums[0])
+        _store_lanes(out[i, at + js[1]], sums[1])
+    return store_two
 
 
 @njit(inline="always", cache=True)
@@ -111,46 +173,50 @@ def _lane_sums(transposed: bool, accumulate: bool):
     no test of them.
 
     ``left`` holds lanes (a 3-d array) or one scalar for every lane (2-d); ``right`` holds lanes.  The sums
-    are computed in 4 × 4 blocks: sixteen independent sums that the core overlaps (one sum alone waits on
-    each multiply-add's latency), each load serving four of them; past the last row or column a block
-    repeats it, which computes the same sum again and stores it again.
+    are computed in blocks of four rows by four columns, then two for the last one to three columns:
+    sixteen (eight) independent sums that the core overlaps (one sum alone waits on each multiply-add's
+    latency), each load serving four (two) of them.  Past the last row (or an odd last column) a block
+    repeats it, which computes the same sum again and stores it again; so k = 2 or 5 tokens cost no more
+    sums than with blocks of two columns throughout.
     """
+    @njit(inline="always", fastmath=FASTMATH, cache=True)
+    def block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, js):
+        if accumulate:
+            s0, s1 = _block_row(out, i0, out_at, js), _block_row(out, i1, out_at, js)
+            s2, s3 = _block_row(out, i2, out_at, js), _block_row(out, i3, out_at, js)
+        else:
+            zero = _zero_row(js)
+            s0, s1, s2, s3 = zero, zero, zero, zero
+        for c in range(inner):
+            if transposed:
+                u0, u1 = _as_lanes(left[i0, left_at + c]), _as_lanes(left[i1, left_at + c])
+                u2, u3 = _as_lanes(left[i2, left_at + c]), _as_lanes(left[i3, left_at + c])
+            else:
+                u0, u1 = _as_lanes(left[c, left_at + i0]), _as_lanes(left[c, left_at + i1])
+                u2, u3 = _as_lanes(left[c, left_at + i2]), _as_lanes(left[c, left_at + i3])
+            v = _block_column_of_rows(right, c, js) if transposed else _block_column(right, c, js)
+            s0 = _fma_block_row(s0, u0, v)
+            s1 = _fma_block_row(s1, u1, v)
+            s2 = _fma_block_row(s2, u2, v)
+            s3 = _fma_block_row(s3, u3, v)
+        _store_block_row(out, i0, out_at, js, s0)
+        _store_block_row(out, i1, out_at, js, s1)
+        _store_block_row(out, i2, out_at, js, s2)
+        _store_block_row(out, i3, out_at, js, s3)
+
     @njit(inline="always", fastmath=FASTMATH, cache=True)
     def sums(left, left_at, right, out, out_at, inner):
         rows = out.shape[0]
         cols = right.shape[0] if transposed else right.shape[1]
         for i in range(0, rows, 4):
             i0, i1, i2, i3 = _block_indices(i, rows)
-            for j in range(0, cols, 4):
-                js = _block_indices(j, cols)
-                zero = (_ZERO_LANES, _ZERO_LANES, _ZERO_LANES, _ZERO_LANES)
-                s0, s1, s2, s3 = zero, zero, zero, zero
-                if accumulate:
-                    s0 = (_as_lanes(out[i0, out_at + js[0]]), _as_lanes(out[i0, out_at + js[1]]),
-                          _as_lanes(out[i0, out_at + js[2]]), _as_lanes(out[i0, out_at + js[3]]))
-                    s1 = (_as_lanes(out[i1, out_at + js[0]]), _as_lanes(out[i1, out_at + js[1]]),
-                          _as_lanes(out[i1, out_at + js[2]]), _as_lanes(out[i1, out_at + js[3]]))
-                    s2 = (_as_lanes(out[i2, out_at + js[0]]), _as_lanes(out[i2, out_at + js[1]]),
-                          _as_lanes(out[i2, out_at + js[2]]), _as_lanes(out[i2, out_at + js[3]]))
-                    s3 = (_as_lanes(out[i3, out_at + js[0]]), _as_lanes(out[i3, out_at + js[1]]),
-                          _as_lanes(out[i3, out_at + js[2]]), _as_lanes(out[i3, out_at + js[3]]))
-                for c in range(inner):
-                    if transposed:
-                        u0, u1 = _as_lanes(left[i0, left_at + c]), _as_lanes(left[i1, left_at + c])
-                        u2, u3 = _as_lanes(left[i2, left_at + c]), _as_lanes(left[i3, left_at + c])
-                        v = (right[js[0], c], right[js[1], c], right[js[2], c], right[js[3], c])
-                    else:
-                        u0, u1 = _as_lanes(left[c, left_at + i0]), _as_lanes(left[c, left_at + i1])
-                        u2, u3 = _as_lanes(left[c, left_at + i2]), _as_lanes(left[c, left_at + i3])
-                        v = (right[c, js[0]], right[c, js[1]], right[c, js[2]], right[c, js[3]])
-                    s0 = _fma_block_row(s0, u0, v)
-                    s1 = _fma_block_row(s1, u1, v)
-                    s2 = _fma_block_row(s2, u2, v)
-                    s3 = _fma_block_row(s3, u3, v)
-                _store_block_row(out, i0, out_at, js, s0)
-                _store_block_row(out, i1, out_at, js, s1)
-                _store_block_row(out, i2, out_at, js, s2)
-                _store_block_row(out, i3, out_at, js, s3)
+            j = 0
+            while j + 4 <= cols:
+                block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, (j, j + 1, j + 2, j + 3))
+                j += 4
+            while j < cols:
+                block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, (j, min(j + 1, cols - 1)))
+                j += 2
     return sums
 
 
