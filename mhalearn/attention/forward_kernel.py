@@ -173,11 +173,11 @@ def _lane_sums(transposed: bool, accumulate: bool):
     no test of them.
 
     ``left`` holds lanes (a 3-d array) or one scalar for every lane (2-d); ``right`` holds lanes.  The sums
-    are computed in blocks of four rows by four columns, then two for the last one to three columns:
+    are computed in blocks of four rows by four columns, then two for the last one or two columns:
     sixteen (eight) independent sums that the core overlaps (one sum alone waits on each multiply-add's
-    latency), each load serving four (two) of them.  Past the last row (or an odd last column) a block
-    repeats it, which computes the same sum again and stores it again; so k = 2 or 5 tokens cost no more
-    sums than with blocks of two columns throughout.
+    latency), each load serving four (two) of them.  Past the last row or column a block repeats it,
+    which computes the same sum again and stores it again; so k = 2 or 5 tokens cost no more sums than
+    with blocks of two columns throughout.
     """
     @njit(inline="always", fastmath=FASTMATH, cache=True)
     def block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, js):
@@ -211,8 +211,8 @@ def _lane_sums(transposed: bool, accumulate: bool):
         for i in range(0, rows, 4):
             i0, i1, i2, i3 = _block_indices(i, rows)
             j = 0
-            while j + 4 <= cols:
-                block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, (j, j + 1, j + 2, j + 3))
+            while j + 3 <= cols:  # three columns left go in a block of four, the last one repeated
+                block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, _block_indices(j, cols))
                 j += 4
             while j < cols:
                 block(left, left_at, right, out, out_at, inner, i0, i1, i2, i3, (j, min(j + 1, cols - 1)))
