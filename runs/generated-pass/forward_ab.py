@@ -3,10 +3,10 @@
 Writes each commit's ``attention/forward_kernel.py`` and ``_exp.py`` (``git show``) into a temporary
 package, imports both, checks that they give the same outputs to within 1e-15 (relative to the largest),
 and times ``forward_worker`` of each on one thread (CPU time of the calling thread), Boolean inputs,
-at the shapes of bench/kernels.py's acceptance lines.  Printed per shape: each commit's best time and
-the median over rounds of the first commit's time over the second's.
+at the shapes of bench/kernels.py's acceptance lines or at ``--shapes``.  Printed per shape: each
+commit's best time and the median over rounds of the first commit's time over the second's.
 
-    python runs/generated-pass/forward_ab.py 957fb68 f330fdd [--rounds 15]
+    python runs/generated-pass/forward_ab.py 957fb68 f330fdd [--rounds 15] [--shapes 32768,2,12,4 ...]
 """
 
 import argparse
@@ -49,7 +49,13 @@ def main():
     parser.add_argument("first")
     parser.add_argument("second")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--shapes", nargs="+", metavar="N,K,D,M",
+                        default=[",".join(map(str, shape)) for shape in SHAPES],
+                        help="the (n, k, d, m) to time (default: bench/kernels.py's acceptance shapes)")
     args = parser.parse_args()
+    shapes = [tuple(int(size) for size in shape.split(",")) for shape in args.shapes]
+    if any(len(shape) != 4 or min(shape) < 1 for shape in shapes):
+        parser.error(f"--shapes: each is n,k,d,m, four positive integers; got {args.shapes}")
     numba.set_num_threads(1)
     threadpool_limits(limits=1, user_api="blas")
     with tempfile.TemporaryDirectory() as directory:
@@ -57,7 +63,7 @@ def main():
         modules = [load(commit, directory) for commit in (args.first, args.second)]
         rng = np.random.default_rng(1)
         print(f"load average {os.getloadavg()[0]:.1f}; one thread, CPU time, {args.rounds} interleaved rounds")
-        for n, k, d, m in SHAPES:
+        for n, k, d, m in shapes:
             X = rng.choice([-1.0, 1.0], size=(n, k, d))
             thetas = 2.0 * rng.standard_normal((m, d, d)) / d
             ws = rng.standard_normal((m, d, d)) / np.sqrt(d)
