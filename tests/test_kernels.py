@@ -330,9 +330,10 @@ def _exp_loop(x, out):
         out[i] = _exp.exp_nonpositive(x[i])
 
 
-def _calls_of_the_pass_kernels():
+@pytest.fixture(scope="module")
+def pass_kernel_calls():
     """A call of each kernel a pass's block function runs outside a thread driver, on inputs that take it
-    tens of milliseconds."""
+    tens of milliseconds; made once for the module."""
     from mhalearn.data.token_codes import block_codes, code_groups
     from mhalearn.learners.chen_li.agreement_rows import _entries_within
     from mhalearn.learners.chen_li.phase1_crude_sum import token_sums
@@ -347,13 +348,13 @@ def _calls_of_the_pass_kernels():
 
 
 @pytest.mark.parametrize("name", ["token_sums", "block_codes", "_entries_within"])
-def test_a_pass_kernel_releases_the_gil_while_it_runs(name):
+def test_a_pass_kernel_releases_the_gil_while_it_runs(pass_kernel_calls, name):
     # On Dask's threads a kernel that holds the GIL stops the other block tasks' Python.  Call it on a thread
     # while this one keeps taking the GIL, and add up the stretches (over 1 ms) in which this thread did not
     # run: holding the GIL, the kernel leaves it out for nearly all of the calls (it gets the GIL only
     # between them); releasing it, only the OS's other work does (a third of the time with three busy
     # threads on two cores).
-    call = _calls_of_the_pass_kernels()[name]
+    call = pass_kernel_calls[name]
     call()  # compiled before the clock starts
     previous = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)

@@ -1,7 +1,7 @@
 """Every pass of phases 1–4 of an m = 3 fit of 3·10⁷ sequences on Dask's threads, timed from the caller.
 
-The fit is ``bench/passes.py``'s (``sample_teacher(3, 12, rng=seeded_rng(20_251, 3, 0))``,
-``TeacherSource(...).as_dask()``, 2 threads, ``BodySettings()``), after a warm-up fit and one labelling pass.
+The fit is ``bench/passes.py``'s at seed 0 on block tasks (its ``generated`` source and ``warm_up`` fit:
+``sample_teacher(3, 12, rng=seeded_rng(20_251, 3, 0))``, 2 threads, ``BodySettings()``), after one labelling pass.
 Each map over the source's blocks is wrapped to print when it started (seconds from the fit's start), how
 long it took, the function mapped and its blocks; each phase's end is printed as it is reported.  Then the
 seconds of each stretch, and in labelling passes.  Wrapping observes only: the fit computes the same.
@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from _common import label_sum  # noqa: E402
+from passes import DIM, HEADS, generated, warm_up  # noqa: E402
 
 from mhalearn.attention import teacher_source  # noqa: E402
 from mhalearn.attention.teachers import sample_teacher  # noqa: E402
@@ -25,9 +26,9 @@ from mhalearn.data import sources  # noqa: E402
 from mhalearn.learners.chen_li import BodySettings, sculpt_span  # noqa: E402
 from mhalearn.learners.report import Notifier, Phase  # noqa: E402
 from mhalearn.provenance import git_state  # noqa: E402
-from mhalearn.seeding import draw_seed, seeded_rng  # noqa: E402
+from mhalearn.seeding import seeded_rng  # noqa: E402
 
-HEADS, DIM, LENGTH, SAMPLES, BLOCK = 3, 12, 4, 30_000_000, 1 << 16
+SAMPLES = 30_000_000
 
 
 def timed_maps(events: list, start: list):
@@ -63,13 +64,11 @@ def main():
 
     def notify(phase, result):
         if phase != Phase.PASS:
-            phases.append((time.perf_counter() - start[0], str(phase.value if hasattr(phase, "value") else phase)))
+            phases.append((time.perf_counter() - start[0], phase.value))
 
     with dask.config.set(scheduler="threads", num_workers=2):
-        warm = teacher_source.TeacherSource(teacher, 3 * BLOCK, LENGTH, seed=draw_seed(seeded_rng("warm-up")))
-        sculpt_span(warm.as_dask(), HEADS, BodySettings(prefix_samples=BLOCK), np.random.default_rng(0))
-        source = teacher_source.TeacherSource(teacher, SAMPLES, LENGTH,
-                                              seed=draw_seed(seeded_rng(0, "passes"))).as_dask()
+        warm_up(teacher, "block-tasks")
+        source = generated(teacher, SAMPLES, seeded_rng(0, "passes"), "block-tasks")
         began = time.perf_counter()
         source.map_blocks(label_sum)
         labelling = time.perf_counter() - began

@@ -77,7 +77,7 @@ def certificate_bounds(X: np.ndarray, Y: np.ndarray, x_scale: float = 1.0, y_sca
     return {"label_bound": largest_norm(Y.reshape(n, k * d), y_scale), "token_norm": token_norm}
 
 
-@njit(cache=True, fastmath=_BOUND_FASTMATH)
+@njit(cache=True, nogil=True, fastmath=_BOUND_FASTMATH)
 def largest_norm(rows, scale):
     """max_i ‖rows[i] / scale‖ over the rows of a 2-D array (0 for none).
 
