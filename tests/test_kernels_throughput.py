@@ -154,25 +154,28 @@ def test_kernels_give_the_same_bits_from_the_tokens_codes(rng, dim):
             np.testing.assert_array_equal(one, other)
 
 
-@pytest.mark.parametrize("heads", [1, 3])
-def test_the_batched_decoder_gives_the_bits_of_one_sequence_at_a_time(rng, heads):
+@pytest.mark.parametrize("heads, dim", [(1, 12), (3, 12), (3, 5), (3, 20), (3, 54)])
+def test_the_batched_decoder_gives_the_bits_of_one_sequence_at_a_time(rng, heads, dim):
     """Residuals from the codes (LANES sequences side by side) against the tokens (one at a time): at m = 1
-    every row agrees (residuals formed from the fitted point), with repeated tokens, a singular Ŵ_Σ, labels
-    scaled as they are read and a chunk's tail."""
+    every row agrees (residuals formed from the fitted point), with repeated tokens, tokens that differ in
+    their first sign only (whose keys collide past d = 48), a singular Ŵ_Σ, labels scaled as they are read
+    and a chunk's tail; at one, two, four and nine codes a token."""
     from mhalearn.data.sources import CodedTokens, ScaledLabels
     from mhalearn.data.token_codes import block_codes, code_groups
     from mhalearn.learners.chen_li.decoder import LANES, decoding_residuals
 
-    teacher = mhalearn.sample_teacher(heads, 12, rng=rng)
-    X = mhalearn.boolean_inputs(3 * LANES * 64 + 5, 4, 12, rng=rng)
+    teacher = mhalearn.sample_teacher(heads, dim, rng=rng, condition_ceiling=np.inf)
+    X = mhalearn.boolean_inputs(3 * LANES * 64 + 5, 4, dim, rng=rng)
     X[:100:3, 2] = X[:100:3, 0]
+    X[200:300:5, 1] = X[200:300:5, 3]
+    X[200:300:5, 1, 0] *= -1
     Y = teacher.predict(X)
-    codes = np.empty((len(X), 4, code_groups(12)), dtype=np.uint8)
+    codes = np.empty((len(X), 4, code_groups(dim)), dtype=np.uint8)
     assert block_codes(X, codes)
     coded = CodedTokens(X, codes)
     rows = np.sort(rng.choice(len(X), 1000, replace=False))
     w_sum = teacher.projection_sum
-    for matrix in (w_sum, w_sum + 0.01 * rng.standard_normal((12, 12)), np.outer(w_sum[0], w_sum[1])):
+    for matrix in (w_sum, w_sum + 0.01 * rng.standard_normal((dim, dim)), np.outer(w_sum[0], w_sum[1])):
         for labels in (Y, ScaledLabels(Y, 3.0)):
             for sequences in (None, rows):
                 batched = decoding_residuals(coded, labels, matrix, sequences)

@@ -140,6 +140,7 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
     differences = np.empty((3, d, LANES))
     healthy = np.empty(LANES, dtype=np.bool_)
     scratch = np.empty((_SCRATCH_ROWS, LANES))
+    keys = np.empty(k, dtype=np.uint64)
     one = np.zeros(1, dtype=np.int64)
     chunk = next_chunk(counter)
     while chunk < chunks:
@@ -153,17 +154,29 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                                                else Y[sequence, row, e] / label_scale)
                 distinct = True
                 for j in range(k):
-                    for i in range(j):
-                        same = 0
-                        for g in range(groups):
-                            same += codes[sequence, i, g] == codes[sequence, j, g]
-                        distinct = distinct and same < groups
-                    # table_times's sums, in its order.
-                    for e in range(d):
-                        values[j, e, lane] = tables[0, codes[sequence, j, 0], e]
+                    # A token's codes as one integer, compared whole: a loop over the codes of every pair of
+                    # tokens cost the decoder a tenth of its time.  Equal tokens have equal keys; past d = 48 a key
+                    # loses its first codes, and distinct tokens whose keys collide send the lane to the scalar
+                    # worker below, which decodes it to the same bits.
+                    key = np.uint64(codes[sequence, j, 0])
                     for g in range(1, groups):
+                        key = (key << np.uint64(8)) | np.uint64(codes[sequence, j, g])
+                    keys[j] = key
+                    for i in range(j):
+                        distinct = distinct and keys[i] != key
+                    # table_times's sums, in its order; at d = 7..12 (two codes) in one expression, each entry
+                    # stored once rather than stored and read back.
+                    first_code = codes[sequence, j, 0]
+                    if groups == 2:
+                        second_code = codes[sequence, j, 1]
                         for e in range(d):
-                            values[j, e, lane] += tables[g, codes[sequence, j, g], e]
+                            values[j, e, lane] = tables[0, first_code, e] + tables[1, second_code, e]
+                    else:
+                        for e in range(d):
+                            values[j, e, lane] = tables[0, first_code, e]
+                        for g in range(1, groups):
+                            for e in range(d):
+                                values[j, e, lane] += tables[g, codes[sequence, j, g], e]
                 healthy[lane] = distinct
             g00 = g10 = g11 = g20 = g21 = g22 = _ZERO_LANES
             for e in range(d):
