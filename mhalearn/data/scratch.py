@@ -1,0 +1,60 @@
+"""Scratch arrays a pass lends to its block function, one set per block at a time.
+
+A block function whose temporaries are as large as its block (phase 1's
+mean tokens and label sums, 12.6 MB a block at k = 4, d = 12) would
+allocate them anew for every block: fresh pages, which the kernel faults
+in and zeroes before the function writes them.  NumPy asks for huge pages
+on every allocation of 4 MiB or more, and where the kernel then compacts
+memory to find them (``transparent_hugepage/defrag`` = ``madvise``, a
+common default) a fault stalls (numpy/numpy#31590).  On the Zen 4 VM of
+``runs/generated-pass/README.md`` phase 1's block summary took 16–19 ms a
+block on new arrays and 8–9 ms on lent ones, the same bits.
+
+So a pass makes a :class:`ScratchArrays`, hands it to ``map_blocks`` as
+an argument, and drops it when it ends, as :class:`~mhalearn.attention.teacher_source.BlockBuffers`
+lends the blocks themselves ([decision: lent-block-arrays]): it holds as
+many sets as blocks run at once.  A block function must return no view
+of a lent array.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+
+class ScratchArrays:
+    """Float64 arrays lent to one block at a time and taken back, a free list per set of shapes.
+
+    Pickled, as a task shipped to another process is, it arrives empty:
+    the blocks there allocate their own, as they did before.
+    """
+
+    def __init__(self):
+        self._free: dict[tuple, list[tuple[np.ndarray, ...]]] = {}
+        self._lock = threading.Lock()
+        self.allocated = 0  # sets made: at most the blocks run at once, per set of shapes
+
+    @contextmanager
+    def lent(self, *shapes: tuple[int, ...]):
+        """A free set of arrays of these ``shapes`` (new ones when none is free), taken back after use."""
+        key = tuple(tuple(int(size) for size in shape) for shape in shapes)
+        with self._lock:
+            free = self._free.get(key)
+            arrays = free.pop() if free else None
+            self.allocated += arrays is None
+        if arrays is None:
+            arrays = tuple(np.empty(shape) for shape in key)
+        try:
+            yield arrays
+        finally:
+            with self._lock:
+                self._free.setdefault(key, []).append(arrays)
+
+    def __reduce__(self):
+        return ScratchArrays, ()
+
+    def __dask_tokenize__(self):
+        return "ScratchArrays"  # what a task computes does not depend on the arrays it is lent
