@@ -162,7 +162,7 @@ def test_the_batched_decoder_gives_the_bits_of_one_sequence_at_a_time(rng, heads
     and a chunk's tail; at one, two, four and nine codes a token."""
     from mhalearn.data.sources import CodedTokens, ScaledLabels
     from mhalearn.data.token_codes import block_codes, code_groups
-    from mhalearn.learners.chen_li.decoder import LANES, decoding_residuals
+    from mhalearn.learners.chen_li.decoder import LANES, decode_patterns, decoding_residuals
 
     teacher = mhalearn.sample_teacher(heads, dim, rng=rng, condition_ceiling=np.inf)
     X = mhalearn.boolean_inputs(3 * LANES * 64 + 5, 4, dim, rng=rng)
@@ -177,12 +177,32 @@ def test_the_batched_decoder_gives_the_bits_of_one_sequence_at_a_time(rng, heads
     w_sum = teacher.projection_sum
     for matrix in (w_sum, w_sum + 0.01 * rng.standard_normal((dim, dim)), np.outer(w_sum[0], w_sum[1])):
         for labels in (Y, ScaledLabels(Y, 3.0)):
+            # The reference: the patterns' worker, one sequence at a time, from the tokens.
+            _, *one_at_a_time = decode_patterns(X, labels, matrix)
             for sequences in (None, rows):
-                batched = decoding_residuals(coded, labels, matrix, sequences)
-                for one, other in zip(batched, decoding_residuals(X, labels, matrix, sequences)):
-                    np.testing.assert_array_equal(one, other)
+                expected = [values if sequences is None else values[sequences] for values in one_at_a_time[:2]]
+                # From the source's codes, and from the tokens (a whole block is coded by the decoder).
+                for tokens in (coded, X):
+                    for one, other in zip(decoding_residuals(tokens, labels, matrix, sequences), expected):
+                        np.testing.assert_array_equal(one, other)
     residuals, _ = decoding_residuals(coded, Y, w_sum)
     assert heads > 1 or np.median(residuals) < 1e-6  # the rows formed from the fitted point were tested
+
+
+def test_a_block_with_a_token_not_boolean_is_decoded_one_sequence_at_a_time(rng):
+    """The decoder codes a whole block that comes without codes; a token with an entry other than ±1 (here
+    the last sequence's) leaves it on the worker that decodes one sequence at a time: the same bits as the
+    patterns' worker."""
+    from mhalearn.learners.chen_li.decoder import decode_patterns, decoding_residuals
+
+    teacher = mhalearn.sample_teacher(2, 8, rng=rng)
+    X = mhalearn.boolean_inputs(200, 4, 8, rng=rng)
+    X[-1, 3, 5] = 0.5
+    Y = teacher.predict(X)
+    _, residuals, violations, _ = decode_patterns(X, Y, teacher.projection_sum)
+    one, other = decoding_residuals(X, Y, teacher.projection_sum)
+    np.testing.assert_array_equal(one, residuals)
+    np.testing.assert_array_equal(other, violations)
 
 
 def test_unrolled_cholesky_and_solve_give_the_loops_bits(rng):

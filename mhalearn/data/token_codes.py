@@ -61,11 +61,12 @@ def sequence_codes(x, codes):
 @njit(cache=True, nogil=True)
 def block_codes(X, codes):
     """:func:`sequence_codes` of every sequence of X (n, k, d) into ``codes`` (n, k, groups) of one byte
-    each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void)."""
-    boolean = True
+    each (codes have BITS ≤ 8 bits); returns whether every token is Boolean (else ``codes`` is void: the
+    sweep stops at the first sequence with an entry other than ±1)."""
     for s in range(X.shape[0]):
-        boolean &= sequence_codes(X[s], codes[s])
-    return boolean
+        if not sequence_codes(X[s], codes[s]):
+            return False
+    return True
 
 
 __all__ = ["BITS", "block_codes", "code_groups", "sequence_codes", "token_codes"]
