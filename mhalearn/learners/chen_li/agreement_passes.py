@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...data.checkpoint import NoProgress
+from ...data.scratch import ScratchArrays
 from ...data.sources import kernel_labels, stream_rows
 from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
@@ -217,10 +218,11 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     # scheduler round trip that leaves the workers idle (8 blocks a wave took 1.4× the time of one map on
     # one Dask worker); 64 blocks hold ~50 MB of rows at m = 3.
     wave_blocks = CANDIDATE_WAVE * source.wave_blocks
+    scratch = ScratchArrays()  # a block's residuals and violations, in lent arrays rather than fresh pages
     for first in range(state["next_block"], source.block_count, wave_blocks):
         wave = range(first, min(first + wave_blocks, source.block_count))
         for rows, need, needed in source.map_blocks(_reachable_block, w_sum, threshold, radius, covered,
-                                                     simplex_tol, blocks=wave):
+                                                     simplex_tol, scratch, blocks=wave):
             keep = need < covered if covered < radius else need <= radius  # the radius may have shrunk
             parts.append(rows.subset(keep))
             needs.append(need[keep])
@@ -266,8 +268,8 @@ _REACH_SLACK = 1e-9
 
 
 def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
-                     threshold: float, radius: float, covered: float,
-                     simplex_tol: float) -> tuple[AgreementRows, np.ndarray, int]:
+                     threshold: float, radius: float, covered: float, simplex_tol: float,
+                     scratch: ScratchArrays | None = None) -> tuple[AgreementRows, np.ndarray, int]:
     """One block's rows needed within ``covered`` (:func:`reachable_rows`), decoded, the radius each is
     needed from, and how many rows are needed within ``radius`` (the pass's ``found``).
 
@@ -275,9 +277,16 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     the sequences a looser test does not rule out
     (:func:`~mhalearn.learners.chen_li.agreement_rows.reachable_sequences`, a few in a hundred at m ≥ 3):
     NumPy's reductions over the block cost half as much as decoding it.  The needs are those of every
-    row's reach, to the bit.
+    row's reach, to the bit.  ``scratch`` lends the residuals' and violations' arrays (None: new ones).
     """
-    residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
+    n = len(X) if sequences is None else len(sequences)
+    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
+        return _reachable_rows_of_block(X, Y, sequences, w_sum, threshold, radius, covered, simplex_tol, out)
+
+
+def _reachable_rows_of_block(X, Y, sequences, w_sum, threshold, radius, covered, simplex_tol, out):
+    """:func:`_reachable_block` with its residuals and violations written into ``out``."""
+    residuals, violations = decoding_residuals(X, Y, w_sum, sequences, out=out)
     slack = simplex_slack(X.shape[1], simplex_tol)
     labels, label_scale = kernel_labels(Y)
     codes = getattr(X, "codes", None)  # a CodedTokens block: Boolean tokens

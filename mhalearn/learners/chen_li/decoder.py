@@ -277,8 +277,8 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
     return _decode(X, Y, w_sum, full=True)
 
 
-def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray,
-                       sequences: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, sequences: np.ndarray | None = None,
+                       out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``residuals`` and ``violations`` of :func:`decode_patterns`, bit for bit, without the patterns.
 
     What the acceptance test of every row needs: it skips the spreads'
@@ -286,19 +286,20 @@ def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray,
     full only the rows it keeps.  ``sequences`` (sorted indices into X and Y)
     decodes those sequences only, where they lie, and indexes the outputs
     by position in ``sequences``: a block's training sequences without gathering them.
+    ``out``: a pair of C-contiguous float64 arrays (n, r) to write them into (a pass's lent ones,
+    :class:`~mhalearn.data.scratch.ScratchArrays`).
     """
-    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, sequences=sequences)
+    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, sequences=sequences, out=out)
     return residuals, violations
 
 
-def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None):
+def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out=None):
     k = X.shape[1]
     sequences = stream_rows(sequences, X.shape[0])
     n = len(sequences)
     labels = Y.shape[1]
     patterns, spreads = (np.empty((n, labels, k)), np.empty((n, labels, k))) if full else (None, None)
-    residuals = np.empty((n, labels))
-    violations = np.empty((n, labels))
+    residuals, violations = (np.empty((n, labels)), np.empty((n, labels))) if out is None else out
     codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.data.sources)
     Y, label_scale = kernel_labels(Y)
     X = np.ascontiguousarray(X)
