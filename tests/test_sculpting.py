@@ -81,7 +81,7 @@ def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_pat
         np.testing.assert_array_equal(lean_violations, violations)
     patterns, residuals, violations, spreads = decoder.decode_patterns(X, Y, w_sum)
     rule = agreement_passes.BlockRule(w_sum, quantile=0.3, residual_tol=None, simplex_tol=0.2, share=(50, 300), seed=7)
-    block = agreement_passes._agreement_block(X, Y, None, rule, None, 0)
+    block = agreement_passes._agreement_block(X, Y, None, rule, None, None, 0)
     assert 0 < len(block) <= 50 and block.found > len(block)
     for row in range(len(block)):
         s = next(s for s in range(300) if np.array_equal(X[s], block.tokens[row]))

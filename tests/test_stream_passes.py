@@ -7,6 +7,7 @@ import pytest
 
 import mhalearn
 from mhalearn.attention.teacher_source import TeacherSource
+from mhalearn.data.scratch import ScratchArrays
 from mhalearn.data.sources import ArraySource
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, sculpt_span
 from mhalearn.learners.chen_li.noise import NOISE_SAMPLES
@@ -81,6 +82,7 @@ def test_a_blocks_needs_are_those_of_every_rows_reach(rng, heads, held_out):
     tokens, labels = np.asarray(block_X), np.asarray(block_Y)
     if sequences is not None:
         tokens, labels = tokens[sequences], labels[sequences]
+    scratch = ScratchArrays()  # lent to every call: the later ones reuse the first one's arrays
     for spread in (0.01, 0.05):
         centre = teacher.projection_sum + spread * rng.standard_normal((9, 9))
         radius, threshold = 0.05 * np.linalg.norm(centre, 2), 0.03
@@ -91,13 +93,14 @@ def test_a_blocks_needs_are_those_of_every_rows_reach(rng, heads, held_out):
         needed = (violations <= 10 * TOL) & np.isfinite(residuals) & (every_need <= radius)
         for covered in (radius, 0.5 * radius):
             rows, need, found = agreement_passes._reachable_block(block_X, block_Y, sequences, centre, threshold,
-                                                                  radius, covered, TOL)
+                                                                  radius, covered, TOL, scratch)
             sequence, query = np.nonzero(needed & (every_need <= covered))
             assert found == np.count_nonzero(needed) and len(sequence) > 10
             np.testing.assert_array_equal(need, every_need[sequence, query])
             np.testing.assert_array_equal(rows.tokens, tokens[sequence])
             np.testing.assert_array_equal(rows.query, query)
             np.testing.assert_array_equal(rows.residual, residuals[sequence, query])
+    assert scratch.allocated == 1
 
 
 def test_a_long_stream_is_read_about_once_and_k_star_is_the_whole_streams(monkeypatch):

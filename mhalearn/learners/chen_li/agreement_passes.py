@@ -59,7 +59,7 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     share = None if max_rows is None else (max_rows, source.samples)
     rule = BlockRule(w_sum, quantile=quantile, residual_tol=residual_tol, simplex_tol=simplex_tol, share=share,
                      seed=seed)
-    parts = source.map_blocks(_agreement_block, rule, None, indexed=True)
+    parts = source.map_blocks(_agreement_block, rule, ScratchArrays(), None, indexed=True)
     return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
 
 
@@ -82,7 +82,7 @@ def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simp
     """
     rule = BlockRule(w_sum, quantile=None, residual_tol=residual_tol, simplex_tol=simplex_tol, share=None,
                      seed=draw_seed(rng))
-    taken = source.map_until(max_rows, _agreement_block, rule, indexed=True)
+    taken = source.map_until(max_rows, _agreement_block, rule, ScratchArrays(), indexed=True)
     return _joined([block.subset(np.arange(take)) for block, take in taken],
                    sum(block.scanned for block, _ in taken), sum(block.found for block, _ in taken))
 
@@ -114,17 +114,25 @@ class BlockRule:
 
 
 def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, rule: BlockRule,
-                     limit: int | None, index: int) -> AgreementRows:
+                     scratch: ScratchArrays | None, limit: int | None, index: int) -> AgreementRows:
     """The agreement rows of one block's ``sequences`` (indices into X and Y; None: all of them) under ``rule``
     (:func:`find_agreement_rows`, :func:`first_agreement_rows`).
 
     With ``rule.share`` = (r, n) the block keeps ⌈r · its sequences / n⌉ of them
     at random, in block order; with ``limit``, the first ``limit`` of them in a
     random order (both random orders from ``default_rng([rule.seed, index])``).
-    ``scanned`` and ``found`` count the block's decoded and accepted rows.
+    ``scanned`` and ``found`` count the block's decoded and accepted rows.  ``scratch`` lends the
+    residuals' and violations' arrays (None: new ones).
     """
+    n = len(X) if sequences is None else len(sequences)
+    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
+        return _agreement_rows_of_block(X, Y, sequences, rule, limit, index, out)
+
+
+def _agreement_rows_of_block(X, Y, sequences, rule, limit, index, out) -> AgreementRows:
+    """:func:`_agreement_block` with its residuals and violations written into ``out``."""
     w_sum, seed = rule.w_sum, rule.seed
-    residuals, violations = decoding_residuals(X, Y, w_sum, sequences)
+    residuals, violations = decoding_residuals(X, Y, w_sum, sequences, out=out)
     kept, query = accepted_entries(residuals, violations, rule.quantile, rule.residual_tol,
                                    rule.simplex_tol)  # kept: positions
     found = len(kept)
