@@ -308,8 +308,9 @@ def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out
     d = X.shape[2]
     if coded_here:
         # A whole block without codes (a Dask array task's, an array's) is coded here when all its tokens are
-        # Boolean, so that the batched worker decodes it: the same bits, at 0.23 µs a sequence, coding
-        # included, against 0.40 one sequence at a time (m = 4, d = 12, one thread, cold block; docs/benchmarks.md).
+        # Boolean, so that the batched worker decodes it: the same bits, at 0.21-0.24 µs a sequence, coding
+        # included, against 0.38-0.40 one sequence at a time (m = 4, d = 12, one thread, a block of 65 536;
+        # runs/generated-pass/plain_block_decoder.py).
         codes = np.empty((n, k, code_groups(d)), dtype=np.uint8)
         codes = codes if block_codes(X, codes) else None
     chunks = chunk_count(n)
