@@ -46,11 +46,18 @@ LEFT_OUT = {
     "labels read": ("                        label[row, e, lane] = (Y[sequence, row, e] if label_scale == 1.0\n"
                     "                                               else Y[sequence, row, e] / label_scale)\n",
                     "                        pass\n"),
-    "token values": ("                    for e in range(d):\n"
-                     "                        values[j, e, lane] = tables[0, codes[sequence, j, 0], e]\n"
-                     "                    for g in range(1, groups):\n"
+    "token values": ("                    first_code = codes[sequence, j, 0]\n"
+                     "                    if groups == 2:\n"
+                     "                        second_code = codes[sequence, j, 1]\n"
                      "                        for e in range(d):\n"
-                     "                            values[j, e, lane] += tables[g, codes[sequence, j, g], e]\n",
+                     "                            values[j, e, lane] = tables[0, first_code, e]"
+                     " + tables[1, second_code, e]\n"
+                     "                    else:\n"
+                     "                        for e in range(d):\n"
+                     "                            values[j, e, lane] = tables[0, first_code, e]\n"
+                     "                        for g in range(1, groups):\n"
+                     "                            for e in range(d):\n"
+                     "                                values[j, e, lane] += tables[g, codes[sequence, j, g], e]\n",
                      "                    pass\n"),
 }
 DECODER = os.path.join("learners", "chen_li", "decoder.py")

@@ -11,10 +11,10 @@ common default) a fault stalls (numpy/numpy#31590).  On the Zen 4 VM of
 block on new arrays and 8–9 ms on lent ones, the same bits.
 
 So a pass makes a :class:`ScratchArrays`, hands it to ``map_blocks`` as
-an argument, and drops it when it ends, as :class:`~mhalearn.attention.teacher_source.BlockBuffers`
-lends the blocks themselves ([decision: lent-block-arrays]): it holds as
-many sets as blocks run at once.  A block function must return no view
-of a lent array.
+an argument, and drops it when it ends, as a generated stream's pass lends
+the blocks themselves (``BlockBuffers``, [decision: lent-block-arrays]): it
+holds as many sets as blocks run at once.  A block function must return no
+view of a lent array.
 """
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, sequence
     decodes those sequences only, where they lie, and indexes the outputs
     by position in ``sequences``: a block's training sequences without gathering them.
     ``out``: a pair of C-contiguous float64 arrays (n, r) to write them into (a pass's lent ones,
-    :class:`~mhalearn.data.scratch.ScratchArrays`).
+    ``mhalearn.data.scratch.ScratchArrays``).
     """
     _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, sequences=sequences, out=out)
     return residuals, violations
