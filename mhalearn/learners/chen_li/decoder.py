@@ -90,10 +90,17 @@ def _factor_lanes(scratch):
 
 
 @njit(inline="always", cache=True)
+def _relative_residual(squared, label_squares):
+    """√(squared / ‖y‖²), inf where ‖y‖² = 0: the root taken before the test, so that a choice replaces the
+    branch (the quotient of a zero ‖y‖² is only discarded: error_model="numpy", no exception)."""
+    root = np.sqrt(squared / label_squares)
+    return root if label_squares > 0.0 else np.inf
+
+
+@njit(inline="always", cache=True)
 def _solve_lanes(scratch):
     """Every lane's row: solve_three's weights â, the squared residual by subtraction, the relative residual
-    and the distance from the simplex, as _decode_patterns_worker computes them; a loop without a branch
-    (the root is taken before the test of ‖y‖², whose zero quotient is only discarded: error_model="numpy")."""
+    and the distance from the simplex, as _decode_patterns_worker computes them; a loop without a branch."""
     for lane in range(LANES):
         p0, p1, p2 = scratch[_SUMS + 2, lane], scratch[_SUMS + 3, lane], scratch[_SUMS + 4, lane]
         c0, c1, c2 = solve_three(scratch[_FACTOR, lane], scratch[_FACTOR + 1, lane], scratch[_FACTOR + 2, lane],
@@ -104,9 +111,7 @@ def _solve_lanes(scratch):
         scratch[_WEIGHTS + 2, lane], scratch[_WEIGHTS + 3, lane] = c1, c2
         squared = scratch[_SUMS, lane] - (0.0 + c0 * p0 + c1 * p1 + c2 * p2)
         scratch[_SQUARED, lane] = squared
-        label_squares = scratch[_SUMS + 1, lane]
-        root = np.sqrt(squared / label_squares)
-        scratch[_RESIDUAL, lane] = root if label_squares > 0.0 else np.inf
+        scratch[_RESIDUAL, lane] = _relative_residual(squared, scratch[_SUMS + 1, lane])
         violation = max(0.0, -w0, w0 - 1.0)
         violation = max(violation, -c0, c0 - 1.0)
         violation = max(violation, -c1, c1 - 1.0)
@@ -230,8 +235,7 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                             fitted += scratch[_WEIGHTS + 2, lane] * values[2, e, lane]
                             fitted += scratch[_WEIGHTS + 3, lane] * values[3, e, lane]
                             total += (fitted - label[row, e, lane]) ** 2
-                        label_squares = scratch[_SUMS + 1, lane]
-                        scratch[_RESIDUAL, lane] = np.sqrt(total / label_squares) if label_squares > 0.0 else np.inf
+                        scratch[_RESIDUAL, lane] = _relative_residual(total, scratch[_SUMS + 1, lane])
                     out = batch + lane
                     residuals[out, row] = scratch[_RESIDUAL, lane]
                     violations[out, row] = scratch[_VIOLATION, lane]
