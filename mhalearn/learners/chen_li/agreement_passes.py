@@ -11,6 +11,7 @@ patterns of the rows it keeps.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,15 @@ class BlockRule:
     seed: int | None
 
 
+@contextmanager
+def _block_residuals(X, Y, w_sum: np.ndarray, sequences: np.ndarray | None, scratch: ScratchArrays | None):
+    """:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals` of a block's ``sequences``, in arrays lent
+    by ``scratch`` (None: new ones) for the ``with`` body: what a block function returns holds no view of them."""
+    n = len(X) if sequences is None else len(sequences)
+    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
+        yield decoding_residuals(X, Y, w_sum, sequences, out=out)
+
+
 def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, rule: BlockRule,
                      scratch: ScratchArrays | None, limit: int | None, index: int) -> AgreementRows:
     """The agreement rows of one block's ``sequences`` (indices into X and Y; None: all of them) under ``rule``
@@ -124,31 +134,24 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     ``scanned`` and ``found`` count the block's decoded and accepted rows.  ``scratch`` lends the
     residuals' and violations' arrays (None: new ones).
     """
-    n = len(X) if sequences is None else len(sequences)
-    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
-        return _agreement_rows_of_block(X, Y, sequences, rule, limit, index, out)
-
-
-def _agreement_rows_of_block(X, Y, sequences, rule, limit, index, out) -> AgreementRows:
-    """:func:`_agreement_block` with its residuals and violations written into ``out``."""
     w_sum, seed = rule.w_sum, rule.seed
-    residuals, violations = decoding_residuals(X, Y, w_sum, sequences, out=out)
-    kept, query = accepted_entries(residuals, violations, rule.quantile, rule.residual_tol,
-                                   rule.simplex_tol)  # kept: positions
-    found = len(kept)
-    if rule.share is not None:
-        count = -(-rule.share[0] * residuals.shape[0] // rule.share[1])
-        if found > count:
-            pick = np.sort(np.random.default_rng([seed, index]).choice(found, count, replace=False))
+    with _block_residuals(X, Y, w_sum, sequences, scratch) as (residuals, violations):
+        kept, query = accepted_entries(residuals, violations, rule.quantile, rule.residual_tol,
+                                       rule.simplex_tol)  # kept: positions
+        found = len(kept)
+        if rule.share is not None:
+            count = -(-rule.share[0] * residuals.shape[0] // rule.share[1])
+            if found > count:
+                pick = np.sort(np.random.default_rng([seed, index]).choice(found, count, replace=False))
+                kept, query = kept[pick], query[pick]
+        if limit is not None:
+            # A random order, whatever the limit: a shorter limit keeps a prefix of the same rows.
+            pick = np.random.default_rng([seed, index]).permutation(found)[:limit]
             kept, query = kept[pick], query[pick]
-    if limit is not None:
-        # A random order, whatever the limit: a shorter limit keeps a prefix of the same rows.
-        pick = np.random.default_rng([seed, index]).permutation(found)[:limit]
-        kept, query = kept[pick], query[pick]
-    if sequences is not None:
-        kept = sequences[kept]
-    # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
-    return decoded_rows(X[kept], query.astype(np.int64), Y[kept, query], w_sum, residuals.size, found)
+        if sequences is not None:
+            kept = sequences[kept]
+        # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
+        return decoded_rows(X[kept], query.astype(np.int64), Y[kept, query], w_sum, residuals.size, found)
 
 
 def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
@@ -287,28 +290,21 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     NumPy's reductions over the block cost half as much as decoding it.  The needs are those of every
     row's reach, to the bit.  ``scratch`` lends the residuals' and violations' arrays (None: new ones).
     """
-    n = len(X) if sequences is None else len(sequences)
-    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
-        return _reachable_rows_of_block(X, Y, sequences, w_sum, threshold, radius, covered, simplex_tol, out)
-
-
-def _reachable_rows_of_block(X, Y, sequences, w_sum, threshold, radius, covered, simplex_tol, out):
-    """:func:`_reachable_block` with its residuals and violations written into ``out``."""
-    residuals, violations = decoding_residuals(X, Y, w_sum, sequences, out=out)
-    slack = simplex_slack(X.shape[1], simplex_tol)
-    labels, label_scale = kernel_labels(Y)
-    codes = getattr(X, "codes", None)  # a CodedTokens block: Boolean tokens
-    maybe = reachable_sequences(residuals, violations, np.asarray(X), codes is not None, labels, label_scale,
-                                stream_rows(sequences, len(X)), threshold, radius * slack * (1.0 + _REACH_SLACK),
-                                10 * simplex_tol)
-    # A row with no finite residual (y = 0) can never be accepted.
-    usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])
-    at = maybe if sequences is None else sequences[maybe]
-    tokens, labels = np.asarray(X)[at], Y[at]
-    reach = slack * residual_reach(tokens, labels)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.maximum(residuals[maybe] - threshold, 0.0) / reach
-    needed = usable & (need <= radius)
-    kept, query = np.nonzero(needed & (need <= covered))
-    rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
-    return rows, need[kept, query], int(np.count_nonzero(needed))
+    with _block_residuals(X, Y, w_sum, sequences, scratch) as (residuals, violations):
+        slack = simplex_slack(X.shape[1], simplex_tol)
+        labels, label_scale = kernel_labels(Y)
+        codes = getattr(X, "codes", None)  # a CodedTokens block: Boolean tokens
+        maybe = reachable_sequences(residuals, violations, np.asarray(X), codes is not None, labels, label_scale,
+                                    stream_rows(sequences, len(X)), threshold, radius * slack * (1.0 + _REACH_SLACK),
+                                    10 * simplex_tol)
+        # A row with no finite residual (y = 0) can never be accepted.
+        usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])
+        at = maybe if sequences is None else sequences[maybe]
+        tokens, labels = np.asarray(X)[at], Y[at]
+        reach = slack * residual_reach(tokens, labels)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = np.maximum(residuals[maybe] - threshold, 0.0) / reach
+        needed = usable & (need <= radius)
+        kept, query = np.nonzero(needed & (need <= covered))
+        rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
+        return rows, need[kept, query], int(np.count_nonzero(needed))
