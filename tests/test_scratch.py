@@ -4,6 +4,7 @@ import pickle
 import threading
 
 import numpy as np
+import pytest
 
 from mhalearn.data.scratch import ScratchArrays
 
@@ -59,3 +60,18 @@ def test_phase_one_gives_the_same_bits_on_lent_arrays(rng):
         np.testing.assert_array_equal(gram, 4 * mean.T @ mean)
         np.testing.assert_array_equal(moment, mean.T @ label_sum)
     assert scratch.allocated == 1
+
+
+def test_a_set_may_mix_dtypes_and_clearing_drops_the_free_sets():
+    scratch = ScratchArrays()
+    with scratch.lent((3, 2), (3,), dtypes=(np.float64, np.uint8)) as (values, codes):
+        assert values.dtype == np.float64 and codes.dtype == np.uint8
+    with scratch.lent((3, 2), (3,)) as (other, _):
+        assert other is not values  # float64 codes: another set
+    scratch.clear()
+    with scratch.lent((3, 2), (3,), dtypes=(np.float64, np.uint8)) as (again, _):
+        assert again is not values
+    assert scratch.allocated == 3
+    with pytest.raises(ValueError, match="dtypes"):
+        with scratch.lent((3, 2), (3,), dtypes=(np.float64,)):
+            pass

@@ -27,6 +27,7 @@ import numpy as np
 from .._memory import format_bytes, get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
+from ..data.scratch import ScratchArrays
 from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, PrefixSource, run_block
 from ..data.token_codes import code_groups
 from .data import boolean_block, labelled_block
@@ -266,29 +267,24 @@ class BlockBuffers:
     def __init__(self, shape: tuple, groups: int, key: str | None = None):
         self.shape, self.groups = shape, groups  # a block's (block_size, k, d) and its tokens' code groups
         self.key = uuid.uuid4().hex if key is None else key  # names the pass in other processes
-        self.allocated = 0  # arrays made: at most the blocks run at once
-        self._free = []
-        self._lock = threading.Lock()
+        self._arrays = ScratchArrays()
+
+    @property
+    def allocated(self) -> int:
+        """Arrays made: at most the blocks run at once."""
+        return self._arrays.allocated
 
     @contextmanager
     def lent(self, size: int):
         """A free (X and Y, codes) pair, its first ``size`` sequences, returned to the free list after use."""
-        with self._lock:
-            arrays = self._free.pop() if self._free else None
-            self.allocated += arrays is None
-        if arrays is None:
-            arrays = (np.empty((2, *self.shape)), np.empty((*self.shape[:2], self.groups), dtype=np.uint8))
-        try:
-            yield arrays[0][:, :size], arrays[1][:size]
-        finally:
-            with self._lock:
-                self._free.append(arrays)
+        with self._arrays.lent((2, *self.shape), (*self.shape[:2], self.groups),
+                               dtypes=(np.float64, np.uint8)) as (pairs, codes):
+            yield pairs[:, :size], codes[:size]
 
     def release(self, tasks: bool = False) -> None:
         """The pass has ended: its arrays go, and with ``tasks`` (its blocks ran as Dask tasks) those of the
         pass in the processes of the active ``distributed`` client."""
-        with self._lock:
-            self._free.clear()
+        self._arrays.clear()
         _drop_process_buffers(self.key)
         if tasks:
             from dask.base import get_scheduler

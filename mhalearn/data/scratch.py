@@ -26,7 +26,7 @@ import numpy as np
 
 
 class ScratchArrays:
-    """Float64 arrays lent to one block at a time and taken back, a free list per set of shapes.
+    """Arrays lent to one block at a time and taken back, a free list per set of shapes and dtypes.
 
     Pickled, as a task shipped to another process is, it arrives empty:
     the blocks there allocate their own, as they did before.
@@ -38,20 +38,29 @@ class ScratchArrays:
         self.allocated = 0  # sets made: at most the blocks run at once, per set of shapes
 
     @contextmanager
-    def lent(self, *shapes: tuple[int, ...]):
-        """A free set of arrays of these ``shapes`` (new ones when none is free), taken back after use."""
-        key = tuple(tuple(int(size) for size in shape) for shape in shapes)
+    def lent(self, *shapes: tuple[int, ...], dtypes: tuple | None = None):
+        """A free set of arrays of these ``shapes`` and ``dtypes`` (one per shape; None: float64), new ones when
+        none is free, taken back after use."""
+        dtypes = (np.float64,) * len(shapes) if dtypes is None else dtypes
+        if len(dtypes) != len(shapes):
+            raise ValueError(f"dtypes: expected one per shape ({len(shapes)}), received {len(dtypes)}")
+        key = tuple((tuple(int(size) for size in shape), np.dtype(dtype)) for shape, dtype in zip(shapes, dtypes))
         with self._lock:
             free = self._free.get(key)
             arrays = free.pop() if free else None
             self.allocated += arrays is None
         if arrays is None:
-            arrays = tuple(np.empty(shape) for shape in key)
+            arrays = tuple(np.empty(shape, dtype=dtype) for shape, dtype in key)
         try:
             yield arrays
         finally:
             with self._lock:
                 self._free.setdefault(key, []).append(arrays)
+
+    def clear(self) -> None:
+        """Drop the free sets (a pass has ended); a set lent now joins the free list when it comes back."""
+        with self._lock:
+            self._free.clear()
 
     def __reduce__(self):
         return ScratchArrays, ()
