@@ -287,7 +287,7 @@ def test_a_stream_labels_the_blocks_it_keeps_once_within_the_budget(monkeypatch)
     assert labelled == [0, 1, 2, 3, 4, 5, 3, 4, 5]
     assert all(labels.base is None for labels in kept._kept)  # arrays of their own: keeping them keeps no X
     assert kept.kept_labels.startswith("labels of the first 3 blocks kept")
-    # Each task of a Dask pass receives the labels kept; the kept blocks are labelled by tasks of their own, once.
+    # Each task of a Dask pass receives the labels kept; a kept block is labelled once, by the first pass's task.
     labelled.clear()
     on_dask = source.keeping_labels(2500).as_dask()
     with dask.config.set(scheduler="threads"):

@@ -200,11 +200,11 @@ class DaskTeacherSource(TeacherSource):
     ``python bench/block_tasks.py``.)  The blocks, their order and the reductions are the
     :class:`TeacherSource`'s, so a fit computes the same bits, and the
     fingerprint, which names a checkpoint, is the same too.  The labels of the
-    first ``kept_blocks`` blocks are computed by tasks of their own the
-    first time a pass reads them, and persisted (``dask.persist``): in this
-    process under the threaded scheduler, on the workers of a
-    ``distributed.Client``, whose scheduler then runs a block's tasks where
-    its labels lie.
+    first ``kept_blocks`` blocks are computed the first time a pass reads
+    them, by the task that reads the block for that pass, and persisted
+    with its result (``dask.persist``): in this process under the threaded
+    scheduler, on the workers of a ``distributed.Client``, whose scheduler
+    then runs a block's later tasks where its labels lie.
     """
 
     wave_blocks = WAVE_BLOCKS
@@ -218,12 +218,15 @@ class DaskTeacherSource(TeacherSource):
         selected = list(range(self.block_count) if blocks is None else blocks)
         labelling = [index for index in selected if index < self.kept_blocks and self._kept[index] is None]
         with self._pass_buffers() as buffers:
+            results = {}
             if labelling:
-                persisted = dask.persist(*(dask.delayed(_kept_labels, pure=True)(self, index, buffers)
-                                           for index in labelling))
-                for index, labels in zip(labelling, persisted):
-                    self._kept[index] = labels
-            tasks = [dask.delayed(_draw_and_run_block, pure=True)(
+                # A block to keep is labelled and read by one task, whose (labels, result) Dask persists where
+                # it ran: reading it again in a second task would draw its signs and run a task once more.
+                persisted = dask.persist(*(dask.delayed(_label_to_keep_and_run, pure=True)(
+                    self, func, args, index, indexed, buffers) for index in labelling))
+                for index, kept_and_result in zip(labelling, persisted):
+                    self._kept[index], results[index] = kept_and_result[0], kept_and_result[1]
+            tasks = [results[index] if index in results else dask.delayed(_draw_and_run_block, pure=True)(
                 self, func, args, index, indexed, buffers, self._kept[index] if index < self.kept_blocks else None)
                 for index in selected]
             return list(dask.compute(*tasks))
@@ -233,11 +236,13 @@ class DaskTeacherSource(TeacherSource):
         return self._drawn_block(index, None)
 
 
-def _kept_labels(source: TeacherSource, index: int, buffers: BlockBuffers) -> np.ndarray:
-    """The labels of block ``index`` of ``source``, computed inside a Dask task on one thread into a new array,
-    to be kept (its signs drawn into arrays lent by ``buffers``)."""
+def _label_to_keep_and_run(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
+                           buffers: BlockBuffers) -> tuple:
+    """(the labels of block ``index`` of ``source``, ``func`` on the block), inside a Dask task on one thread:
+    the labels computed into a new array, to be kept, the signs drawn into arrays lent by ``buffers``."""
     with one_thread(), buffers.lent(source.block_samples(index)) as lent:
-        return source._drawn_to_keep(index, lent[0][0], lent[1])[1]
+        X, Y, rows = source._drawn_to_keep(index, lent[0][0], lent[1])
+        return Y, run_block(func, X, Y, rows, args, index if indexed else None)
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
