@@ -237,7 +237,9 @@ def test_a_sculpt_vs_m_cell_on_a_cluster_spreads_its_passes_and_stores_the_local
         with distributed.get_task_stream(client) as tasks:
             summary = run_sweep("sculpt-vs-m", tmp_path / "dask.db", grid=grid, progress=False, backend="dask",
                                 scheduler=cluster.scheduler_address)
-        blocks = [task for task in tasks.data if str(task["key"]).startswith("_draw_and_run_block")]
+        # A block's task: one that draws and reads it, or one that also labels it to be kept (phase 1's).
+        blocks = [task for task in tasks.data
+                  if str(task["key"]).startswith(("_draw_and_run_block", "_label_to_keep_and_run"))]
     assert (summary.computed, summary.failed) == (1, 0)
     assert len({task["worker"] for task in blocks}) == 2
     [local], [spread] = (_stored_rows(tmp_path / name) for name in ("local.db", "dask.db"))

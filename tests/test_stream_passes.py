@@ -304,6 +304,30 @@ def test_a_stream_labels_the_blocks_it_keeps_once_within_the_budget(monkeypatch)
     assert none.kept_blocks == 0 and "3 more would pass" in none.kept_labels
 
 
+def test_the_labels_a_dask_stream_keeps_do_not_keep_the_first_pass_results():
+    # The first pass over a kept block labels it in the task that reads it; what the pass returned must go
+    # when the caller drops it, or a pass's rows would stay in memory for as long as the labels do.
+    import gc
+    import weakref
+
+    import dask
+
+    class Result:
+        pass
+
+    _, source = _stream(samples=6000)
+    on_dask = source.keeping_labels(2500).as_dask()
+    with dask.config.set(scheduler="threads"):
+        results = on_dask.map_blocks(lambda X, Y, rows: Result())
+    alive = [weakref.ref(result) for result in results]
+    del results
+    gc.collect()
+    assert [ref() for ref in alive] == [None] * len(alive)
+    with dask.config.set(scheduler="threads"):  # the labels are still kept
+        sums = on_dask.map_blocks(lambda X, Y, rows: float(np.asarray(Y).sum()))
+    assert sums == [float(Y.sum()) for _, Y in source.blocks()]
+
+
 def test_phases_1_to_4_are_the_same_whatever_labels_the_stream_keeps(monkeypatch):
     import dask
 

@@ -222,10 +222,12 @@ class DaskTeacherSource(TeacherSource):
             if labelling:
                 # A block to keep is labelled and read by one task, whose (labels, result) Dask persists where
                 # it ran: reading it again in a second task would draw its signs and run a task once more.
-                persisted = dask.persist(*(dask.delayed(_label_to_keep_and_run, pure=True)(
+                pairs = dask.persist(*(dask.delayed(_label_to_keep_and_run, pure=True)(
                     self, func, args, index, indexed, buffers) for index in labelling))
-                for index, kept_and_result in zip(labelling, persisted):
-                    self._kept[index], results[index] = kept_and_result[0], kept_and_result[1]
+                # The labels persisted alone: kept with their pair they would keep the pass's result alive too.
+                kept = dask.persist(*(pair[0] for pair in pairs))
+                for index, labels, pair in zip(labelling, kept, pairs):
+                    self._kept[index], results[index] = labels, pair[1]
             tasks = [results[index] if index in results else dask.delayed(_draw_and_run_block, pure=True)(
                 self, func, args, index, indexed, buffers, self._kept[index] if index < self.kept_blocks else None)
                 for index in selected]
