@@ -161,21 +161,22 @@ class TeacherSource(BlockSource):
                       labels: np.ndarray | None = None):
         """``func`` on block ``index`` drawn into arrays lent by ``buffers``, labelled unless its ``labels``
         are given or kept; a block whose labels are to be kept is labelled into a new array, kept."""
-        keep = index < self.kept_blocks and labels is None
-        if keep and self._kept[index] is not None:
+        if index < self.kept_blocks and labels is None:
+            if self._kept[index] is None:
+                self._kept[index], result = self._labelled_to_keep(func, args, index, indexed, buffers)
+                return result
             labels = self._kept[index]
         with buffers.lent(self.block_samples(index)) as lent:
-            if keep and self._kept[index] is None:
-                X, Y, rows = self._drawn_to_keep(index, lent[0][0], lent[1])
-                self._kept[index] = Y
-            else:
-                X, Y, rows = self._drawn_block(index, labels, lent)
-            return run_block(func, X, Y, rows, args, index if indexed else None)
+            return run_block(func, *self._drawn_block(index, labels, lent), args, index if indexed else None)
 
-    def _drawn_to_keep(self, index: int, tokens: np.ndarray, codes: np.ndarray) -> tuple[CodedTokens, np.ndarray, None]:
-        """Block ``index`` drawn into ``tokens`` and ``codes``, its labels into an array of their own, to be kept
-        (one array with the tokens would keep them alive too)."""
-        return self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
+    def _labelled_to_keep(self, func, args: tuple, index: int, indexed: bool, buffers: BlockBuffers) -> tuple:
+        """(the labels of block ``index``, ``func`` on the block): the tokens drawn into arrays lent by
+        ``buffers``, the labels into an array of their own, to be kept (one array with the tokens would keep
+        them alive too)."""
+        with buffers.lent(self.block_samples(index)) as lent:
+            (tokens, _), codes = lent
+            X, Y, rows = self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
+            return Y, run_block(func, X, Y, rows, args, index if indexed else None)
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -242,9 +243,8 @@ def _label_to_keep_and_run(source: TeacherSource, func, args: tuple, index: int,
                            buffers: BlockBuffers) -> tuple:
     """(the labels of block ``index`` of ``source``, ``func`` on the block), inside a Dask task on one thread:
     the labels computed into a new array, to be kept, the signs drawn into arrays lent by ``buffers``."""
-    with one_thread(), buffers.lent(source.block_samples(index)) as lent:
-        X, Y, rows = source._drawn_to_keep(index, lent[0][0], lent[1])
-        return Y, run_block(func, X, Y, rows, args, index if indexed else None)
+    with one_thread():
+        return source._labelled_to_keep(func, args, index, indexed, buffers)
 
 
 def _draw_and_run_block(source: TeacherSource, func, args: tuple, index: int, indexed: bool,
