@@ -10,8 +10,8 @@ import pytest
 import mhalearn
 from mhalearn import _numba
 from mhalearn.attention import kernels, reference
-from mhalearn.attention.data import boolean_block, labelled_block, sign_key
-from mhalearn.data.token_codes import block_codes, code_groups
+from mhalearn.attention.data import boolean_block, boolean_codes, labelled_block, sign_key
+from mhalearn.data.token_codes import block_codes, code_groups, signs_of_codes
 
 MASK = (1 << 64) - 1
 
@@ -59,6 +59,10 @@ def test_codes_drawn_with_the_signs_are_those_of_the_signs(length, dim):
     assert block_codes(X, expected)
     np.testing.assert_array_equal(codes, expected)
     np.testing.assert_array_equal(X, boolean_block(3, 1, 29, length, dim))  # the same signs with codes or not
+    # Drawn alone (a kept block read again), the codes are the same, and name the same signs.
+    alone = boolean_codes(3, 1, np.full_like(codes, 255), dim)
+    np.testing.assert_array_equal(alone, expected)
+    np.testing.assert_array_equal(signs_of_codes(alone, dim), X)
 
 
 def test_signs_are_balanced_and_uncorrelated():

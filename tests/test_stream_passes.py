@@ -328,6 +328,31 @@ def test_the_labels_a_dask_stream_keeps_do_not_keep_the_first_pass_results():
     assert sums == [float(Y.sum()) for _, Y in source.blocks()]
 
 
+def test_a_kept_block_read_again_decodes_only_the_tokens_a_pass_keeps(monkeypatch):
+    # A later read of a kept block draws its codes alone; the kernels read the codes, and a block function
+    # indexing X gets the tokens it indexed, decoded.  A whole block decoded would undo the saving.
+    from mhalearn.data import sources
+
+    teacher, source = _stream(samples=6000)
+    kept = source.keeping_labels(2500)
+    list(kept.blocks())  # the first read labels the blocks kept
+    decoded = []
+    original = sources.signs_of_codes
+    monkeypatch.setattr(sources, "signs_of_codes",
+                        lambda codes, dim: decoded.append(len(codes)) or original(codes, dim))
+    w_sum = teacher.projection_sum
+    rows = agreement_passes.find_agreement_rows(kept.prefix(2500), w_sum, quantile=0.05, simplex_tol=TOL)
+    assert rows.scanned == 3 * 1000 * 4 and 0 < len(rows) < 3000
+    assert len(decoded) == 3 and sum(decoded) == len(rows)  # one decoding a block, of the rows kept
+    # Indexing decodes the sequences indexed, np.asarray the block: the tokens drawn with the labels.
+    X, X_drawn = kept._block(0)[0], next(iter(source.blocks()))[0]
+    assert X.tokens is None and X.shape == X_drawn.shape
+    np.testing.assert_array_equal(X[[5, 2, 5]], np.asarray(X_drawn)[[5, 2, 5]])
+    np.testing.assert_array_equal(X[7], np.asarray(X_drawn)[7])
+    np.testing.assert_array_equal(X[3, 1], np.asarray(X_drawn)[3, 1])
+    np.testing.assert_array_equal(np.asarray(X), X_drawn)
+
+
 def test_phases_1_to_4_are_the_same_whatever_labels_the_stream_keeps(monkeypatch):
     import dask
 

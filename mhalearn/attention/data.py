@@ -161,6 +161,40 @@ def _draw_signs(key, out, codes):
                 codes[s, a, g] = np.uint8(code)
 
 
+@njit(cache=True, nogil=True)
+def _draw_codes(key, codes, dim):
+    """The ``codes`` (n, k, ⌈dim / BITS⌉) that :func:`_draw_signs` gives the same stream ``key``, its signs not
+    written: entry (a, c) is bit (a·d + c) mod 64 of the sequence's word (a·d + c) // 64, as there."""
+    n, k, groups = codes.shape
+    entries = k * dim
+    words = (entries + 63) // 64
+    word = np.empty(words, dtype=np.uint64)
+    counter = np.uint64(0)
+    for s in range(n):
+        for j in range(words):
+            counter += np.uint64(1)
+            word[j] = _splitmix64(key, counter)
+        for a in range(k):
+            for g in range(groups):
+                first = a * dim + BITS * g
+                width = min(BITS, dim - BITS * g)
+                if words == 1:
+                    code = (word[0] >> np.uint64(first)) & np.uint64((1 << width) - 1)
+                else:
+                    code = np.uint64(0)
+                    for b in range(width):
+                        entry = first + b
+                        code |= ((word[entry // 64] >> np.uint64(entry % 64)) & np.uint64(1)) << np.uint64(b)
+                codes[s, a, g] = np.uint8(code)
+
+
+def boolean_codes(seed: int, index: int, codes: np.ndarray, dim: int) -> np.ndarray:
+    """The codes of block ``index``'s Boolean tokens (:func:`boolean_block`'s ``codes``) into ``codes`` (size,
+    length, ⌈dim / 6⌉) uint8, its signs not written: a fifth of the time of drawing them too (d = 12, k = 4)."""
+    _draw_codes(sign_key(seed, index), codes, dim)
+    return codes
+
+
 def sign_key(seed: int, index: int) -> np.uint64:
     """The key of block ``index``'s sign words (:func:`labelled_block`): SeedSequence((seed, index)), spawn 0."""
     return np.random.SeedSequence([seed, index], spawn_key=(0,)).generate_state(1, np.uint64)[0]

@@ -12,8 +12,9 @@ A stream read several times over its first blocks (phases 1–3 of the body
 read a prefix of 10⁷ sequences about six times) keeps those blocks' labels
 once computed (:meth:`TeacherSource.keeping_labels`), as far as
 ``KEPT_LABELS_SHARE`` of the memory budget allows: a later read draws
-the block's signs again (a twentieth of labelling it) and reads the labels
-kept, the same bits.
+the codes of the block's tokens again (a hundredth of labelling it; the
+tokens a pass keeps are decoded from them) and reads the labels kept, the
+same bits.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .._validation import check_positive_int
 from ..data.scratch import ScratchArrays
 from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, PrefixSource, run_block
 from ..data.token_codes import code_groups
-from .data import boolean_block, labelled_block
+from .data import boolean_codes, labelled_block
 
 #: Share of the memory budget (:func:`mhalearn.set_memory_budget`) that the labels a stream keeps may take:
 #: the rest is the fit's (pools, candidate rows, the net) and the interpreter's.
@@ -112,7 +113,7 @@ class TeacherSource(BlockSource):
 
     def _drawn_block(self, index: int, labels: np.ndarray | None,
                      buffers: BlockBuffers | None = None) -> tuple[CodedTokens, np.ndarray, None]:
-        """Block ``index`` drawn, labelled unless its ``labels`` are given (then its signs only are drawn), into
+        """Block ``index`` drawn, labelled unless its ``labels`` are given (then its tokens' codes only), into
         ``buffers`` (:meth:`BlockBuffers.lent`) when given, else into new arrays, the tokens and the labels
         each in an array of its own."""
         size = self.block_samples(index)
@@ -125,9 +126,9 @@ class TeacherSource(BlockSource):
         # Coded where the block is drawn, from its sign words, as ArraySource codes its blocks: the passes'
         # kernels read the codes (a pass of the decoder then takes half the time at m = 4, d = 12, k = 4).
         if labels is not None:
-            X = boolean_block(self.seed, index, size, self.length, self.dim,
-                              out=None if pairs is None else pairs[0], codes=codes)
-            return CodedTokens(X, codes), labels, None
+            # Only the codes are drawn: the kernels of the later passes read them, and the few tokens a pass
+            # keeps are decoded from them (CodedTokens), the same ±1.
+            return CodedTokens(None, boolean_codes(self.seed, index, codes, self.dim), self.dim), labels, None
         X, Y = labelled_block(self.teacher, self.length, "boolean", self.noise, self.seed, index, size, codes,
                               out=pairs)
         return CodedTokens(X, codes), Y, None

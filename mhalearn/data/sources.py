@@ -54,7 +54,7 @@ import numpy as np
 
 from .._memory import get_memory_budget
 from .._validation import check_positive_int
-from .token_codes import block_codes, code_groups
+from .token_codes import block_codes, code_groups, signs_of_codes
 
 #: Sequences per block: about 25 MB of float64 inputs and labels at d = 12, k = 4.
 BLOCK_SIZE = 1 << 16
@@ -439,16 +439,35 @@ class CodedTokens(_BlockView):
 
     An array for everyone (``np.asarray``, indexing and ``shape`` read X); the kernels of phases 2
     and 3 read ``codes`` instead of coding every token again, and never touch X: a pass then reads
-    8 bytes of a sequence's tokens instead of 384 (d = 12, k = 4).
+    8 bytes of a sequence's tokens instead of 384 (d = 12, k = 4).  A block known by its codes alone
+    (``tokens`` None, its tokens' ``dim`` given: a stream's block whose labels were kept, read again) decodes
+    its tokens from them where they are read: indexing decodes the sequences indexed, ``np.asarray``
+    the whole block, once; :func:`kernel_tokens` lends a kernel that reads the codes no tokens at all.
     """
 
-    def __init__(self, tokens: np.ndarray, codes: np.ndarray):
-        super().__init__(tokens)
+    def __init__(self, tokens: np.ndarray | None, codes: np.ndarray, dim: int | None = None):
+        if tokens is None:
+            self.shape, self.dtype, self.ndim = (*codes.shape[:2], dim), np.dtype(np.float64), 3
+        else:
+            super().__init__(tokens)
         self.tokens, self.codes = tokens, codes
 
     def __array__(self, dtype=None, copy=None):
+        if self.tokens is None:
+            self.tokens = signs_of_codes(self.codes, self.shape[2])
         tokens = self.tokens if dtype is None else self.tokens.astype(dtype, copy=False)
         return tokens.copy() if copy and tokens is self.tokens else tokens
 
     def __getitem__(self, index) -> np.ndarray:
-        return self.tokens[index]
+        if self.tokens is None and not isinstance(index, tuple):
+            return signs_of_codes(self.codes[index], self.shape[2])
+        return np.asarray(self)[index]
+
+
+def kernel_tokens(X, codes_suffice: bool) -> np.ndarray:
+    """A block's tokens as a kernel takes them: a C-contiguous float64 array, or an empty (0, k, d) one for a
+    :class:`CodedTokens` block known by its codes alone when ``codes_suffice`` (the kernel, given the codes,
+    reads nothing of X but its shape), rather than its tokens decoded for nothing."""
+    if codes_suffice and isinstance(X, CodedTokens) and X.tokens is None:
+        return np.empty((0, *X.shape[1:]))
+    return np.ascontiguousarray(X, dtype=np.float64)

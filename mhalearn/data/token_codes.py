@@ -69,4 +69,23 @@ def block_codes(X, codes):
     return True
 
 
-__all__ = ["BITS", "block_codes", "code_groups", "sequence_codes", "token_codes"]
+@njit(cache=True, nogil=True)
+def _signs_into(codes, out):
+    # out[s, j, e] = +1 where bit e mod BITS of code e // BITS of token j is set, −1 where it is not: the
+    # entries token_codes read the bits from, exactly (±1 are exact).
+    d = out.shape[2]
+    for s in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            for e in range(d):
+                out[s, j, e] = 2.0 * np.float64((codes[s, j, e // BITS] >> (e % BITS)) & 1) - 1.0
+
+
+def signs_of_codes(codes: np.ndarray, dim: int) -> np.ndarray:
+    """The Boolean tokens whose codes are ``codes`` (…, k, groups), as a new float64 array (…, k, ``dim``)."""
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    out = np.empty((*codes.shape[:-1], dim))
+    _signs_into(codes.reshape(-1, *codes.shape[-2:]), out.reshape(-1, *out.shape[-2:]))
+    return out
+
+
+__all__ = ["BITS", "block_codes", "code_groups", "sequence_codes", "signs_of_codes", "token_codes"]

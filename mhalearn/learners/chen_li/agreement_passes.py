@@ -18,7 +18,7 @@ import numpy as np
 
 from ...data.checkpoint import NoProgress
 from ...data.scratch import ScratchArrays
-from ...data.sources import kernel_labels, stream_rows
+from ...data.sources import kernel_labels, kernel_tokens, stream_rows
 from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
 from .agreement_rows import (
@@ -293,14 +293,14 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     with _block_residuals(X, Y, w_sum, sequences, scratch) as (residuals, violations):
         slack = simplex_slack(X.shape[1], simplex_tol)
         labels, label_scale = kernel_labels(Y)
-        codes = getattr(X, "codes", None)  # a CodedTokens block: Boolean tokens
-        maybe = reachable_sequences(residuals, violations, np.asarray(X), codes is not None, labels, label_scale,
-                                    stream_rows(sequences, len(X)), threshold, radius * slack * (1.0 + _REACH_SLACK),
-                                    10 * simplex_tol)
+        boolean = getattr(X, "codes", None) is not None  # a CodedTokens block: Boolean tokens, X not read
+        maybe = reachable_sequences(residuals, violations, kernel_tokens(X, codes_suffice=boolean), boolean,
+                                    labels, label_scale, stream_rows(sequences, len(X)), threshold,
+                                    radius * slack * (1.0 + _REACH_SLACK), 10 * simplex_tol)
         # A row with no finite residual (y = 0) can never be accepted.
         usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])
         at = maybe if sequences is None else sequences[maybe]
-        tokens, labels = np.asarray(X)[at], Y[at]
+        tokens, labels = X[at], Y[at]
         reach = slack * residual_reach(tokens, labels)
         with np.errstate(divide="ignore", invalid="ignore"):
             need = np.maximum(residuals[maybe] - threshold, 0.0) / reach

@@ -34,7 +34,7 @@ from numba import njit, types
 
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, slp_vectorised, thread_driver
 from ...attention.forward_kernel import _as_lanes, _store_lanes
-from ...data.sources import kernel_labels, stream_rows
+from ...data.sources import kernel_labels, kernel_tokens, stream_rows
 from ...data.token_codes import block_codes, code_groups
 from .cholesky import solve_three
 from .decoder_kernel import _CHOLESKY_FLOOR, _EXPLICIT_BELOW, _decode_patterns_parallel, _decode_patterns_worker
@@ -306,7 +306,7 @@ def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out
     residuals, violations = (np.empty((n, labels)), np.empty((n, labels))) if out is None else out
     codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.data.sources)
     Y, label_scale = kernel_labels(Y)
-    X = np.ascontiguousarray(X)
+    X = kernel_tokens(X, codes_suffice=codes is not None)  # the workers read the codes when given, never X
     coded_here = codes is None and not full and k == 4 and n == X.shape[0] and X.dtype == np.float64
     w_sum = np.ascontiguousarray(w_sum, dtype=np.float64)
     d = X.shape[2]

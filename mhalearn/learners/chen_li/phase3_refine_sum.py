@@ -34,7 +34,7 @@ from numba import njit
 from ..._exp import exp_nonpositive
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...data.checkpoint import NoProgress
-from ...data.sources import stream_rows
+from ...data.sources import kernel_tokens, stream_rows
 from ...data.token_codes import code_groups, sequence_codes
 from ..least_squares import least_squares
 from ..report import Notifier, PhaseResult, data_field, detail_line
@@ -222,10 +222,11 @@ def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None
     top = np.empty((n, k), dtype=np.int64)
     mass = np.empty((n, k))
     codes = getattr(X, "codes", None)  # a CodedTokens block (mhalearn.data.sources)
-    X = np.ascontiguousarray(X, dtype=np.float64)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     floor_gap = -math.inf if floor is None else math.log(floor / ((1.0 - floor) * k)) - _GAP_SLACK
     forms = bilinear_tables(theta) if code_groups(d) <= BILINEAR_GROUPS else np.empty((0, 0, 0, 0))
+    # The worker reads X only where it has no codes or no bilinear tables.
+    X = kernel_tokens(X, codes_suffice=codes is not None and forms.shape[0] > 0)
     DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, codes, rows,
                  theta, sign_tables(theta), forms, floor_gap, chunk_count(n), new_counter(), top, mass)
     return top, mass
