@@ -19,7 +19,11 @@ threads``: on Dask's threaded scheduler with that many threads, in this process)
    settings, ``random_state = seed``) on the same dataset,
 
 both after phases 1–4 on a small dataset, so that neither times a worker
-loading its kernels.
+loading its kernels.  On Dask's threads both are also timed in CPU seconds of
+this process (``getrusage``): the ratio in CPU time says what the fit did
+beside the wall clock's share of idle cores, and a fit that wrote pages its
+machine had to fetch anew (a VM's host, runs/generated-pass/README.md) shows
+it there.
 
 Printed per worker count: both wall times and their ratio (phases 1–4 in
 labelling passes), the candidate pass's figures, the span distance to the
@@ -43,6 +47,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import sys
 import time
 
@@ -118,6 +123,12 @@ def rate_cells(row: dict, seconds: float | None) -> tuple[str, str]:
     return f"{per_core:,.0f}", f"{limit / seconds:.1%}"
 
 
+def cpu_seconds() -> float:
+    """CPU seconds this process has used, its threads' (Dask's threaded scheduler) included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 @contextlib.contextmanager
 def scheduler_of(scheduler: str, workers: int):
     """The scheduler the passes run on while inside; yields a function giving each worker's peak memory (MB)."""
@@ -137,11 +148,11 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
     with scheduler_of(scheduler, workers) as worker_memory_mb:
         warm_up(teacher, kind)
         source = generated(teacher, samples, seeded_rng(seed, "passes"), kind)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         source.map_blocks(label_sum)
-        labelling = time.perf_counter() - start
+        labelling, labelling_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
         print(f"  {workers} worker(s): labelling pass {labelling:.1f} s", file=sys.stderr, flush=True)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
 
         def show(phase, result):  # progress on stderr: a phase of a long run ends
             if phase != Phase.PASS:  # where a pass stands: StreamProgress's lines
@@ -150,13 +161,16 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
 
         observers = Observers(show, StreamProgress(interval=60.0, lines=True, desc=f"  {workers} worker(s): "))
         phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(observers))
-        body = time.perf_counter() - start
+        body, body_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
         worker_memory = worker_memory_mb()
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
     span = phases.span
     return {"samples": samples, "seed": seed, "workers": workers, "prefix_samples": prefix_samples, "source": kind,
             "scheduler": scheduler,
             "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
+            # A cluster's workers are other processes: this process's CPU time is not theirs.
+            "labelling_cpu_seconds": labelling_cpu if scheduler == "threads" else None,
+            "phases_cpu_seconds": body_cpu if scheduler == "threads" else None,
             "stream_refit": None if stream is None else stream.as_dict(),
             "prefix_labels": phases.refined_sum.prefix_labels,
             "k_star_rows": phases.sculpt[-1].found_rows, "refused": span.refused,
@@ -167,6 +181,14 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
                                  / np.linalg.norm(teacher.projection_sum)),
             "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb(),
             "dgemm_gflops": dgemm, "git_commit": git_state()[0]}
+
+
+def cpu_passes(row: dict) -> str:
+    """Phases 1–4 in labelling passes of CPU time, with both CPU times: "—" where the row has none."""
+    if row.get("phases_cpu_seconds") is None or not row.get("labelling_cpu_seconds"):
+        return "—"
+    return (f"{row['phases_cpu_seconds'] / row['labelling_cpu_seconds']:.2f} "
+            f"({row['phases_cpu_seconds']:.1f} / {row['labelling_cpu_seconds']:.1f} s)")
 
 
 def candidate_pass_seconds(row: dict) -> float | None:
@@ -209,9 +231,11 @@ def main():
         with open(args.out, "a") as handle:
             handle.write(json.dumps(rows[key]) + "\n")
     print(markdown_table(
-        ("workers", "labelling pass", "phases 1–4", "in labelling passes", "candidate passes", "candidate rows",
+        ("workers", "labelling pass", "phases 1–4", "in labelling passes", "in CPU time", "candidate passes",
+         "candidate rows",
          "K\\*'s rows", "span distance", "its estimate", "Ŵ_Σ error", "peak memory per worker", "client"),
         ([workers, f"{row['labelling_seconds']:.1f} s", f"{row['phases_seconds']:.1f} s", f"{row['passes_worth']:.2f}",
+          cpu_passes(row),
           (row["stream_refit"] or {}).get("passes"), (row["stream_refit"] or {}).get("candidates"),
           row["k_star_rows"], "—" if row["span_distance"] is None else f"{row['span_distance']:.4f}",
           "—" if row["estimated_error"] is None else f"{row['estimated_error']:.3f}",
