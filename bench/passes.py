@@ -20,10 +20,11 @@ threads``: on Dask's threaded scheduler with that many threads, in this process)
 
 both after phases 1–4 on a small dataset, so that neither times a worker
 loading its kernels.  On Dask's threads both are also timed in CPU seconds of
-this process (``getrusage``): the ratio in CPU time says what the fit did
-beside the wall clock's share of idle cores, and a fit that wrote pages its
-machine had to fetch anew (a VM's host, runs/generated-pass/README.md) shows
-it there.
+this process (``getrusage``), and in the kernel's share of it: the ratio in
+CPU time says what the fit did apart from the wall clock's idle cores, and the
+kernel's seconds hold the page faults of new memory, which on a VM whose host
+takes back freed pages cost 2.1–2.3 CPU seconds a GiB
+(runs/generated-pass/README.md).
 
 Printed per worker count: both wall times and their ratio (phases 1–4 in
 labelling passes), the candidate pass's figures, the span distance to the
@@ -123,10 +124,17 @@ def rate_cells(row: dict, seconds: float | None) -> tuple[str, str]:
     return f"{per_core:,.0f}", f"{limit / seconds:.1%}"
 
 
-def cpu_seconds() -> float:
-    """CPU seconds this process has used, its threads' (Dask's threaded scheduler) included."""
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds this process has used, its threads' (Dask's threaded scheduler) included, and those of them
+    spent in the kernel (the page faults of new memory among them)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime + usage.ru_stime, usage.ru_stime
+
+
+def cpu_since(start: tuple[float, float]) -> tuple[float, float]:
+    """:func:`cpu_seconds` since ``start``, another of its values."""
+    now = cpu_seconds()
+    return now[0] - start[0], now[1] - start[1]
 
 
 @contextlib.contextmanager
@@ -150,7 +158,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
         source = generated(teacher, samples, seeded_rng(seed, "passes"), kind)
         start, cpu_start = time.perf_counter(), cpu_seconds()
         source.map_blocks(label_sum)
-        labelling, labelling_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+        labelling, labelling_cpu = time.perf_counter() - start, cpu_since(cpu_start)
         print(f"  {workers} worker(s): labelling pass {labelling:.1f} s", file=sys.stderr, flush=True)
         start, cpu_start = time.perf_counter(), cpu_seconds()
 
@@ -161,7 +169,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
 
         observers = Observers(show, StreamProgress(interval=60.0, lines=True, desc=f"  {workers} worker(s): "))
         phases = sculpt_span(source, HEADS, settings, np.random.default_rng(seed), Notifier(observers))
-        body, body_cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+        body, body_cpu = time.perf_counter() - start, cpu_since(cpu_start)
         worker_memory = worker_memory_mb()
     stream = next((step for step in phases.refined_sum.steps if isinstance(step, StreamRefit)), None)
     span = phases.span
@@ -169,8 +177,10 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
             "scheduler": scheduler,
             "labelling_seconds": labelling, "phases_seconds": body, "passes_worth": body / labelling,
             # A cluster's workers are other processes: this process's CPU time is not theirs.
-            "labelling_cpu_seconds": labelling_cpu if scheduler == "threads" else None,
-            "phases_cpu_seconds": body_cpu if scheduler == "threads" else None,
+            "labelling_cpu_seconds": labelling_cpu[0] if scheduler == "threads" else None,
+            "phases_cpu_seconds": body_cpu[0] if scheduler == "threads" else None,
+            "labelling_kernel_seconds": labelling_cpu[1] if scheduler == "threads" else None,
+            "phases_kernel_seconds": body_cpu[1] if scheduler == "threads" else None,
             "stream_refit": None if stream is None else stream.as_dict(),
             "prefix_labels": phases.refined_sum.prefix_labels,
             "k_star_rows": phases.sculpt[-1].found_rows, "refused": span.refused,
@@ -184,11 +194,13 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
 
 
 def cpu_passes(row: dict) -> str:
-    """Phases 1–4 in labelling passes of CPU time, with both CPU times: "—" where the row has none."""
+    """Phases 1–4 in labelling passes of CPU time, with both CPU times and their seconds in the kernel: "—"
+    where the row has none."""
     if row.get("phases_cpu_seconds") is None or not row.get("labelling_cpu_seconds"):
         return "—"
     return (f"{row['phases_cpu_seconds'] / row['labelling_cpu_seconds']:.2f} "
-            f"({row['phases_cpu_seconds']:.1f} / {row['labelling_cpu_seconds']:.1f} s)")
+            f"({row['phases_cpu_seconds']:.1f} / {row['labelling_cpu_seconds']:.1f} s, in the kernel "
+            f"{row['phases_kernel_seconds']:.1f} / {row['labelling_kernel_seconds']:.1f} s)")
 
 
 def candidate_pass_seconds(row: dict) -> float | None:
