@@ -353,6 +353,45 @@ def test_a_kept_block_read_again_decodes_only_the_tokens_a_pass_keeps(monkeypatc
     np.testing.assert_array_equal(np.asarray(X), X_drawn)
 
 
+_KEPT_READS_CHECKED = """
+import numpy as np
+import mhalearn
+from mhalearn.attention import teacher_source
+from mhalearn.learners.chen_li import sculpt_span
+from mhalearn.learners.chen_li.settings import BodySettings
+
+lazy = []
+
+
+class Counted(teacher_source.CodedTokens):
+    def __init__(self, tokens, codes, dim=None):
+        super().__init__(tokens, codes, dim)
+        lazy.append(tokens is None)
+
+
+teacher_source.CodedTokens = Counted
+for heads, dim in [(2, 7), (1, 20)]:  # at d = 20 the margin kernel has no bilinear tables: it reads X, decoded
+    lazy.clear()
+    source = teacher_source.TeacherSource(mhalearn.sample_teacher(heads, dim, rng=31), 8000, 4, seed=3,
+                                          block_size=1000)
+    sculpt_span(source, heads, BodySettings(prefix_samples=3000, refit_iterations=10), np.random.default_rng(7))
+    assert sum(lazy) >= 9, lazy  # phases 2-3 read the 3 kept blocks again, by their codes alone
+"""
+
+
+@pytest.mark.slow
+def test_no_kernel_reads_the_tokens_a_kept_block_does_not_draw(tmp_path):
+    # A kept block read again lends the kernels that read codes an empty X (kernel_tokens).  Numba checks no
+    # bounds, so a kernel that read it anyway would read other memory, silently; compiled anew with
+    # NUMBA_BOUNDSCHECK (in a cache of their own: minutes), it raises IndexError instead.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", _KEPT_READS_CHECKED], env=env, check=True, timeout=3600)
+
+
 def test_phases_1_to_4_are_the_same_whatever_labels_the_stream_keeps(monkeypatch):
     import dask
 
