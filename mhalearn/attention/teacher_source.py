@@ -12,7 +12,7 @@ A stream read several times over its first blocks (phases 1–3 of the body
 read a prefix of 10⁷ sequences about six times) keeps those blocks' labels
 once computed (:meth:`TeacherSource.keeping_labels`), as far as
 ``KEPT_LABELS_SHARE`` of the memory budget allows: a later read draws
-the codes of the block's tokens again (a hundredth of labelling it; the
+the codes of the block's tokens again (about a fortieth of labelling it; the
 tokens a pass keeps are decoded from them) and reads the labels kept, the
 same bits.
 """
