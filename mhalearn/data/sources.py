@@ -464,10 +464,10 @@ class CodedTokens(_BlockView):
         return np.asarray(self)[index]
 
 
-def kernel_tokens(X, codes_suffice: bool) -> np.ndarray:
-    """A block's tokens as a kernel takes them: a C-contiguous float64 array, or an empty (0, k, d) one for a
-    :class:`CodedTokens` block known by its codes alone when ``codes_suffice`` (the kernel, given the codes,
-    reads nothing of X but its shape), rather than its tokens decoded for nothing."""
+def kernel_tokens(X, codes_suffice: bool, dtype=None) -> np.ndarray:
+    """A block's tokens as a kernel takes them: a C-contiguous array (of ``dtype`` when given), or an empty
+    (0, k, d) float64 one for a :class:`CodedTokens` block known by its codes alone when ``codes_suffice`` (the
+    kernel, given the codes, reads nothing of X but its shape), rather than its tokens decoded for nothing."""
     if codes_suffice and isinstance(X, CodedTokens) and X.tokens is None:
         return np.empty((0, *X.shape[1:]))
-    return np.ascontiguousarray(X, dtype=np.float64)
+    return np.ascontiguousarray(X, dtype=dtype)

@@ -226,7 +226,7 @@ def margin_mass(X: np.ndarray, theta: np.ndarray, rows: np.ndarray | None = None
     floor_gap = -math.inf if floor is None else math.log(floor / ((1.0 - floor) * k)) - _GAP_SLACK
     forms = bilinear_tables(theta) if code_groups(d) <= BILINEAR_GROUPS else np.empty((0, 0, 0, 0))
     # The worker reads X only where it has no codes or no bilinear tables.
-    X = kernel_tokens(X, codes_suffice=codes is not None and forms.shape[0] > 0)
+    X = kernel_tokens(X, codes_suffice=codes is not None and forms.shape[0] > 0, dtype=np.float64)
     DISPATCH.run("margin_mass", n * k * d * (d + k), _margin_mass_worker, _margin_mass_parallel, X, codes, rows,
                  theta, sign_tables(theta), forms, floor_gap, chunk_count(n), new_counter(), top, mass)
     return top, mass
