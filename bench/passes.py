@@ -23,7 +23,7 @@ loading its kernels.  On Dask's threads both are also timed in CPU seconds of
 this process (``getrusage``), and in the kernel's share of it: the ratio in
 CPU time says what the fit did apart from the wall clock's idle cores, and the
 kernel's seconds hold the page faults of new memory, which on a VM whose host
-takes back freed pages cost 2.1–2.3 CPU seconds a GiB
+takes back freed pages cost up to 2.3 CPU seconds a GiB
 (runs/generated-pass/README.md).
 
 Printed per worker count: both wall times and their ratio (phases 1–4 in
