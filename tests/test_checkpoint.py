@@ -370,3 +370,32 @@ def test_dask_arrays_named_alike_that_hold_other_values_are_not_resumed(tmp_path
     reference, _ = body(stream(flipped), None)
     np.testing.assert_array_equal(phases.span.basis, reference.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, reference.refined_sum.w_sum)
+
+
+def test_rows_known_by_their_tokens_codes_are_kept_as_codes_and_read_back_to_the_same_tokens(tmp_path):
+    from mhalearn.data.phase_files import BadPhaseFile, write_kept
+    from mhalearn.data.sources import CodedTokens
+    from mhalearn.data.token_codes import block_codes
+    from mhalearn.learners.chen_li.agreement_rows import AgreementRows
+
+    rng = np.random.default_rng(0)
+    signs = rng.choice([-1.0, 1.0], size=(5, 4, 13))
+    codes = np.empty((5, 4, 3), dtype=np.uint8)
+    assert block_codes(signs, codes)
+    rows = AgreementRows(CodedTokens(None, codes, 13), np.arange(5) % 4, rng.normal(size=(5, 13)),
+                         rng.random((5, 4)), rng.random((5, 4)), rng.random(5), rng.random(5), 20)
+    path = tmp_path / "rows.npz"
+    with open(path, "wb") as handle:
+        write_kept(handle, {"rows": rows})
+    with np.load(path) as members:  # the codes are kept, not 8 bytes an entry of decoded signs
+        assert not any(members[name].dtype == np.float64 and members[name].shape == signs.shape for name in members)
+    read = read_kept(path)["rows"]
+    assert isinstance(read.tokens, CodedTokens) and read.tokens.tokens is None
+    np.testing.assert_array_equal(read.tokens.codes, codes)
+    np.testing.assert_array_equal(np.asarray(read.tokens), signs)
+    np.testing.assert_array_equal(read.label, rows.label)
+    # Codes that cannot be those of tokens of d entries are a bad file, not tokens of another shape.
+    with open(path, "wb") as handle:
+        write_kept(handle, {"rows": AgreementRows(CodedTokens(None, codes, 19), *list(vars(rows).values())[1:8])})
+    with pytest.raises(BadPhaseFile, match="not the codes of tokens of 19 entries"):
+        read_kept(path)

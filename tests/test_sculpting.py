@@ -648,3 +648,29 @@ def test_first_agreement_rows_stop_at_the_block_that_completes_them():
     every_row = agreement_passes.first_agreement_rows(source, w_sum, residual_tol=0.02, max_rows=10 ** 6,
                                                       rng=np.random.default_rng(0), simplex_tol=TOL)
     assert len(every_row) == every.found == every_row.found and every_row.scanned == 4000 * 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(0, 300), quantile=st.sampled_from([None, 0.0, 0.05, 0.5, 1.0]),
+       residual_tol=st.sampled_from([None, 0.0, 0.3, np.inf]))
+def test_accepted_entries_are_those_of_numpys_masks(seed, size, quantile, residual_tol):
+    # The acceptance rule against its definition in NumPy: usable entries (within the simplex test, a finite
+    # residual), the quantile of their residuals capped by residual_tol; infinities and NaNs included.
+    if quantile is None and residual_tol is None:
+        return
+    rng = np.random.default_rng(seed)
+    # Rounded, so that residuals tie.
+    residual = np.round(rng.choice([0.1, 0.2, 0.3, np.inf, np.nan], size=(size, 3)) * rng.random((size, 3)), 2)
+    violation = np.where(rng.random((size, 3)) < 0.6, 0.0, rng.random((size, 3)))
+    usable = (violation <= 0.2) & np.isfinite(residual)
+    threshold = np.inf if residual_tol is None else residual_tol
+    if quantile is not None:
+        if not usable.any():
+            assert all(len(axis) == 0 for axis in agreement_rows.accepted_entries(residual, violation, quantile,
+                                                                                 residual_tol, 0.2))
+            return
+        threshold = min(threshold, np.quantile(residual[usable], quantile))
+    expected = np.nonzero(usable & (residual <= threshold))
+    found = agreement_rows.accepted_entries(residual, violation, quantile, residual_tol, 0.2)
+    for axis_found, axis_expected in zip(found, expected, strict=True):
+        np.testing.assert_array_equal(axis_found, axis_expected)

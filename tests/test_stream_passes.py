@@ -328,9 +328,11 @@ def test_the_labels_a_dask_stream_keeps_do_not_keep_the_first_pass_results():
     assert sums == [float(Y.sum()) for _, Y in source.blocks()]
 
 
-def test_a_kept_block_read_again_decodes_only_the_tokens_a_pass_keeps(monkeypatch):
-    # A later read of a kept block draws its codes alone; the kernels read the codes, and a block function
-    # indexing X gets the tokens it indexed, decoded.  A whole block decoded would undo the saving.
+def test_a_kept_block_read_again_decodes_no_token_and_its_rows_keep_their_codes(monkeypatch):
+    # A later read of a kept block draws its codes alone; the kernels read the codes, and the rows a pass
+    # keeps hold their tokens' codes, decoded where they are read as an array (the labels the stream
+    # computed are those of the decoded tokens); a block function indexing X gets the tokens it indexed,
+    # decoded.  A whole block decoded would undo the saving.
     from mhalearn.data import sources
 
     teacher, source = _stream(samples=6000)
@@ -343,7 +345,11 @@ def test_a_kept_block_read_again_decodes_only_the_tokens_a_pass_keeps(monkeypatc
     w_sum = teacher.projection_sum
     rows = agreement_passes.find_agreement_rows(kept.prefix(2500), w_sum, quantile=0.05, simplex_tol=TOL)
     assert rows.scanned == 3 * 1000 * 4 and 0 < len(rows) < 3000
-    assert len(decoded) == 3 and sum(decoded) == len(rows)  # one decoding a block, of the rows kept
+    assert decoded == [] and isinstance(rows.tokens, sources.CodedTokens) and rows.tokens.tokens is None
+    tokens = np.asarray(rows.tokens)
+    assert decoded == [len(rows)] and tokens.dtype == np.float64 and set(np.unique(tokens)) == {-1.0, 1.0}
+    np.testing.assert_allclose(teacher.predict(tokens)[np.arange(len(rows)), rows.query], rows.label, rtol=1e-12,
+                               atol=1e-12)
     # Indexing decodes the sequences indexed, np.asarray the block: the tokens drawn with the labels.
     X, X_drawn = kept._block(0)[0], next(iter(source.blocks()))[0]
     assert X.tokens is None and X.shape == X_drawn.shape

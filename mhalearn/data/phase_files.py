@@ -40,6 +40,9 @@ import zipfile
 
 import numpy as np
 
+from .sources import CodedTokens
+from .token_codes import code_groups
+
 #: The version of the layout; a file of another is read as damaged (and computed again).
 LAYOUT = 1
 
@@ -128,6 +131,9 @@ def _encode(value, arrays: list, nonfinite: list, where: str):
             nonfinite.append(where)
         return {"float": repr(float(value))} if type(value) in (float, np.float64) else \
             {"scalar": np.dtype(type(value)).str, "value": repr(float(value))}
+    if isinstance(value, CodedTokens):
+        # Boolean tokens kept by their codes (their float64 signs, if decoded, are the codes' decoding)
+        return {"coded_tokens": _encode(value.codes, arrays, nonfinite, f"{where}.codes"), "dim": value.shape[2]}
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise TypeError(f"{where}: an array of Python objects cannot be kept without pickle")
@@ -170,6 +176,8 @@ def _decode(tree, arrays: list, nonfinite: list, where: str):
             key = _decode(key, arrays, nonfinite, f"{where} key")
             decoded[key] = _decode(item, arrays, nonfinite, f"{where}[{key!r}]")
         return decoded
+    elif "coded_tokens" in tree:
+        return _coded_tokens(_decode(tree["coded_tokens"], arrays, nonfinite, where), tree.get("dim"), where)
     elif "enum" in tree:
         return _mhalearn_class(tree["enum"], enum.Enum)(_decode(tree["value"], arrays, nonfinite, where))
     elif "dataclass" in tree:
@@ -179,6 +187,15 @@ def _decode(tree, arrays: list, nonfinite: list, where: str):
     if not _finite(value):
         nonfinite.append(where)
     return value
+
+
+def _coded_tokens(codes, dim, where: str) -> CodedTokens:
+    """Tokens known by their ``codes`` (n, k, ⌈dim / 6⌉ bytes), checked, else BadPhaseFile."""
+    if not (isinstance(codes, np.ndarray) and codes.dtype == np.uint8 and codes.ndim == 3
+            and isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 and codes.shape[2] == code_groups(dim)
+            and int(codes.max(initial=0)) < 64):
+        raise BadPhaseFile(f"{where}: not the codes of tokens of {dim!r} entries")
+    return CodedTokens(None, codes, dim)
 
 
 def _class_name(cls: type) -> str:

@@ -25,8 +25,10 @@ from .agreement_rows import (
     AgreementRows,
     accepted_entries,
     decoded_rows,
+    joined_tokens,
     reachable_sequences,
     residual_reach,
+    row_tokens,
     simplex_slack,
 )
 from .decoder import decoding_residuals
@@ -90,8 +92,9 @@ def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simp
 
 def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
     """The blocks' agreement rows in block order, as one AgreementRows with these counts."""
-    fields = ("tokens", "query", "label", "pattern", "spread", "residual", "violation")
-    return AgreementRows(*(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
+    fields = ("query", "label", "pattern", "spread", "residual", "violation")
+    return AgreementRows(joined_tokens([p.tokens for p in parts]),
+                         *(np.concatenate([getattr(p, name) for p in parts]) for name in fields), scanned, found)
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,8 @@ def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
         if sequences is not None:
             kept = sequences[kept]
         # Decoding a row alone repeats the pass's arithmetic: the same residual and violation, to the bit.
-        return decoded_rows(X[kept], query.astype(np.int64), Y[kept, query], w_sum, residuals.size, found)
+        return decoded_rows(row_tokens(X, kept), query.astype(np.int64), Y[kept, query], w_sum, residuals.size,
+                            found)
 
 
 def draw_pool(source, w_sum: np.ndarray, *, pool_fraction: float, simplex_tol: float, max_pool: int | None,
@@ -300,11 +304,12 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
         # A row with no finite residual (y = 0) can never be accepted.
         usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])
         at = maybe if sequences is None else sequences[maybe]
-        tokens, labels = X[at], Y[at]
+        tokens, labels = row_tokens(X, at), Y[at]
         reach = slack * residual_reach(tokens, labels)
         with np.errstate(divide="ignore", invalid="ignore"):
             need = np.maximum(residuals[maybe] - threshold, 0.0) / reach
         needed = usable & (need <= radius)
         kept, query = np.nonzero(needed & (need <= covered))
-        rows = decoded_rows(tokens[kept], query.astype(np.int64), labels[kept, query], w_sum, residuals.size, len(kept))
+        rows = decoded_rows(row_tokens(tokens, kept), query.astype(np.int64), labels[kept, query], w_sum,
+                            residuals.size, len(kept))
         return rows, need[kept, query], int(np.count_nonzero(needed))
