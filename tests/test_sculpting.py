@@ -66,6 +66,33 @@ def test_decoded_patterns_match_kkt_solution(rng):
             assert violations[s, row] == pytest.approx(max(0.0, -expected.min(), expected.max() - 1.0), abs=1e-12)
 
 
+@pytest.mark.parametrize("length", [4, 3])
+def test_the_residual_pass_gives_each_rows_label_squares_summed_in_order(length):
+    # ‖y‖² of every row with a finite residual, y the label divided by its scale: the sum of its squares from
+    # 0 in the order e = 1..d, to the bit, from the batched kernel (Boolean tokens by their codes, k = 4) and
+    # from the sequence-at-a-time one (k = 3, or tokens read as floats), with identical tokens among them.
+    from mhalearn.data.sources import CodedTokens, ScaledLabels
+    from mhalearn.data.token_codes import block_codes, code_groups
+
+    teacher = mhalearn.sample_teacher(2, 7, rng=11)
+    X, Y = mhalearn.make_dataset(teacher, 301, length, rng=12)
+    X[:20, 2] = X[:20, 0]
+    codes = np.empty((301, length, code_groups(7)), dtype=np.uint8)
+    assert block_codes(X, codes)
+    rows = np.sort(np.random.default_rng(1).choice(301, 250, replace=False))
+    for scale in (1.0, 3.0):
+        labels = Y if scale == 1.0 else ScaledLabels(Y, scale)
+        want = np.zeros((250, length))
+        for e in range(7):
+            want += (Y[rows, :, e] / scale) ** 2
+        for tokens in (X, CodedTokens(X, codes)):
+            squares = np.full((250, length), np.nan)
+            residuals, _ = decoder.decoding_residuals(tokens, labels, teacher.projection_sum, rows, squares=squares)
+            finite = np.isfinite(residuals)
+            assert finite.mean() > 0.9
+            np.testing.assert_array_equal(squares[finite], want[finite])
+
+
 def test_residual_pass_gives_the_full_decoding_bits_and_blocks_keep_the_full_patterns():
     # The acceptance pass decodes residuals only and the kept rows in full afterwards: both must be the
     # bits of one full decoding, including identical and opposite tokens and a singular Ŵ_Σ.

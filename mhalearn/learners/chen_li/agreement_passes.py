@@ -18,7 +18,7 @@ import numpy as np
 
 from ...data.checkpoint import NoProgress
 from ...data.scratch import ScratchArrays
-from ...data.sources import kernel_labels, kernel_tokens, stream_rows
+from ...data.sources import kernel_tokens, stream_rows
 from ...seeding import draw_seed
 from ..report import Notifier, PassPosition, Phase
 from .agreement_rows import (
@@ -118,12 +118,16 @@ class BlockRule:
 
 
 @contextmanager
-def _block_residuals(X, Y, w_sum: np.ndarray, sequences: np.ndarray | None, scratch: ScratchArrays | None):
-    """:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals` of a block's ``sequences``, in arrays lent
-    by ``scratch`` (None: new ones) for the ``with`` body: what a block function returns holds no view of them."""
+def _block_residuals(X, Y, w_sum: np.ndarray, sequences: np.ndarray | None, scratch: ScratchArrays | None,
+                     squares: bool = False):
+    """:func:`~mhalearn.learners.chen_li.decoder.decoding_residuals` of a block's ``sequences`` (and, with
+    ``squares``, every row's ‖y‖² after them), in arrays lent by ``scratch`` (None: new ones) for the ``with``
+    body: what a block function returns holds no view of them."""
     n = len(X) if sequences is None else len(sequences)
-    with (scratch or ScratchArrays()).lent((n, Y.shape[1]), (n, Y.shape[1])) as out:
-        yield decoding_residuals(X, Y, w_sum, sequences, out=out)
+    shapes = ((n, Y.shape[1]),) * (3 if squares else 2)
+    with (scratch or ScratchArrays()).lent(*shapes) as out:
+        yield (*decoding_residuals(X, Y, w_sum, sequences, out=out[:2], squares=out[2] if squares else None),
+               *out[2:])
 
 
 def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, rule: BlockRule,
@@ -294,12 +298,11 @@ def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None,
     NumPy's reductions over the block cost half as much as decoding it.  The needs are those of every
     row's reach, to the bit.  ``scratch`` lends the residuals' and violations' arrays (None: new ones).
     """
-    with _block_residuals(X, Y, w_sum, sequences, scratch) as (residuals, violations):
+    with _block_residuals(X, Y, w_sum, sequences, scratch, squares=True) as (residuals, violations, squares):
         slack = simplex_slack(X.shape[1], simplex_tol)
-        labels, label_scale = kernel_labels(Y)
         boolean = getattr(X, "codes", None) is not None  # a CodedTokens block: Boolean tokens, X not read
         maybe = reachable_sequences(residuals, violations, kernel_tokens(X, codes_suffice=boolean), boolean,
-                                    labels, label_scale, stream_rows(sequences, len(X)), threshold,
+                                    squares, stream_rows(sequences, len(X)), threshold,
                                     radius * slack * (1.0 + _REACH_SLACK), 10 * simplex_tol)
         # A row with no finite residual (y = 0) can never be accepted.
         usable = (violations[maybe] <= 10 * simplex_tol) & np.isfinite(residuals[maybe])

@@ -245,7 +245,7 @@ def residual_reach(tokens, labels: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def reachable_sequences(residuals, violations, X, boolean, Y, label_scale, sequences, threshold, reach_radius,
+def reachable_sequences(residuals, violations, X, boolean, squares, sequences, threshold, reach_radius,
                         simplex_tol):
     """Positions (into ``sequences``) of the sequences one of whose rows may have a residual within
     ``threshold`` at the distance ``reach_radius`` / (A · slack), A = :func:`simplex_slack`: those with a
@@ -253,17 +253,18 @@ def reachable_sequences(residuals, violations, X, boolean, Y, label_scale, seque
 
         max(r − threshold, 0) · ‖y‖ ≤ ``reach_radius`` · max_j ‖x_j‖,
 
-    y = Y[s, row] / ``label_scale``; ``reach_radius`` carries the slack that makes the test a superset of
-    the one with :func:`residual_reach` (these sums run in another order than NumPy's).  ``boolean``: X's
-    entries are ±1, so ‖x_j‖² = d and X is not read.  One sweep, where a row's label is read only when
-    its residual is above ``threshold``."""
+    ‖y‖² = ``squares`` [position, row], the decoder's (the label divided by its scale,
+    :func:`~mhalearn.learners.chen_li.decoder.decoding_residuals`); ``reach_radius`` carries the slack that
+    makes the test a superset of the one with :func:`residual_reach` (these sums run in another order than
+    NumPy's).  ``boolean``: X's entries are ±1, so ‖x_j‖² = d and X is not read.  One sweep, that reads no
+    label: reading each row's to sum its squares cost a fifth of the decoding."""
     kept = np.empty(sequences.shape[0], dtype=np.int64)
     count = 0
     k, d = X.shape[1], X.shape[2]
     for position in range(sequences.shape[0]):
         s = sequences[position]
         token_square = -1.0  # not computed yet
-        for row in range(Y.shape[1]):
+        for row in range(residuals.shape[1]):
             residual = residuals[position, row]
             if not (violations[position, row] <= simplex_tol and np.isfinite(residual)):
                 continue
@@ -278,11 +279,7 @@ def reachable_sequences(residuals, violations, X, boolean, Y, label_scale, seque
                             for e in range(d):
                                 total += X[s, j, e] * X[s, j, e]
                             token_square = max(token_square, total)
-                label_square = 0.0
-                for e in range(Y.shape[2]):
-                    label_square += Y[s, row, e] * Y[s, row, e]
-                if (excess * excess) * label_square > (reach_radius * reach_radius) * token_square * (
-                        label_scale * label_scale):
+                if (excess * excess) * squares[position, row] > (reach_radius * reach_radius) * token_square:
                     continue
             kept[count] = position
             count += 1

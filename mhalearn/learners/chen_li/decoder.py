@@ -120,12 +120,13 @@ def _solve_lanes(scratch):
 
 _BATCHED_SIGNATURE = types.void(types.float64[:, :, ::1], types.uint8[:, :, ::1], types.float64[:, :, ::1],
                                 types.float64, types.int64[::1], types.float64[:, ::1], types.float64[:, :, ::1],
-                                types.int64, types.int64[::1], types.float64[:, ::1], types.float64[:, ::1])
+                                types.int64, types.int64[::1], types.float64[:, ::1], types.float64[:, ::1],
+                                types.float64[:, ::1])
 
 
 @slp_vectorised(_BATCHED_SIGNATURE, cache=True, nogil=True, error_model="numpy")
 def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum, tables, chunks, counter, residuals,
-                                     violations):
+                                     violations, squares):
     # The common case of a pass, k = 4 Boolean tokens given by their codes, residuals and violations only, LANES
     # sequences side by side: the Gram matrix's and every row's sums are tuples of LANES running sums, in registers,
     # that LLVM's SLP vectoriser packs into the host's vectors (as the forward kernel's,
@@ -136,7 +137,8 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
     # reassociation, no fused multiply-add: compiled without fast-math), hence its bits.  A lane whose sequence repeats
     # a token, or whose Gram matrix is not positive definite, is decoded again by _decode_patterns_worker
     # (error_model="numpy": its divisions by 0 here give NaN, not an exception); so is a chunk's tail shorter than
-    # LANES.
+    # LANES.  ``squares``, unless empty, gets each row's ‖y‖², a sum the rows' step forms anyway.
+    squared_labels = squares.shape[0] > 0
     n = sequences.shape[0]
     k, d = X.shape[1], X.shape[2]
     labels = Y.shape[1]
@@ -220,6 +222,9 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                     third = _product_sum_lanes(third, _as_lanes(differences[2, e]), offset)
                 _store_lanes(scratch[_SUMS], offset_squares)
                 _store_lanes(scratch[_SUMS + 1], label_squares)
+                if squared_labels:
+                    for lane in range(LANES):
+                        squares[batch + lane, row] = scratch[_SUMS + 1, lane]
                 _store_lanes(scratch[_SUMS + 2], first)
                 _store_lanes(scratch[_SUMS + 3], second)
                 _store_lanes(scratch[_SUMS + 4], third)
@@ -244,12 +249,13 @@ def _decode_residuals_batched_worker(X, codes, Y, label_scale, sequences, w_sum,
                     out = batch + lane
                     one[0] = 0
                     _decode_patterns_worker(X, codes, Y, label_scale, sequences[out:out + 1], w_sum, tables, 1, one,
-                                            residuals[out:out + 1], violations[out:out + 1], None, None)
+                                            residuals[out:out + 1], violations[out:out + 1], None, None,
+                                            squares[out:out + 1])
         tail = start + (stop - start) // LANES * LANES
         if tail < stop:
             one[0] = 0
             _decode_patterns_worker(X, codes, Y, label_scale, sequences[tail:stop], w_sum, tables, 1, one,
-                                    residuals[tail:stop], violations[tail:stop], None, None)
+                                    residuals[tail:stop], violations[tail:stop], None, None, squares[tail:stop])
         chunk = next_chunk(counter)
 
 
@@ -282,7 +288,8 @@ def decode_patterns(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray):
 
 
 def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, sequences: np.ndarray | None = None,
-                       out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       out: tuple[np.ndarray, np.ndarray] | None = None,
+                       squares: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``residuals`` and ``violations`` of :func:`decode_patterns`, bit for bit, without the patterns.
 
     What the acceptance test of every row needs: it skips the spreads'
@@ -291,13 +298,15 @@ def decoding_residuals(X: np.ndarray, Y: np.ndarray, w_sum: np.ndarray, sequence
     decodes those sequences only, where they lie, and indexes the outputs
     by position in ``sequences``: a block's training sequences without gathering them.
     ``out``: a pair of C-contiguous float64 arrays (n, r) to write them into (a pass's lent ones,
-    ``mhalearn.data.scratch.ScratchArrays``).
+    ``mhalearn.data.scratch.ScratchArrays``).  ``squares``: a C-contiguous float64 array (n, r) to write
+    each row's ‖y‖² into (y = Y / its scale), a sum the decoding forms anyway, in the order e = 1, …, d;
+    defined where the row's residual is finite.
     """
-    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, sequences=sequences, out=out)
+    _, residuals, violations, _ = _decode(X, Y, w_sum, full=False, sequences=sequences, out=out, squares=squares)
     return residuals, violations
 
 
-def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out=None):
+def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out=None, squares=None):
     k = X.shape[1]
     sequences = stream_rows(sequences, X.shape[0])
     n = len(sequences)
@@ -322,9 +331,10 @@ def _decode(X, Y, w_sum, *, full: bool, sequences: np.ndarray | None = None, out
     if codes is not None and not full and k == 4:
         DISPATCH.run("decode_patterns", work, _decode_residuals_batched_worker, _decode_residuals_batched_parallel,
                      X, np.ascontiguousarray(codes, dtype=np.uint8), Y, float(label_scale), sequences, w_sum,
-                     sign_tables(w_sum), chunks, new_counter(), residuals, violations)
+                     sign_tables(w_sum), chunks, new_counter(), residuals, violations,
+                     np.empty((0, labels)) if squares is None else squares)
     else:
         DISPATCH.run("decode_patterns", work, _decode_patterns_worker, _decode_patterns_parallel, X, codes, Y,
                      label_scale, sequences, w_sum, sign_tables(w_sum), chunks, new_counter(), residuals, violations,
-                     patterns, spreads)
+                     patterns, spreads, squares)
     return patterns, residuals, violations, spreads

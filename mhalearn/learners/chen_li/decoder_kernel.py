@@ -128,7 +128,7 @@ def _three_factor(gram, inverse, three):
 
 @njit(cache=True, nogil=True)
 def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, chunks, counter, residuals,
-                            violations, patterns, spreads):
+                            violations, patterns, spreads, squares=None):
     # Output i decodes sequence sequences[i]: a pass reads a block's training sequences where they lie.
     # ``patterns`` and ``spreads`` None: residuals and violations only (the acceptance test needs no
     # more; the rows it keeps are decoded in full afterwards, with the same arithmetic, hence the
@@ -137,6 +137,8 @@ def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, 
     # ``patterns`` stay in this function, since Numba prunes them here only, before it inlines the steps.
     # ``codes`` (n, k, groups): the codes of X's tokens, all Boolean, from the source, which
     # spare the loop coding them and reading X; None: coded here.
+    # ``squares`` (n, r), when given and not empty: each row's ‖y‖², of a sequence whose residuals are finite
+    # (what the candidate pass's reach test reads instead of the labels).
     # Y / ``label_scale`` are the labels decoded, divided here as each sequence's are read, to the
     # bits of NumPy's division: it costs the loop nothing measurable, where a block divided beforehand
     # costs a pass a copy of it (0.03 µs a sequence on warm memory, more on new pages).
@@ -271,6 +273,9 @@ def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, 
                     weight = weights[u] * share[u]
                     violation = max(violation, -weight, weight - 1.0)
                 violations[out, row] = violation
+                if squares is not None:
+                    if squares.shape[0]:
+                        squares[out, row] = label_squared
                 if patterns is not None:
                     noise = np.sqrt(squared / max(d - free, 1))
                     for j in range(k):
