@@ -190,7 +190,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
             "w_sum_error": float(np.linalg.norm(phases.refined_sum.w_sum - teacher.projection_sum)
                                  / np.linalg.norm(teacher.projection_sum)),
             "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb(),
-            "dgemm_gflops": dgemm, "git_commit": git_state()[0]}
+            "dgemm_gflops": dgemm, **dict(zip(("git_commit", "git_dirty"), git_state()))}
 
 
 def cpu_passes(row: dict) -> str:
