@@ -220,8 +220,8 @@ class DaskTeacherSource(TeacherSource):
         selected = list(range(self.block_count) if blocks is None else blocks)
         labelling = [index for index in selected if index < self.kept_blocks and self._kept[index] is None]
         # Tasks named at random (pure=False), not by a hash of their arguments: a task draws into arrays the
-        # pass lends, so it is no pure function of them, and hashing them took half the build of a pass's
-        # graph, while the workers wait (0.22 -> 0.11 s over the 32 maps of an m = 3 fit of 3e7).
+        # pass lends, so it is no pure function of them, and hashing them takes half the build of a pass's
+        # graph, while the workers wait (0.22 against 0.11 s over the 32 maps of an m = 3 fit of 3e7).
         with self._pass_buffers() as buffers:
             results = {}
             if labelling:

@@ -216,7 +216,7 @@ def row_tokens(tokens, index):
     A block's Boolean tokens stay coded: a CodedTokens without tokens, 8 bytes a sequence at d = 12,
     k = 4 against 384 as float64, decoded (±1.0, the block's values) only where the rows are read as an
     array.  A pool's rows are joined and subset on every pass and every iteration of our refit, on the
-    caller's thread while the workers wait, and their float64 tokens were two thirds of their bytes.
+    caller's thread while the workers wait, and float64 tokens would be two thirds of their bytes.
     """
     if isinstance(tokens, CodedTokens) and (tokens.tokens is None or tokens.tokens.dtype == np.float64):
         return CodedTokens(None, tokens.codes[index], tokens.shape[2])
@@ -257,7 +257,7 @@ def reachable_sequences(residuals, violations, X, boolean, squares, sequences, t
     :func:`~mhalearn.learners.chen_li.decoder.decoding_residuals`); ``reach_radius`` carries the slack that
     makes the test a superset of the one with :func:`residual_reach` (these sums run in another order than
     NumPy's).  ``boolean``: X's entries are ±1, so ‖x_j‖² = d and X is not read.  One sweep, that reads no
-    label: reading each row's to sum its squares cost a fifth of the decoding."""
+    label: reading each row's to sum its squares costs a fifth of the decoding."""
     kept = np.empty(sequences.shape[0], dtype=np.int64)
     count = 0
     k, d = X.shape[1], X.shape[2]
