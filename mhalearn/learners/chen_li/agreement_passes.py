@@ -126,8 +126,9 @@ def _block_residuals(X, Y, w_sum: np.ndarray, sequences: np.ndarray | None, scra
     n = len(X) if sequences is None else len(sequences)
     shapes = ((n, Y.shape[1]),) * (3 if squares else 2)
     with (scratch or ScratchArrays()).lent(*shapes) as out:
-        yield (*decoding_residuals(X, Y, w_sum, sequences, out=out[:2], squares=out[2] if squares else None),
-               *out[2:])
+        residuals, violations = decoding_residuals(X, Y, w_sum, sequences, out=out[:2],
+                                                   squares=out[2] if squares else None)
+        yield (residuals, violations, *out[2:])
 
 
 def _agreement_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, rule: BlockRule,

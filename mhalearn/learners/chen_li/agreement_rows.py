@@ -218,16 +218,21 @@ def row_tokens(tokens, index):
     array.  A pool's rows are joined and subset on every pass and every iteration of our refit, on the
     caller's thread while the workers wait, and float64 tokens would be two thirds of their bytes.
     """
-    if isinstance(tokens, CodedTokens) and (tokens.tokens is None or tokens.tokens.dtype == np.float64):
+    if _coded_float_signs(tokens):
         return CodedTokens(None, tokens.codes[index], tokens.shape[2])
     return tokens[index]
 
 
 def joined_tokens(parts: list):
     """The tokens of several :class:`AgreementRows` in order: coded when every part's are."""
-    if all(isinstance(part, CodedTokens) and part.tokens is None for part in parts):
+    if all(_coded_float_signs(part) for part in parts):
         return CodedTokens(None, np.concatenate([part.codes for part in parts]), parts[0].shape[2])
     return np.concatenate([np.asarray(part) for part in parts])
+
+
+def _coded_float_signs(tokens) -> bool:
+    """Whether ``tokens`` are a CodedTokens whose float64 ±1 their codes give (decoded already or not)."""
+    return isinstance(tokens, CodedTokens) and (tokens.tokens is None or tokens.tokens.dtype == np.float64)
 
 
 def residual_reach(tokens, labels: np.ndarray) -> np.ndarray:
@@ -236,7 +241,7 @@ def residual_reach(tokens, labels: np.ndarray) -> np.ndarray:
     (:class:`_Redecoding`; inf or NaN where y = 0).  Tokens known by their codes are ±1: ‖x_j‖² is d,
     the sum NumPy forms of d squares of ±1, so √d is its bits without decoding them."""
     label_norm = np.sqrt(np.einsum("nrd,nrd->nr", labels, labels))  # a quarter of norm's time
-    if isinstance(tokens, CodedTokens) and tokens.tokens is None:
+    if _coded_float_signs(tokens):
         token_norm = np.full(len(tokens), np.sqrt(float(tokens.shape[2])))
     else:
         token_norm = np.sqrt(np.einsum("nkd,nkd->nk", tokens, tokens).max(axis=1))

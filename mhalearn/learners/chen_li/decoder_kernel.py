@@ -273,7 +273,7 @@ def _decode_patterns_worker(X, codes, Y, label_scale, sequences, w_sum, tables, 
                     weight = weights[u] * share[u]
                     violation = max(violation, -weight, weight - 1.0)
                 violations[out, row] = violation
-                if squares is not None:
+                if squares is not None:  # alone, so that Numba prunes it where squares is None
                     if squares.shape[0]:
                         squares[out, row] = label_squared
                 if patterns is not None:
