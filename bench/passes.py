@@ -67,7 +67,7 @@ from mhalearn.evaluation import span_distance
 from mhalearn.learners.chen_li import BodySettings, StreamRefit, sculpt_span
 from mhalearn.learners.moment_route import sine_distance
 from mhalearn.learners.report import Notifier, Observers, Phase, StreamProgress
-from mhalearn.provenance import git_state
+from mhalearn.provenance import code_provenance
 from mhalearn.seeding import draw_seed, seeded_rng
 
 HEADS, DIM, LENGTH = 3, 12, 4
@@ -190,7 +190,7 @@ def measure(samples: int, seed: int, workers: int, prefix_samples: int | None, k
             "w_sum_error": float(np.linalg.norm(phases.refined_sum.w_sum - teacher.projection_sum)
                                  / np.linalg.norm(teacher.projection_sum)),
             "worker_peak_memory_mb": worker_memory, "client_peak_memory_mb": peak_memory_mb(),
-            "dgemm_gflops": dgemm, **dict(zip(("git_commit", "git_dirty"), git_state()))}
+            "dgemm_gflops": dgemm, **code_provenance()}
 
 
 def cpu_passes(row: dict) -> str:
