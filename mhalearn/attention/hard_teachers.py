@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import MultiHeadAttention
-from .teachers import TeacherFamily, register_family, sample_teacher
+from .teachers import TeacherFamily, nondegeneracy, register_family, sample_teacher
 
 #: Shared component ρ and Θ norm of the ``near-identical`` family.
 NEAR_IDENTICAL_SHARED = 0.9
@@ -56,7 +56,7 @@ SHARED_GRAM_FLOOR = 1e-4
 
 
 def cancelling_teacher(heads: int, dim: int, rng: np.random.Generator, *, theta_norm: float = CANCELLING_NORM,
-                       own_w: float = CANCELLING_OWN_W) -> MultiHeadAttention:
+                       own_w: float = CANCELLING_OWN_W, hardness: float = 1.0) -> MultiHeadAttention:
     """A layer whose heads cancel in the mean and to first order in the logits (m ≥ 2).
 
     W_i = (−1)^i W_0 + ``own_w``·G_i (W_0, G_i with N(0, 1/d) entries), and
@@ -81,26 +81,83 @@ def cancelling_teacher(heads: int, dim: int, rng: np.random.Generator, *, theta_
     to cancel).  At m = 2 the two cancellations would force Θ_1 = Θ_0 (one
     head counted twice), so m = 2 keeps the first-order one alone: Θ_1 = −Θ_0
     (antipodal heads) with W_1 ≈ W_0, so W_Σ ≈ 2W_0 does not vanish.
+
+    ``hardness`` h ∈ [0, 1] is the family's dial: only the share h of the
+    alternating sum is removed, Θ_i ← Θ_i − h·(−1)^i S/m, and each W_i is
+    cos(πh/2)·R_i + sin(πh/2)·C_i, with C_i the cancelling projection above
+    and R_i an independent random one (N(0, 1/d) entries, drawn last, so h = 1
+    is the family's teacher to the bit).  h = 0 is a random teacher (Gaussian
+    Θ_i at a mean norm ``theta_norm``, Gaussian W_i, not rejection-sampled),
+    h = 1 the lower-bound regime; the non-degeneracy conditions break
+    somewhere between, which :func:`~mhalearn.nondegeneracy` tells per teacher.
     """
-    signs = (-1.0) ** np.arange(heads) if heads != 2 else np.ones(2)
+    return MultiHeadAttention(_cancelling_thetas(heads, dim, rng, theta_norm, hardness),
+                              _cancelling_ws(heads, dim, rng, own_w, hardness))
+
+
+def _cancelling_signs(heads: int) -> np.ndarray:
+    # m = 2 keeps the first-order cancellation alone (antipodal Θ, W_1 ≈ W_0): see cancelling_teacher.
+    return (-1.0) ** np.arange(heads) if heads != 2 else np.ones(2)
+
+
+def _cancelling_thetas(heads: int, dim: int, rng: np.random.Generator, theta_norm: float,
+                       hardness: float) -> np.ndarray:
+    signs = _cancelling_signs(heads)
     thetas = rng.standard_normal((heads, dim, dim))
     if heads > 1:
         alternating = np.einsum("i,ide->de", signs, thetas)
-        thetas -= signs[:, None, None] * alternating[None] / heads
-    thetas *= theta_norm / np.mean(np.linalg.norm(thetas.reshape(heads, -1), axis=1))
+        thetas -= hardness * signs[:, None, None] * alternating[None] / heads
+    return thetas * (theta_norm / np.mean(np.linalg.norm(thetas.reshape(heads, -1), axis=1)))
+
+
+def _cancelling_ws(heads: int, dim: int, rng: np.random.Generator, own_w: float, hardness: float) -> np.ndarray:
     w0 = rng.standard_normal((dim, dim)) / np.sqrt(dim)
     if heads == 1:
-        return MultiHeadAttention(thetas, w0[None])
+        return w0[None]
     own = rng.standard_normal((heads, dim, dim)) / np.sqrt(dim)
-    return MultiHeadAttention(thetas, signs[:, None, None] * w0[None] + own_w * own)
+    ws = _cancelling_signs(heads)[:, None, None] * w0[None] + own_w * own
+    if hardness < 1.0:
+        angle = 0.5 * np.pi * hardness
+        ws = np.cos(angle) * rng.standard_normal((heads, dim, dim)) / np.sqrt(dim) + np.sin(angle) * ws
+    return ws
+
+
+#: Draws of the W_i a ``cancelling-conditioned`` teacher may take to meet the W conditions.
+CONDITIONED_TRIES = 1000
+
+
+def conditioned_cancelling_teacher(heads: int, dim: int, rng: np.random.Generator, *,
+                                   hardness: float = 1.0) -> MultiHeadAttention:
+    """:func:`cancelling_teacher` with its W_i redrawn until κ(W_Σ) ≤ 20 and every ‖W_i‖_F/√d ≥ 0.5.
+
+    Gaussian projections alone break κ(W_Σ) ≤ 20 on most draws at d = 12
+    (the ``random`` family meets it by rejection), which would put most of
+    the dial outside Chen & Li's conditions whatever ``hardness`` is.  Here
+    the W side of the conditions holds on every teacher (the Θ_i are drawn
+    once, first, so one seed keeps its Θ_i's draws at every point of the
+    dial), and the dial moves the one condition the cancellation breaks: the
+    heads' Gram ratio, which falls to 0 as ``hardness`` → 1.  The first draw
+    is :func:`cancelling_teacher`'s teacher; a seed whose draws never meet
+    the W conditions in :data:`CONDITIONED_TRIES` raises ``ValueError``.
+    """
+    thetas = _cancelling_thetas(heads, dim, rng, CANCELLING_NORM, hardness)
+    for _ in range(CONDITIONED_TRIES):
+        layer = MultiHeadAttention(thetas, _cancelling_ws(heads, dim, rng, CANCELLING_OWN_W, hardness))
+        report = nondegeneracy(layer)
+        if report.sum_well_conditioned and report.every_head_matters:
+            return layer
+    raise ValueError(f"cancelling-conditioned: no W_i with κ(W_Σ) ≤ {report.condition_ceiling:g} in "
+                     f"{CONDITIONED_TRIES} draws (heads={heads}, dim={dim}, hardness={hardness:g})")
 
 
 register_family(TeacherFamily(
     "near-identical",
     f"heads sharing ρ = {NEAR_IDENTICAL_SHARED:g} of Θ (cosine ≈ 0.99 between heads), ‖Θ_i‖_F = "
-    f"{NEAR_IDENTICAL_NORM:g}",
-    lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=NEAR_IDENTICAL_NORM,
-                                           shared=NEAR_IDENTICAL_SHARED, gram_floor=SHARED_GRAM_FLOOR, rng=rng)))
+    f"{NEAR_IDENTICAL_NORM:g}; dial: hardness h shares ρ = {NEAR_IDENTICAL_SHARED:g}·h",
+    lambda heads, dim, rng, hardness=1.0: sample_teacher(
+        heads, dim, theta_norm=NEAR_IDENTICAL_NORM, shared=hardness * NEAR_IDENTICAL_SHARED,
+        gram_floor=SHARED_GRAM_FLOOR, rng=rng),
+    dial="hardness"))
 register_family(TeacherFamily(
     "sharp", f"near-one-hot attention, ‖Θ_i‖_F = {SHARP_NORM:g}",
     lambda heads, dim, rng: sample_teacher(heads, dim, theta_norm=SHARP_NORM, rng=rng)))
@@ -113,5 +170,10 @@ register_family(TeacherFamily(
 register_family(TeacherFamily(
     "cancelling",
     "W_i = ±W_0 alternating and Σ(−1)^i Θ_i = 0: the mean and first-order moments cancel "
-    "(our reconstruction of the lower-bound regime; violates κ(W_Σ) ≤ 20)",
-    cancelling_teacher))
+    "(our reconstruction of the lower-bound regime; violates κ(W_Σ) ≤ 20); dial: hardness",
+    cancelling_teacher, dial="hardness"))
+register_family(TeacherFamily(
+    "cancelling-conditioned",
+    "cancelling with κ(W_Σ) ≤ 20 by rejection; dial: hardness h removes the share h of Σ(−1)^i Θ_i "
+    "(inside Chen & Li's conditions while the heads' Gram ratio ≥ 0.2)",
+    conditioned_cancelling_teacher, dial="hardness"))

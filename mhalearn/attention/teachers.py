@@ -86,6 +86,12 @@ class NondegeneracyReport:
     def as_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok}
 
+    def columns(self) -> dict:
+        """The figures as flat columns of a results row (``inside_conditions``: all three hold)."""
+        return {"gram_ratio": self.gram_ratio, "w_sum_condition": self.w_sum_condition,
+                "w_norm_min": self.w_norm_min, "theta_norm_min": float(min(self.theta_norms)),
+                "theta_norm_max": float(max(self.theta_norms)), "inside_conditions": self.ok}
+
 
 def nondegeneracy(model: MultiHeadAttention, *, gram_floor: float = DEFAULT_GRAM_FLOOR,
                   condition_ceiling: float = DEFAULT_CONDITION_CEILING,
@@ -172,15 +178,19 @@ def sample_teacher(heads: int, dim: int, *, theta_norm: float = 2.0, shared: flo
 class TeacherFamily:
     """A named way to plant teachers, swept over by experiments.
 
-    ``build(heads, dim, rng)`` returns a teacher; ``samples`` (optional)
-    overrides the experiment's sample count, given (heads, dim, length).
+    ``build(heads, dim, rng, **params)`` returns a teacher; ``samples``
+    (optional) overrides the experiment's sample count, given (heads, dim,
+    length).  ``dial`` (optional) names the one keyword ``build`` takes, a
+    number in [0, 1] that moves the family from random teachers (0) to the
+    family as described (1, its default): :func:`make_teacher` checks it.
     """
 
     name: str
     description: str
-    build: Callable[[int, int, np.random.Generator], MultiHeadAttention]
+    build: Callable[..., MultiHeadAttention]
     samples: Callable[[int, int, int], int] | None = field(default=None)
     law: str = "boolean"
+    dial: str | None = None
 
 
 #: The registered teacher families, by name (:func:`register_family` adds one).
@@ -198,6 +208,8 @@ def register_family(family: TeacherFamily) -> TeacherFamily:
         raise TypeError(f"family.samples: expected None or a callable (heads, dim, length) -> int, "
                         f"received {type(family.samples).__name__}")
     check_choice(family.law, "family.law", INPUT_LAWS)
+    if family.dial is not None:
+        check_instance(family.dial, "family.dial", str)
     return add_unique(TEACHER_FAMILIES, family.name, family, "family")
 
 
@@ -206,9 +218,28 @@ def get_family(name: str) -> TeacherFamily:
     return registered(TEACHER_FAMILIES, name, "family")
 
 
-def make_teacher(family: str, heads: int, dim: int, rng=None) -> MultiHeadAttention:
-    """Plant a teacher from the named family."""
-    return get_family(family).build(heads, dim, as_generator(rng))
+def check_family_params(family: str, params: dict) -> dict:
+    """``params`` checked against the named family's dial: its one name, a number in [0, 1], or nothing."""
+    dial = get_family(family).dial
+    allowed = [] if dial is None else [dial]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(f"family {family!r}: expected the parameters {allowed}, received {unknown}"
+                         + ("" if allowed else " (this family has no dial)"))
+    return {name: check_real(value, f"{family} {name}", low=0.0, high=1.0) for name, value in params.items()}
+
+
+def make_teacher(family: str, heads: int, dim: int, rng=None, **params) -> MultiHeadAttention:
+    """Plant a teacher from the named family, at a point of its dial when it has one.
+
+    ``make_teacher("cancelling", 3, 12, rng=0, hardness=0.5)`` is halfway
+    from random teachers (``hardness=0``) to the ``cancelling`` family
+    (``hardness=1``, the default); :attr:`TeacherFamily.dial` names the
+    parameter.  The same ``rng`` gives the same underlying draws at every
+    point of the dial, so one seed is one teacher moved along it.
+    """
+    params = check_family_params(family, params)
+    return get_family(family).build(heads, dim, as_generator(rng), **params)
 
 
 register_family(TeacherFamily(

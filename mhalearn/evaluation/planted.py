@@ -24,7 +24,7 @@ import numpy as np
 from .._validation import check_positive_int, check_real
 from ..attention.data import draw_inputs, make_dataset
 from ..attention.model import head_collapse, parameter_error, relative_error
-from ..attention.teachers import get_family, make_teacher
+from ..attention.teachers import get_family, make_teacher, nondegeneracy
 from ..learners.chen_li.fit import SpanSearchReport
 from ..learners.registry import get_learner
 from ..seeding import seeded_rng
@@ -47,7 +47,7 @@ def _streams(family: str, heads: int, dim: int, length: int, samples: int, seed:
 
 
 def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: str = "random",
-                   noise: float = 0.0, seed: int = 0, test_samples: int = TEST_SAMPLES):
+                   noise: float = 0.0, seed: int = 0, test_samples: int = TEST_SAMPLES, family_params=None):
     """Plant a teacher and draw its training and test data, deterministically from the arguments.
 
     Parameters
@@ -62,6 +62,10 @@ def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: s
         Seeds the teacher (shared by every n and learner of the seed) and the data.
     test_samples : int
         Fresh test inputs.
+    family_params : dict, optional
+        The point of the family's dial (:func:`~mhalearn.make_teacher`); the
+        teacher's draws depend on the seed alone, so one seed is one teacher
+        moved along the dial, with the same training and test inputs.
 
     Returns
     -------
@@ -79,7 +83,7 @@ def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: s
     seed = check_positive_int(seed, "seed", minimum=0)
     law = get_family(family).law
     teacher_rng, train_rng, test_rng = _streams(family, heads, dim, length, samples, seed)
-    teacher = make_teacher(family, heads, dim, teacher_rng)
+    teacher = make_teacher(family, heads, dim, teacher_rng, **(family_params or {}))
     X, Y = make_dataset(teacher, samples, length, law=law, noise=noise, rng=train_rng)
     return teacher, X, Y, draw_inputs(law, test_samples, length, dim, test_rng)
 
@@ -100,7 +104,9 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         accepted for the sculpted body K*, ``span_route`` (``"body"``: Chen &
         Li's; ``"moment"``: ours) and, from the observer, ``span_distance`` of
         the chosen span to the teacher's; ``head_cosine`` and ``w_inflation``
-        from :func:`~mhalearn.attention.model.head_collapse`.
+        from :func:`~mhalearn.attention.model.head_collapse`; the teacher's
+        non-degeneracy figures and whether it is inside Chen & Li's
+        conditions (:meth:`~mhalearn.NondegeneracyReport.columns`).
     """
     parameters = parameter_error(estimator.model_, teacher)
     report = getattr(estimator, "report_", None)
@@ -119,6 +125,7 @@ def measure(estimator, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
         "span_distance": None if span_search is None or observer is None else observer.span_distance(
             span_search.route),
         **head_collapse(estimator.model_, teacher),
+        **nondegeneracy(teacher).columns(),
     }
 
 

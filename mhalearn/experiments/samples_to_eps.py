@@ -60,6 +60,7 @@ import numpy as np
 
 from .._validation import Integer, Options, Real
 from ..attention.model import relative_error
+from ..attention.teachers import check_family_params, nondegeneracy
 from ..evaluation import fit_timed, plant_instance
 from ..learners import get_learner
 from ..plotting import save_figure, set_grid_ticks, style_for, write_tables
@@ -91,32 +92,58 @@ LEARNER_OPTIONAL = ("resolution", "coarse_seconds", "confirm")
 #: The fields of a cell, in the order the axes nest (the last varies fastest).
 CELL_FIELDS = ("learner", "family", "dim", "length", "noise", "heads", "output", "eps", "budget", "start",
                "resolution", "coarse_seconds", "confirm", "seed")
-#: The columns of an export that a user reads first (every row has them).
-EXPORT_COLUMNS = ("learner", "family", "dim", "length", "heads", "noise", "seed", "eps", "samples_needed",
-                  "samples_lower", "censored", "probes", "route", "fit_seconds")
+#: Optional fields, held by a cell only when its grid names them (so the cells of older grids keep their
+#: keys): ``hardness``, the point of the family's dial (:func:`~mhalearn.make_teacher`), a shared axis or a
+#: learner entry's; ``censored_probes``, a learner entry's largest n of :data:`CENSORED_LADDER` to fit a
+#: censored teacher at (0: none).
+OPTIONAL_FIELDS = ("hardness", "censored_probes")
+#: The n a censored search's teacher is also fitted at, on a fresh stream of the largest of them: whether
+#: it needs more samples or fails at any n.
+CENSORED_LADDER = (2_000, 10_000, 100_000)
+#: The columns of an export that a user reads first (``family_params``, the teacher's non-degeneracy
+#: figures and ``inside_conditions`` are in the rows stored since the dial was added).
+EXPORT_COLUMNS = ("learner", "family", "family_params", "dim", "length", "heads", "noise", "seed", "eps",
+                  "samples_needed", "samples_lower", "censored", "probes", "route", "fit_seconds",
+                  "inside_conditions", "gram_ratio", "w_sum_condition", "w_norm_min")
 
 
 # --------------------------------------------------------------------- cells
 
 def samples_to_eps_cells(table: dict) -> list[dict]:
     """The cells of a grid table: learner entries × shapes × shared axes (family, noise, seed)."""
-    extra = sorted(set(table) - set(SHARED_FIELDS) - {"shapes", "learners"})
+    extra = sorted(set(table) - set(SHARED_FIELDS) - {"shapes", "learners", "hardness"})
     if extra:
-        raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'shapes', 'learners']} of 'samples-to-eps', "
-                         f"received unknown keys {extra}")
+        raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'hardness', 'shapes', 'learners']} of "
+                         f"'samples-to-eps', received unknown keys {extra}")
     shapes = _check_table_list(table, "shapes", ("dim", "length"))
-    learners = _check_table_list(table, "learners", LEARNER_FIELDS, (*LEARNER_OPTIONAL, *SHARED_FIELDS))
-    shared = {key: table[key] for key in SHARED_FIELDS if key in table}
+    learners = _check_table_list(table, "learners", LEARNER_FIELDS,
+                                 (*LEARNER_OPTIONAL, *OPTIONAL_FIELDS, *SHARED_FIELDS))
+    shared = {key: table[key] for key in (*SHARED_FIELDS, "hardness") if key in table}
     constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0)],
                    "budget": [Integer(1)], "start": [Integer(1)], "resolution": [Real(1.0, low_open=True)],
-                   "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)]}
+                   "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)], "hardness": [Real(0.0, 1.0)],
+                   "censored_probes": [Integer(0)]}
     cells = []
     for entry in learners:
         get_learner(entry["learner"])
         for shape in shapes:
             grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, "confirm": CONFIRM, **shared, **entry, **shape}
-            cells += expand_grid(grid, CELL_FIELDS, experiment="samples-to-eps", constraints=constraints)
+            fields = CELL_FIELDS + tuple(key for key in OPTIONAL_FIELDS if key in grid)
+            cells += expand_grid(grid, fields, experiment="samples-to-eps", constraints=constraints)
+    for cell in cells:
+        check_family_params(cell["family"], _family_params(cell))
     return cells
+
+
+def _family_params(cell: dict) -> dict:
+    """The point of the family's dial a cell names ({} for the family as registered)."""
+    return {"hardness": cell["hardness"]} if "hardness" in cell else {}
+
+
+def samples_to_eps_count(table: dict) -> int:
+    """The cells of a grid table, counted without expanding it (the dial is one more shared axis)."""
+    axis = table.get("hardness")
+    return learners_vs_m_count(table) * (len(axis) if isinstance(axis, list) and axis else 1)
 
 
 def _refusal(cell: dict, samples: int) -> str:
@@ -151,25 +178,15 @@ def _stored_probes(path: Path | None) -> dict[int, dict]:
 
 def run_samples_to_eps_cell(cell: dict, checkpoint_dir=None) -> dict:
     """Search one teacher's n* for the cell's learner, output and ε (probes resumed from ``checkpoint_dir``)."""
-    teacher, X, Y, X_test = plant_instance(heads=cell["heads"], dim=cell["dim"], length=cell["length"],
-                                           samples=cell["budget"], family=cell["family"], noise=cell["noise"],
-                                           seed=cell["seed"])
+    instance = dict(heads=cell["heads"], dim=cell["dim"], length=cell["length"], family=cell["family"],
+                    noise=cell["noise"], seed=cell["seed"], family_params=_family_params(cell))
+    teacher, X, Y, X_test = plant_instance(samples=cell["budget"], **instance)
     path = _probe_file(checkpoint_dir)
     details = _stored_probes(path)
     key = f"{cell['output']}_error"
 
     def error_at(samples: int) -> tuple[float, float]:
-        refused = _refusal(cell, samples)
-        probe = {"samples": samples, "polished_error": None, "unpolished_error": None, "route": None,
-                 "fit_seconds": 0.0, "refused": refused or None}
-        if not refused:
-            estimator = get_learner(cell["learner"])(cell["heads"], random_state=cell["seed"],
-                                                     **HYPERPARAMETERS.get(cell["learner"], {}))
-            seconds, _ = fit_timed(estimator, X[:samples], Y[:samples])
-            unpolished = getattr(estimator, "least_squares_model_", estimator.model_)
-            probe.update(polished_error=relative_error(estimator.model_, teacher, X_test),
-                         unpolished_error=relative_error(unpolished, teacher, X_test),
-                         route=str(getattr(estimator.report_, "route", "gradient")), fit_seconds=float(seconds))
+        probe = _probe(cell, teacher, X[:samples], Y[:samples], X_test)
         details[samples] = probe
         if path is not None:
             with path.open("a", encoding="utf-8") as handle:
@@ -183,6 +200,7 @@ def run_samples_to_eps_cell(cell: dict, checkpoint_dir=None) -> dict:
                                    known=known)
     at = search.samples_needed if search.samples_needed is not None else search.probes[-1][0]
     log = [details[samples] for samples, *_ in search.probes]
+    beyond = _censored_errors(cell, teacher, instance, X_test) if search.censored else None
     return {
         "samples_needed": search.samples_needed,
         "samples_lower": search.samples_lower,
@@ -195,7 +213,45 @@ def run_samples_to_eps_cell(cell: dict, checkpoint_dir=None) -> dict:
         "search_seconds": float(sum(probe["fit_seconds"] for probe in log)),
         "resumed_probes": sum(samples in known for samples, *_ in search.probes),
         "probe_log": json.dumps(log),
+        "family_params": json.dumps(_family_params(cell), sort_keys=True),
+        # A censored teacher's fits beyond the search, on a fresh stream: more samples, or no n at all?
+        "censored_log": None if beyond is None else json.dumps(beyond),
+        **{f"{cell['output']}_error_at_{samples}": probe[f"{cell['output']}_error"] for samples, probe in
+           (beyond or {}).items()},
+        **nondegeneracy(teacher).columns(),
     }
+
+
+def _probe(cell: dict, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray) -> dict:
+    """One fit of the cell's learner on (X, Y): both errors on ``X_test``, the route, its seconds, or why refused."""
+    refused = _refusal(cell, len(X))
+    probe = {"samples": len(X), "polished_error": None, "unpolished_error": None, "route": None,
+             "fit_seconds": 0.0, "refused": refused or None}
+    if not refused:
+        estimator = get_learner(cell["learner"])(cell["heads"], random_state=cell["seed"],
+                                                 **HYPERPARAMETERS.get(cell["learner"], {}))
+        seconds, _ = fit_timed(estimator, X, Y)
+        unpolished = getattr(estimator, "least_squares_model_", estimator.model_)
+        probe.update(polished_error=relative_error(estimator.model_, teacher, X_test),
+                     unpolished_error=relative_error(unpolished, teacher, X_test),
+                     route=str(getattr(estimator.report_, "route", "gradient")), fit_seconds=float(seconds))
+    return probe
+
+
+def _censored_errors(cell: dict, teacher, instance: dict, X_test: np.ndarray) -> dict[int, dict] | None:
+    """The censored teacher fitted at each n of :data:`CENSORED_LADDER` up to ``censored_probes``.
+
+    The fits read prefixes of a fresh stream of the largest such n (the
+    search's stream holds only ``budget``); the teacher and the test inputs
+    are the search's own.
+    """
+    ladder = [samples for samples in CENSORED_LADDER if samples <= cell.get("censored_probes", 0)]
+    if not ladder:
+        return None
+    planted, X, Y, _ = plant_instance(samples=ladder[-1], **instance)
+    if not (np.array_equal(planted.thetas, teacher.thetas) and np.array_equal(planted.ws, teacher.ws)):
+        raise RuntimeError("samples-to-eps: the censored probes' stream planted another teacher")
+    return {samples: _probe(cell, teacher, X[:samples], Y[:samples], X_test) for samples in ladder}
 
 
 def _error_or_nan(error) -> float:
@@ -337,4 +393,4 @@ register_experiment(Experiment(
     "samples-to-eps",
     "per teacher, the smallest n (searched on nested data) at which each learner reaches error ε, vs m",
     samples_to_eps_cells, run_samples_to_eps_cell, plot_samples_to_eps, checkpoints=True,
-    count=learners_vs_m_count))  # the same table layout: learner entries × shapes × shared axes
+    count=samples_to_eps_count))

@@ -38,11 +38,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .._memory import peak_memory_mb
-from .._validation import Integer
+from .._validation import Integer, Options, Real
 from ..attention.data import boolean_inputs
 from ..attention.model import relative_error
 from ..attention.teacher_source import TeacherSource
-from ..attention.teachers import sample_teacher
+from ..attention.teachers import TEACHER_FAMILIES, check_family_params, make_teacher, nondegeneracy, sample_teacher
 from ..data.checkpoint import open_checkpoint
 from ..evaluation import TeacherObserver
 from ..learners.chen_li import (
@@ -78,6 +78,10 @@ TEST_SAMPLES = 4000
 
 #: The fields of a cell, in the order the grid's axes are nested.
 FIELDS = ("heads", "dim", "length", "samples", "seed")
+#: Optional fields: a teacher family other than the default's random teachers, and a point of its dial
+#: (:func:`~mhalearn.make_teacher`).  A cell holds them only when its grid names them, so the cells of
+#: random teachers keep their keys.
+TEACHER_FIELDS = ("family", "hardness")
 #: A diagnostic's field: ``estimate_noise = false`` runs the body with K*'s tolerance at ``residual_tol``
 #: (labels taken as noiseless, :class:`~mhalearn.learners.chen_li.BodySettings`).  A cell holds it only
 #: when false, so the cells of the body's defaults keep their keys.
@@ -96,9 +100,13 @@ def sculpt_vs_m_cells(table: dict) -> list[dict]:
         raise ValueError(f"grid: sculpt-vs-m's {DIAGNOSTIC} must be true or false (one value for the grid), "
                          f"received {estimate_noise!r}")
     constraints = {"heads": [Integer(1)], "dim": [Integer(1)], "length": [Integer(2)], "samples": [Integer(1)],
-                   "seed": [Integer(0)]}
-    cells = check_label_counts(expand_grid(table, FIELDS, experiment="sculpt-vs-m", constraints=constraints),
+                   "seed": [Integer(0)], "family": [Options(*TEACHER_FAMILIES)], "hardness": [Real(0.0, 1.0)]}
+    fields = FIELDS + tuple(key for key in TEACHER_FIELDS if key in table)
+    cells = check_label_counts(expand_grid(table, fields, experiment="sculpt-vs-m", constraints=constraints),
                                "sculpt-vs-m")
+    for cell in cells:
+        if "hardness" in cell:
+            check_family_params(cell.get("family", "random"), {"hardness": cell["hardness"]})
     if not estimate_noise:
         cells = [{**cell, DIAGNOSTIC: False} for cell in cells]
     for cell in cells:
@@ -139,7 +147,7 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     elsewhere it reads the blocks one after the other (``workers`` = 1).
     """
     heads, dim, length, samples, seed = (cell[key] for key in ("heads", "dim", "length", "samples", "seed"))
-    teacher = sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
+    teacher = _cell_teacher(cell)
     source = TeacherSource(teacher, samples, length, seed=seed)
     if workers > 1:
         source = source.as_dask()
@@ -189,6 +197,7 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         "candidates": None, "net_seconds": None, "test_error": None,
         # The threads a pass's blocks ran on: 1, or a Dask cluster's (its body_seconds is that wall time).
         "workers": workers,
+        **nondegeneracy(teacher).columns(),
     }
     if span.refused is None:
         X, Y = source.head(min(samples, SELECTION_SAMPLES))
@@ -204,6 +213,16 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     # Undefined figures (no agreement row, no long direction at m = 1) are stored as None.
     return {key: None if isinstance(value, float) and not math.isfinite(value) else value
             for key, value in metrics.items()}
+
+
+def _cell_teacher(cell: dict):
+    """The cell's teacher: it depends on (m, seed), and on the family and its dial point when the cell names them."""
+    heads, dim, seed = cell["heads"], cell["dim"], cell["seed"]
+    if not any(key in cell for key in TEACHER_FIELDS):
+        return sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
+    family = cell.get("family", "random")
+    params = {"hardness": cell["hardness"]} if "hardness" in cell else {}
+    return make_teacher(family, heads, dim, seeded_rng(20_251, family, heads, seed), **params)
 
 
 def _span_or_one(row: dict) -> float:
