@@ -34,6 +34,15 @@ the last probe when censored: ``"body"``, ``"moment"`` or ``"gradient"``),
 (n, both errors, route, fit seconds, why refused).  :func:`probe_rows`
 turns the log into one row per probe; the figure's tables list them.
 
+A grid may give a ``hardness`` axis (the point of the family's dial,
+:func:`~mhalearn.make_teacher`; one seed is one teacher moved along it) and a
+learner entry ``censored_probes``: a censored teacher is then also fitted at
+each n of :data:`CENSORED_LADDER` up to it, on a fresh stream, and its row
+keeps ``<output>_error_at_<n>`` and the fits in ``censored_log``.  Every row
+keeps ``family_params`` (JSON) and its teacher's non-degeneracy figures
+(``gram_ratio``, ``w_sum_condition``, ``w_norm_min``, ``theta_norm_min``,
+``theta_norm_max``, ``inside_conditions``).
+
 With ``mhalearn sweep --checkpoints DIR`` every probe is also appended to
 the cell's checkpoint as it ends, and an interrupted search resumes from its
 stored probes (the search is a deterministic function of the probes' outcomes,
@@ -75,6 +84,7 @@ from .growth_laws import (
     probe_rows,
     samples_needed_table,
 )
+from .hardness_dial import dial_rows, labelled_by_dial, plot_dial
 from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
 from .learning import learning_constraints
 from .registry import Experiment, expand_grid, register_experiment
@@ -285,10 +295,15 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
     The body's ``sculpt-vs-m`` curve (``body``, default from
     :data:`BODY_ROWS`) is drawn in black on the random teachers' panels of
     its shape (d = 12, k = 4).  Writes ``samples-to-eps.png`` and
-    ``samples-to-eps.txt`` (searches, laws, probes).
+    ``samples-to-eps.txt`` (searches, laws, probes); a family's dial points
+    are its panels there ("cancelling h=0.5"), and rows on a dial also give
+    ``samples-to-eps-dial.png`` and ``.txt``
+    (:func:`~mhalearn.experiments.hardness_dial.plot_dial`).
     """
     if not rows:
         raise ValueError("rows: expected stored results of samples-to-eps, received none (run the sweep first)")
+    dial = plot_dial(rows, out_dir) if dial_rows(rows) else []
+    rows = labelled_by_dial(rows)
     body = _body_curve() if body is None else body
     out_dir = Path(out_dir)
     table = samples_needed_table(rows)
@@ -386,7 +401,8 @@ def plot_samples_to_eps(rows: list[dict], out_dir: Path, body: dict[int, float] 
         ("sculpt-vs-m (drawn beside): the body's n to median span distance <= 0.1, random teachers, d = 12, k = 4",
          ["m", "n"], [(m, f"{n:g}" if n > 0 else f"> {-n:g} (not reached)") for m, n in sorted(body.items())]),
     ]
-    return [save_figure(fig, out_dir / "samples-to-eps.png"), write_tables(out_dir / "samples-to-eps.txt", text_tables)]
+    return [save_figure(fig, out_dir / "samples-to-eps.png"), write_tables(out_dir / "samples-to-eps.txt", text_tables),
+            *dial]
 
 
 register_experiment(Experiment(

@@ -97,9 +97,10 @@ def linear_share(X, Y, X_test, teacher) -> float:
     return float(1 - np.sum(residual ** 2) / np.sum((target - target.mean(axis=0)) ** 2))
 
 
-def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter, dim=12, length=4):
+def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter, dim=12, length=4, hardness=None):
+    params = {} if hardness is None else {"hardness": hardness}
     teacher, X, Y, X_test = plant_instance(heads=heads, dim=dim, length=length, samples=budget, family=family,
-                                           seed=seed)
+                                           seed=seed, family_params=params)
     train = samples - validation_size(samples, 0.2)
     X, Y = X[:train], Y[:train]
     rng = np.random.default_rng([seed, heads, samples])
@@ -114,7 +115,7 @@ def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter,
         fits.append({"start": f"teacher+{delta:g}",
                      **fit_from(X, Y, teacher.thetas + delta * direction, X_test, teacher, max_iter)})
     w_sum = np.linalg.svd(teacher.ws.sum(axis=0), compute_uv=False)
-    return {"family": family, "heads": heads, "seed": seed, "samples": samples, "train_samples": train,
+    return {"family": family, **params, "heads": heads, "seed": seed, "samples": samples, "train_samples": train,
             "w_sum_condition": float(w_sum[0] / w_sum[-1]), "jacobian_ratio": jacobian_ratio(X, teacher),
             "linear_r2": linear_share(X, Y, X_test, teacher),
             "teacher_theta_norms": np.linalg.norm(teacher.thetas, axis=(1, 2)).tolist(),
@@ -123,6 +124,11 @@ def measure(family, heads, seed, samples, *, budget, restarts, deltas, max_iter,
 
 def _spread(values: list[float], digits: str = ".2g") -> str:
     return f"{statistics.median(values):{digits}} [{min(values):{digits}}, {max(values):{digits}}]" if values else "–"
+
+
+def _family(row: dict) -> str:
+    """The family, with its dial point when the row has one."""
+    return row["family"] + (f" h = {row['hardness']:g}" if "hardness" in row else "")
 
 
 def report(rows: list[dict]) -> None:
@@ -139,7 +145,7 @@ def report(rows: list[dict]) -> None:
     print("|" + " --- |" * len(header))
     groups: dict = {}
     for row in rows:
-        groups.setdefault((row["family"], row["heads"], row["samples"]), []).append(row)
+        groups.setdefault((_family(row), row["heads"], row["samples"]), []).append(row)
     for (family, heads, samples), mine in sorted(groups.items()):
         random_fits = [(row, fit) for row in mine for fit in row["fits"] if fit["start"] == "random"]
         counts = " / ".join(str(sum(fit["kind"] == name for _, fit in random_fits)) for name in KINDS)
@@ -166,6 +172,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report", action="store_true", help="print the table from the rows and exit")
     parser.add_argument("--family", default="cancelling")
+    parser.add_argument("--hardness", type=float, help="the family's dial point (make_teacher's hardness)")
     parser.add_argument("--heads", type=int, nargs="+", default=[3, 4])
     parser.add_argument("--seeds", type=int, nargs="+", default=[6000])
     parser.add_argument("--samples", type=int, nargs="+", default=[240])
@@ -181,13 +188,13 @@ def main(argv=None) -> None:
     if not (2 <= min(args.samples) and max(args.samples) <= args.budget and args.restarts >= 0
             and all(delta > 0 for delta in args.deltas)):
         sys.exit("expected 2 ≤ samples ≤ budget, restarts ≥ 0 and deltas > 0")
-    done = {(row["family"], row["heads"], row["seed"], row["samples"]) for row in rows}
+    done = {(row["family"], row.get("hardness"), row["heads"], row["seed"], row["samples"]) for row in rows}
     todo = [(heads, seed, samples) for heads in args.heads for samples in args.samples for seed in args.seeds
-            if (args.family, heads, seed, samples) not in done]
+            if (args.family, args.hardness, heads, seed, samples) not in done]
     for index, (heads, seed, samples) in enumerate(todo, 1):
         start = time.perf_counter()
         row = measure(args.family, heads, seed, samples, budget=args.budget, restarts=args.restarts,
-                      deltas=args.deltas, max_iter=args.max_iter)
+                      deltas=args.deltas, max_iter=args.max_iter, hardness=args.hardness)
         with args.out.open("a") as handle:
             handle.write(json.dumps(row) + "\n")
         kinds = [fit["kind"] for fit in row["fits"]]
