@@ -100,10 +100,12 @@ def plot_dial(rows: list[dict], out_dir: Path) -> list[Path]:
                              layout="constrained")
     for (family, dim, length, heads), ax in zip(panels, axes[0]):
         mine = [e for e in table if (e["family"], e["dim"], e["length"], e["heads"]) == (family, dim, length, heads)]
-        for point in sorted({e["hardness"] for e in mine}):
+        points = sorted({e["hardness"] for e in mine})
+        edges = [points[0] - 0.03, *((a + b) / 2 for a, b in zip(points, points[1:])), points[-1] + 0.03]
+        for index, point in enumerate(points):
             at = [e for e in mine if e["hardness"] == point]
             if sum(e["inside"] for e in at) < 0.5 * sum(e["teachers"] for e in at):
-                ax.axvspan(point - 0.03, point + 0.03, color="0.85", lw=0, zorder=0)
+                ax.axvspan(edges[index], edges[index + 1], color="0.88", lw=0, zorder=0)
         for curve, name in zip(curves, names):
             entries = sorted((e for e in mine if (e["learner"], e["output"], e["eps"]) == curve),
                              key=lambda e: e["hardness"])
@@ -124,8 +126,8 @@ def plot_dial(rows: list[dict], out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("n* (sequences) to error ≤ ε")
     axes[0][0].legend(fontsize=6)
-    fig.suptitle(f"n* along the dial: median over teachers, {LEVEL:.0%} bootstrap band; > = censored at the budget;\n"
-                 "grey = most teachers outside Chen & Li's conditions", fontsize=9)
+    fig.suptitle(f"n* along the dial: median over teachers, {LEVEL:.0%} bootstrap band;\n> = censored at the "
+                 "budget; grey = most teachers outside\nChen & Li's conditions", fontsize=9)
     text = [(f"n* per dial point: median over teachers [{LEVEL:.0%} bootstrap interval], censored teachers count as "
              "> budget; inside = teachers inside Chen & Li's conditions (Gram ratio >= 0.2, kappa(W_sum) <= 20, "
              "min |W_i|/sqrt(d) >= 0.5), gram_ratio its median; censored_error_n = the censored teachers' error at n "

@@ -1,0 +1,88 @@
+"""Every table and figure of runs/guarantee-dial/ from its committed rows.
+
+    python runs/guarantee-dial/tables.py [--out docs/figures]
+
+Prints the Markdown tables of docs/learners_vs_m.md's "Where the guarantee matters" and of this
+directory's README (n* along the dial for every learner, the body along the dial, the hard-teacher
+search, where gradient descent's fits land), and writes ``samples-to-eps-dial.png`` and ``.txt`` into
+``--out`` from the n* rows of gradient.db and span.db together.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from mhalearn.experiments.hardness_dial import markdown_dial_table, plot_dial
+from mhalearn.experiments.store import ResultStore
+
+HERE = Path(__file__).resolve().parent
+
+
+def rows(name: str, experiment: str) -> list[dict]:
+    path = HERE / name
+    if not path.is_file():
+        return []
+    with ResultStore(path, readonly=True) as store:
+        return store.rows(experiment)
+
+
+def body_table(body: list[dict]) -> None:
+    print("\nThe body (sculpt-vs-m) along the dial: per teacher, span distance (1 when refused), the paper's "
+          "test error (no polish), agreement rows, whether the teacher is inside the conditions\n")
+    print("| m | hardness | n | seed | inside | Gram ratio | span distance | refused | test error | agreement rows |"
+          " body seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in sorted(body, key=lambda r: (r["heads"], r["hardness"], r["samples"], r["seed"])):
+        span = 1.0 if row.get("refused") is not None or row.get("span_distance") is None else row["span_distance"]
+        error = "–" if row.get("test_error") is None else f"{row['test_error']:.3g}"
+        print(f"| {row['heads']} | {row['hardness']:g} | {row['samples']:.0e} | {row['seed']} | "
+              f"{row['inside_conditions']} | {row['gram_ratio']:.3f} | {span:.3f} | {row.get('refused') or ''} | "
+              f"{error} | {row['agreement_rows']} | {row['body_seconds']:.0f} |")
+    print("\nmedian span distance over teachers (a refusal counts as 1)\n")
+    print("| m | hardness | n | teachers | inside | median span distance |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    groups: dict = {}
+    for row in body:
+        groups.setdefault((row["heads"], row["hardness"], row["samples"]), []).append(row)
+    for (heads, hardness, samples), mine in sorted(groups.items()):
+        spans = [1.0 if r.get("refused") is not None or r.get("span_distance") is None else r["span_distance"]
+                 for r in mine]
+        print(f"| {heads} | {hardness:g} | {samples:.0e} | {len(mine)} | {sum(r['inside_conditions'] for r in mine)} "
+              f"| {statistics.median(spans):.3f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"))
+    args = parser.parse_args()
+    searches = rows("gradient.db", "samples-to-eps") + rows("span.db", "samples-to-eps")
+    if searches:
+        print("n* along the cancelling-conditioned dial (samples-to-eps rows of gradient.db and span.db)\n")
+        print(markdown_dial_table(searches))
+        for path in plot_dial(searches, args.out):
+            print(f"\nwrote {path}", file=sys.stderr)
+    body = rows("body.db", "sculpt-vs-m")
+    if body:
+        body_table(body)
+    for heads in (3, 4):
+        found = HERE / f"hard-search-m{heads}.jsonl"
+        if found.is_file():
+            rescored = HERE / f"hard-rescored-m{heads}.jsonl"
+            print(f"\nThe search for hard teachers inside the conditions, m = {heads} "
+                  f"(hard_search.py report)\n", flush=True)
+            subprocess.run([sys.executable, str(HERE / "hard_search.py"), "report", "--out", str(found)]
+                           + (["--rescored", str(rescored)] if rescored.is_file() else []), check=True)
+    basins = HERE / "dial-basins.jsonl"
+    if basins.is_file():
+        print("\nWhere gradient descent's fits land along the dial (cancelling_basins.py --report)\n", flush=True)
+        subprocess.run([sys.executable, str(HERE.parent / "samples-to-eps" / "cancelling_basins.py"), "--report",
+                        "--out", str(basins)], check=True)
+        for row in map(json.loads, basins.read_text().splitlines()):
+            kinds = [fit["kind"] for fit in row["fits"]]
+            print(f"  h = {row.get('hardness')}, seed {row['seed']}, n = {row['samples']}: {kinds}")
+
+
+if __name__ == "__main__":
+    main()
