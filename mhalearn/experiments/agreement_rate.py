@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 from .._validation import Integer, Real
 from ..attention.data import boolean_inputs
 from ..attention.teacher_source import TeacherSource
-from ..attention.teachers import sample_teacher
+from ..attention.teachers import nondegeneracy, sample_teacher
 from ..evaluation import agreement_precision, span_distance
 from ..learners.chen_li import BodySettings
 from ..learners.chen_li.agreement_passes import find_agreement_rows
@@ -154,6 +154,7 @@ def _run_cell(cell: dict) -> dict:
         "teacher_seconds": time.perf_counter() - started,
         "decoder_rows": None, "decoder_rate_per_sequence": None, "decoder_precision": None,
         "rows_needed": None, "span_rows_tried": None, "span_distance": None,
+        **nondegeneracy(teacher).columns(),
     }
     settings = BodySettings()
     decode = max(cell["decode_samples"], cell["span_samples"])
