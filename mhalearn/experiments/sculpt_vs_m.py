@@ -93,6 +93,8 @@ def sculpt_vs_m_cells(table: dict) -> list[dict]:
 
     Refuses values no cell could run, and d ≤ k, where the body cannot detect agreement rows.
     ``estimate_noise`` (optional, a single boolean): false adds it to every cell (:data:`DIAGNOSTIC`).
+    ``family`` and ``hardness`` (optional axes, :data:`TEACHER_FIELDS`): another teacher family and a
+    point of its dial; every row keeps its teacher's non-degeneracy figures either way.
     """
     table = dict(table)
     estimate_noise = table.pop(DIAGNOSTIC, True)
