@@ -6,6 +6,8 @@
         --out runs/guarantee-dial/hard-search-m3.jsonl --rescored runs/guarantee-dial/hard-rescored-m3.jsonl
     python runs/guarantee-dial/hard_search.py report --out runs/guarantee-dial/hard-search-m3.jsonl \
         --rescored runs/guarantee-dial/hard-rescored-m3.jsonl
+    python runs/guarantee-dial/hard_search.py search --heads 3 --candidates 200 --max-theta-norm 8 \
+        --out runs/guarantee-dial/hard-search-m3-norm8.jsonl      # Θ norms bounded by 8 ("peaked")
 
 **Search.** Candidate teachers (m heads, d = 12, k = 4) are proposed, kept only when
 :func:`mhalearn.nondegeneracy` passes with its default thresholds (Gram ratio ≥ 0.2, κ(W_Σ) ≤ 20,
@@ -22,6 +24,10 @@ random teachers' median n*, where about half of random teachers fail: a graded s
 candidate passes at n) (each Θ_i and W_i moved by a random direction of
 relative size s ∈ [0.05, 0.5], ‖Θ‖ rescaled by e^{N(0, 0.3²)}), redrawn until inside. Every candidate
 is a row with its parameters, its conditions and its score; nothing is dropped.
+
+``--max-theta-norm B`` keeps only candidates whose every ‖Θ_i‖_F ≤ B: the conditions as
+:func:`mhalearn.nondegeneracy` checks them bound no norm, and without a bound the local moves climb
+to near-hard attention (‖Θ_i‖_F of tens to a hundred; the random family's is 2).
 
 **Rescore.** The ``--top`` hardest candidates are fitted again on fresh data (another seed) with the
 samples-to-eps settings (``GradientLearner(m, restarts=5)``), at the same n and at 4× it, and their n*
@@ -51,10 +57,14 @@ GENERATORS = ("random", "shared", "cancelling", "scaled", "sharp-shared")
 EPS = 1e-6
 
 
-def propose(kind: str, heads: int, rng: np.random.Generator) -> tuple[mhalearn.MultiHeadAttention, dict]:
-    """One draw of a generator (its knobs recorded), not yet checked against the conditions."""
+def propose(kind: str, heads: int, rng: np.random.Generator,
+            cap: float = math.inf) -> tuple[mhalearn.MultiHeadAttention, dict]:
+    """One draw of a generator (its knobs recorded), not yet checked against the conditions.
+
+    ``cap`` bounds the Θ norms a generator draws (the ``sharp-shared`` range [6, 16] is cut to it).
+    """
     if kind == "random":
-        knobs = {"theta_norm": float(rng.uniform(1.0, 8.0))}
+        knobs = {"theta_norm": float(rng.uniform(1.0, min(8.0, cap)))}
         return mhalearn.sample_teacher(heads, DIM, rng=rng, **knobs), knobs
     if kind == "shared":
         knobs = {"theta_norm": float(rng.uniform(1.0, 4.0)), "shared": float(rng.uniform(0.0, 0.6))}
@@ -65,7 +75,8 @@ def propose(kind: str, heads: int, rng: np.random.Generator) -> tuple[mhalearn.M
     if kind == "scaled":
         knobs = {"w_scales": rng.uniform(0.5, 3.0, heads).tolist(), "theta_norm": float(rng.uniform(1.0, 4.0))}
         return mhalearn.sample_teacher(heads, DIM, rng=rng, **knobs), knobs
-    knobs = {"theta_norm": float(rng.uniform(6.0, 16.0)), "shared": float(rng.uniform(0.0, 0.5))}
+    knobs = {"theta_norm": float(rng.uniform(min(6.0, cap / 2), min(16.0, cap))),
+             "shared": float(rng.uniform(0.0, 0.5))}
     return mhalearn.sample_teacher(heads, DIM, rng=rng, max_tries=50, **knobs), knobs
 
 
@@ -124,10 +135,11 @@ def search(args) -> None:
             else:
                 kind = GENERATORS[index % len(GENERATORS)]
                 try:
-                    teacher, knobs = propose(kind, args.heads, rng)
+                    teacher, knobs = propose(kind, args.heads, rng, args.max_theta_norm)
                 except ValueError:  # a generator whose rejection sampling gave up: draw again
                     continue
-            if mhalearn.nondegeneracy(teacher).ok:
+            norms = np.linalg.norm(teacher.thetas, axis=(1, 2))
+            if mhalearn.nondegeneracy(teacher).ok and norms.max() <= args.max_theta_norm:
                 break
         else:
             sys.exit(f"candidate {index}: no proposal inside the conditions in 200 tries")
@@ -227,6 +239,8 @@ def main(argv=None) -> None:
     parser.add_argument("--candidates", type=int, default=160)
     parser.add_argument("--top", type=int, default=6)
     parser.add_argument("--seed", type=int, default=8100)
+    parser.add_argument("--max-theta-norm", type=float, default=math.inf,
+                        help="keep only candidates whose every ‖Θ_i‖_F is at most this (default: no bound)")
     args = parser.parse_args(argv)
     if args.action == "rescore" and args.rescored is None:
         sys.exit("rescore needs --rescored FILE")
