@@ -111,3 +111,20 @@ def test_the_dial_table_counts_inside_and_censored_teachers_and_keeps_points_apa
     assert (high["inside"], high["censored"]) == (0, 2) and math.isinf(high["median"])
     assert high["error_at_2000"] == "0.15 [0.1, 0.2]"
     assert {row["family"] for row in labelled_by_dial(rows)} == {"f h=0", "f h=1"}
+
+
+def test_sculpt_vs_m_cells_name_a_family_only_when_the_grid_does():
+    from mhalearn.experiments.sculpt_vs_m import _cell_teacher, sculpt_vs_m_cells
+
+    table = {"heads": 2, "dim": 6, "length": 2, "samples": 100, "seed": 0}
+    plain = sculpt_vs_m_cells(table)
+    assert all(set(cell) == {"heads", "dim", "length", "samples", "seed"} for cell in plain)
+    dialled = sculpt_vs_m_cells({**table, "family": "cancelling-conditioned", "hardness": [0.0, 1.0]})
+    assert [cell["hardness"] for cell in dialled] == [0.0, 1.0]
+    random_teacher = _cell_teacher(plain[0])
+    assert np.array_equal(random_teacher.thetas, mhalearn.sample_teacher(
+        2, 6, rng=mhalearn.evaluation.planted.seeded_rng(20_251, 2, 0)).thetas)
+    far, near = (_cell_teacher(cell) for cell in reversed(dialled))
+    assert mhalearn.nondegeneracy(far).gram_ratio < 1e-12 < mhalearn.nondegeneracy(near).gram_ratio
+    with pytest.raises(ValueError, match="no dial"):
+        sculpt_vs_m_cells({**table, "family": "random", "hardness": 0.5})
