@@ -267,3 +267,29 @@ def test_keep_and_net_radius_are_bounded_before_any_work():
         MomentLearner(1, keep=10**6).fit(X, Y)
     with pytest.raises(ValueError, match="^net_radius: expected at most norm_bound = 12"):
         MomentLearner(1, net_radius=1e300).fit(X, Y)
+
+
+@pytest.mark.parametrize("learner", [SculptLearner, MomentLearner])
+def test_heads_no_net_can_search_are_refused_before_any_phase(learner):
+    # Issue 74, rows 1-2: at m = 14 the coarsest net (3^14 grid points) exceeds what a net may hold, whatever
+    # the data, so the fit must stop before phase 1 (or the moment route), naming heads and the m it allows.
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=600)
+
+    def no_phase(phase, result):
+        if phase != "start":
+            pytest.fail(f"phase {phase} ran before the refusal")
+
+    with pytest.raises(ValueError, match=r"^heads: phase 5's net .* 3\^14 .* at most 13 heads; lower heads"):
+        learner(14, random_state=0).fit(X, Y, callback=no_phase)
+
+
+@pytest.mark.parametrize("heads, params, message", [
+    (6, dict(search="multistart"), r"^search: 'multistart' .* use search='net', or give net_resolution, or at most 5"),
+    (6, dict(net_resolution=0.1), r"^net_resolution: a spacing of 0.1 .* leave net_resolution None"),
+    (13, dict(max_candidates=10**9), r"^max_candidates: phase 5's coarsest net .* would take"),
+])
+def test_settings_no_net_can_serve_are_refused_before_any_phase(heads, params, message, monkeypatch):
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=600)
+    monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran with a net that cannot be built"))
+    with mhalearn.memory_budget("64MiB"), pytest.raises(ValueError, match=message):
+        MomentLearner(heads, random_state=0, **params).fit(X, Y)

@@ -39,6 +39,12 @@ def least_squares(design: np.ndarray, targets: np.ndarray, minimum_rows: int) ->
     return solve_normal(design.T @ design, design.T @ targets)
 
 
+def projections_memory(samples: int, length: int, heads: int, dim: int) -> int:
+    """Bytes :func:`solve_projections` holds at once on ``samples`` sequences: the (n·k, m·d) design twice
+    (built, then copied by the transpose, or by the least-squares driver)."""
+    return 2 * 8 * samples * length * heads * dim
+
+
 def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ridge: float = 0.0) -> np.ndarray:
     """W given Θ by least squares (variable projection): the projections, shape (m, d, d).
 
