@@ -76,7 +76,7 @@ from .growth_laws import (
 )
 from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
 from .learning import learning_constraints
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, check_drawn_memory, expand_grid, refuse_problems, register_experiment
 
 #: The closing probe of a search is at this factor × n* (a failure there flags a non-monotone curve).
 CONFIRM = 2.0
@@ -104,10 +104,11 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
     if extra:
         raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'shapes', 'learners']} of 'samples-to-eps', "
                          f"received unknown keys {extra}")
-    shapes = _check_table_list(table, "shapes", ("dim", "length"))
-    learners = _check_table_list(table, "learners", LEARNER_FIELDS, (*LEARNER_OPTIONAL, *SHARED_FIELDS))
+    shapes = _check_table_list(table, "shapes", ("dim", "length"), experiment="samples-to-eps")
+    learners = _check_table_list(table, "learners", LEARNER_FIELDS, (*LEARNER_OPTIONAL, *SHARED_FIELDS),
+                                 experiment="samples-to-eps")
     shared = {key: table[key] for key in SHARED_FIELDS if key in table}
-    constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0)],
+    constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0, low_open=True)],
                    "budget": [Integer(1)], "start": [Integer(1)], "resolution": [Real(1.0, low_open=True)],
                    "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)]}
     cells = []
@@ -116,6 +117,16 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
         for shape in shapes:
             grid = {"resolution": RESOLUTION, "coarse_seconds": 600.0, "confirm": CONFIRM, **shared, **entry, **shape}
             cells += expand_grid(grid, CELL_FIELDS, experiment="samples-to-eps", constraints=constraints)
+    return check_drawn_memory(_check_first_probes(cells), "samples-to-eps", key="budget")
+
+
+def _check_first_probes(cells: list[dict]) -> list[dict]:
+    """``cells``, refused (one line) where the first probe, start × m, lies above the budget: such a search
+    could probe only the budget, and its row would say nothing of n*."""
+    problems = sorted({f"budget = {cell['budget']} is below the first probe start × heads = {cell['start']} × "
+                       f"{cell['heads']} = {cell['start'] * cell['heads']}" for cell in cells
+                       if cell["start"] * cell["heads"] > cell["budget"]})
+    refuse_problems([*problems, "raise budget or lower start"] if problems else [], "samples-to-eps")
     return cells
 
 
