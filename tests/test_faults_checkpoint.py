@@ -256,6 +256,16 @@ def test_a_phase_file_without_its_phase_is_refused_cleanly(examples, fresh, chec
     _same_fit(fitted, fresh)
 
 
+def test_a_phase_file_of_other_inputs_is_refused(examples, fresh, checkpointed, tmp_path):
+    # The right phase's name, with a consistent checksum, but computed where the generator stood elsewhere.
+    _copied(checkpointed, tmp_path)
+    _rewritten(_phase_file(tmp_path, "4_span"), _set("inputs_key", "0" * 32), checksum="new")
+    fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    assert len(told) == 1 and "4_span.npz is refused: its inputs' key is not this fit's" in told[0], told
+    assert fitted.report_.resumed == tuple(name for name in PHASES if name != "4_span")
+    _same_fit(fitted, fresh)
+
+
 @pytest.mark.parametrize("kept_phases", [("1_crude_sum", "2_sculpt"), PHASES], ids=["phases-1-2", "every-phase"])
 def test_a_phase_file_copied_over_another_phases_name_is_refused(examples, fresh, checkpointed, tmp_path,
                                                                  kept_phases):

@@ -28,7 +28,11 @@ with another net budget reuses phases 1–4.
 
 Each file keeps the key and the data's shape and fingerprint too: a
 directory copied from another fit is computed again, with one
-:class:`CheckpointWarning` a fit, as a damaged file is.
+:class:`CheckpointWarning` a fit, as a damaged file is.  It also keeps the
+phase it holds and its inputs' key (the fit's key and the generator's state
+as the phase starts, :meth:`PhaseCheckpoint.inputs_key`): a file copied or
+renamed over another phase's is refused with a warning and that phase
+computed again, as is a file that does not say which phase it holds.
 
 Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
 phases loaded, the part of the fit's time an earlier run spent.
@@ -46,7 +50,11 @@ The files are JSON plus arrays, never pickles: reading one runs no code,
 and every file is checked as it is read (a checksum of its content, the
 types of its fields, finite values, a valid generator state and time;
 :mod:`mhalearn.data.phase_files`).  A file that fails a check is
-computed again with a :class:`CheckpointWarning`.  Each is
+computed again with a :class:`CheckpointWarning`; a path that is not a
+regular file (a FIFO, whose opening would block) is passed over, never
+opened.  A checkpoint that cannot be written, whatever the cause (a full
+disk, a key folder that became a file), costs one warning a fit, and the
+fit goes on.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool and,
 on a stream longer than phases 1–3's prefix, the candidate rows: ≈ 0.55 GB
@@ -76,9 +84,10 @@ class PhaseCheckpoint:
     ``resumed`` lists, in order, the phases that were loaded, and
     ``kept_seconds`` sums the seconds they took in the run that computed them.
     ``source`` is the stream the phases read, ``key`` the fit's
-    (:func:`checkpoint_key`): every file keeps both the key and what the
-    data looked like (:meth:`data`), and a kept phase is used only if its
-    file holds the same.
+    (:func:`checkpoint_key`): every file keeps the key, what the data
+    looked like (:meth:`data`) and the phase it holds with its inputs' key
+    (:meth:`inputs_key`), and a kept phase is used only if its file holds
+    the same.
     """
 
     def __init__(self, directory, key: str, source):
@@ -98,10 +107,11 @@ class PhaseCheckpoint:
     def run(self, name: str, rng: np.random.Generator, compute):
         """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved.
 
-        A file that cannot be read, fails a check or was computed on other
-        data is computed again, and a result that cannot be saved (disk
-        full) is not kept: each with a :class:`CheckpointWarning`, since the
-        fit itself need not fail.
+        A file that cannot be read, is not a regular file, fails a check, was
+        computed on other data or holds another phase is computed again, and
+        a result that cannot be saved (disk full, a folder that is a file)
+        is not kept: each with a :class:`CheckpointWarning`, since the fit
+        itself need not fail.
         """
         file = self.path / f"{name}{SUFFIX}"
         label = {"phase": str(name), "inputs_key": self.inputs_key(str(name), rng)}
@@ -174,7 +184,7 @@ class PhaseCheckpoint:
         if kept["phase"] != label["phase"] or kept["inputs_key"] != label["inputs_key"]:
             why = (f"it holds {kept['phase']!r}, not {label['phase']!r} (a file copied or renamed over it)"
                    if kept["phase"] != label["phase"] else
-                   "it was computed from other inputs than this fit's phases before it give")
+                   "its inputs' key is not this fit's: the generator stood elsewhere as it was computed")
             warnings.warn(f"checkpoint: {file} is refused: {why}; computing {name} again", CheckpointWarning,
                           stacklevel=3)
             return None
