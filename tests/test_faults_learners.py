@@ -293,3 +293,12 @@ def test_settings_no_net_can_serve_are_refused_before_any_phase(heads, params, m
     monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran with a net that cannot be built"))
     with mhalearn.memory_budget("64MiB"), pytest.raises(ValueError, match=message):
         MomentLearner(heads, random_state=0, **params).fit(X, Y)
+
+
+def test_phase_6s_least_squares_beyond_the_budget_is_refused_before_any_phase(monkeypatch):
+    # 16,000 training sequences of 4 × 5 entries at m = 2: phase 6's design is 5 MiB, the moment route 2.4 MiB.
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=20_000)
+    monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran"))
+    with mhalearn.memory_budget("4MiB"), pytest.raises(MemoryError, match=r"^X: phase 6's least squares for W on "
+                                                                         r"16,000 training sequences"):
+        MomentLearner(2, random_state=0).fit(X, Y)

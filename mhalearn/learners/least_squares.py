@@ -40,9 +40,10 @@ def least_squares(design: np.ndarray, targets: np.ndarray, minimum_rows: int) ->
 
 
 def projections_memory(samples: int, length: int, heads: int, dim: int) -> int:
-    """Bytes :func:`solve_projections` holds at once on ``samples`` sequences: the (n·k, m·d) design twice
-    (built, then copied by the transpose, or by the least-squares driver)."""
-    return 2 * 8 * samples * length * heads * dim
+    """Bytes of the (n·k, m·d) float64 design :func:`solve_projections` builds on ``samples`` sequences:
+    the large array of the call, which the memory budget counts (its solver's working copies are
+    temporaries of the same size, as the budget's checks leave out; :mod:`mhalearn._memory`)."""
+    return 8 * samples * length * heads * dim
 
 
 def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ridge: float = 0.0) -> np.ndarray:
