@@ -58,7 +58,7 @@ class SpanSearchLearner(AttentionLearner):
                              f"{self.heads} distinct heads lives in R^(d²)), received d = {dim}")
         # Phases 5–6 run on at most SAMPLE_TRAINING training sequences when the examples are streamed; their
         # sizes follow from the shape and the settings, so a net or a selection that cannot be built is
-        # refused here, not after phases 1–4 have run for hours.
+        # refused here, not after the span has been read (phases 1–4 run for hours at n = 10⁸).
         training = samples - self._validation_size(samples)
         if self.streams_dask:
             training = min(training, SAMPLE_TRAINING)
