@@ -116,7 +116,7 @@ def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilo
         n ↦ (error, seconds).  An error that is NaN or None counts as a
         failure (e.g. a learner that refuses n).
     epsilon : float
-        The target error.
+        The target error (> 0).
     start : int
         The first n probed (clipped to [minimum, budget]).
     budget : int
@@ -137,8 +137,8 @@ def search_samples_needed(error_at: Callable[[int], tuple[float, float]], epsilo
     -------
     SampleSearch
     """
-    if not (budget >= minimum >= 1 and resolution > 1.0 and epsilon >= 0.0):
-        raise ValueError(f"search: expected budget ≥ minimum ≥ 1, resolution > 1 and ε ≥ 0, received "
+    if not (budget >= minimum >= 1 and resolution > 1.0 and epsilon > 0.0):
+        raise ValueError(f"search: expected budget ≥ minimum ≥ 1, resolution > 1 and ε > 0, received "
                          f"budget = {budget}, minimum = {minimum}, resolution = {resolution}, ε = {epsilon}")
     known = dict(known or {})
     probes = []

@@ -399,3 +399,44 @@ def test_rows_known_by_their_tokens_codes_are_kept_as_codes_and_read_back_to_the
         write_kept(handle, {"rows": AgreementRows(CodedTokens(None, codes, 19), *list(vars(rows).values())[1:8])})
     with pytest.raises(BadPhaseFile, match="not the codes of tokens of 19 entries"):
         read_kept(path)
+
+
+class StopInsidePass:
+    """A callback that interrupts the fit inside phase 3's candidate pass, once it has read ``blocks`` blocks."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+    def __call__(self, phase, result):
+        if phase == "pass" and result.blocks_done >= self.blocks:
+            raise KeyboardInterrupt
+
+
+def test_a_fit_interrupted_inside_a_pass_resumes_there_to_the_same_bits(tmp_path, monkeypatch):
+    # Twelve blocks, phases 1-3 on the first three: the candidate pass reads all twelve in waves of eight
+    # (one block a wave's share), saving where it stands after each wave (PROGRESS_SECONDS = 0).  Interrupted
+    # after the first wave, the fit resumes from its progress file and gives the uninterrupted fit's bits.
+    import dask.array as da
+
+    from mhalearn.data import checkpoint, dask_data
+
+    monkeypatch.setattr(checkpoint, "PROGRESS_SECONDS", 0.0)
+    monkeypatch.setattr(dask_data.DaskSource, "wave_blocks", 1)
+    X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(HEADS, DIM, rng=4), SAMPLES, LENGTH, rng=5)
+
+    def lazy():
+        return da.from_array(X, chunks=(1000, -1, -1)), da.from_array(Y, chunks=(1000, -1, -1))
+
+    settings = dict(prefix_samples=3000, span_route="body", **SMALL)
+    whole = mhalearn.SculptLearner(HEADS, **settings).fit(*lazy())
+    assert whole.report_.refined_sum.steps[-1].name == "whole-stream refit (ours)"  # the pass ran
+    with pytest.raises(KeyboardInterrupt):
+        mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **settings).fit(*lazy(), callback=StopInsidePass(8))
+    [key] = list(tmp_path.iterdir())
+    assert sorted(path.name for path in key.iterdir()) == [
+        "1_crude_sum.npz", "2_sculpt.npz", "3_refined_sum.npz", "3_stream_refit.pass1.progress.npz"]
+    resumed = mhalearn.SculptLearner(HEADS, checkpoint=tmp_path, **settings).fit(*lazy())
+    assert resumed.report_.resumed == ("1_crude_sum", "2_sculpt", "3_refined_sum",
+                                       "3_stream_refit pass 1 from block 8")
+    _same_fit(resumed, whole)
+    assert "3_stream_refit.pass1.progress.npz" not in [path.name for path in key.iterdir()]  # the phase is kept

@@ -238,3 +238,81 @@ def test_a_planted_pickle_runs_no_code(examples, fresh, checkpointed, tmp_path):
     assert not marker.exists()
     assert fitted.report_.resumed == () and len(told) == len(PHASES)
     _same_fit(fitted, fresh)
+
+
+# ---------------------------------------------------------------- phase files that know their phase (issue 74)
+
+def _without_label(kept):
+    del kept["phase"], kept["inputs_key"]
+
+
+def test_a_phase_file_without_its_phase_is_refused_cleanly(examples, fresh, checkpointed, tmp_path):
+    # A file that does not say which phase it holds (a layout that did not record it) is computed again.
+    _copied(checkpointed, tmp_path)
+    _rewritten(_phase_file(tmp_path, "3_refined_sum"), _without_label, checksum="new")
+    fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    assert len(told) == 1 and "3_refined_sum" in told[0] and "does not say which phase it holds" in told[0]
+    assert fitted.report_.resumed == tuple(name for name in PHASES if name != "3_refined_sum")
+    _same_fit(fitted, fresh)
+
+
+def test_a_phase_file_of_other_inputs_is_refused(examples, fresh, checkpointed, tmp_path):
+    # The right phase's name, with a consistent checksum, but computed where the generator stood elsewhere.
+    _copied(checkpointed, tmp_path)
+    _rewritten(_phase_file(tmp_path, "4_span"), _set("inputs_key", "0" * 32), checksum="new")
+    fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    assert len(told) == 1 and "4_span.npz is refused: its inputs' key is not this fit's" in told[0], told
+    assert fitted.report_.resumed == tuple(name for name in PHASES if name != "4_span")
+    _same_fit(fitted, fresh)
+
+
+@pytest.mark.parametrize("kept_phases", [("1_crude_sum", "2_sculpt"), PHASES], ids=["phases-1-2", "every-phase"])
+def test_a_phase_file_copied_over_another_phases_name_is_refused(examples, fresh, checkpointed, tmp_path,
+                                                                 kept_phases):
+    # Issue 74, rows 5-6: `cp 4_sculpt.npz 2_sculpt.npz` (both hold a body) loaded K*'s rows as phase 2's.
+    _copied(checkpointed, tmp_path)
+    shutil.copyfile(_phase_file(tmp_path, "4_sculpt"), _phase_file(tmp_path, "2_sculpt"))
+    for phase in set(PHASES) - set(kept_phases):
+        _phase_file(tmp_path, phase).unlink()
+    fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    assert len(told) == 1 and "2_sculpt.npz is refused: it holds '4_sculpt', not '2_sculpt'" in told[0], told
+    assert fitted.report_.resumed == tuple(name for name in kept_phases if name != "2_sculpt")
+    _same_fit(fitted, fresh)
+
+
+def test_a_phase_file_that_is_a_fifo_is_passed_over_with_one_warning(examples, fresh, checkpointed, tmp_path):
+    # Issue 74, row 3: opening a FIFO blocks until a writer comes; the fit hung there.
+    import os
+    import signal
+
+    def hung(signum, frame):
+        raise TimeoutError("the fit blocked on the FIFO")
+
+    _copied(checkpointed, tmp_path)
+    file = _phase_file(tmp_path, "1_crude_sum")
+    file.unlink()
+    os.mkfifo(file)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    try:
+        fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(told) == 1 and "1_crude_sum.npz is a FIFO (named pipe), not a phase file; passed over" in told[0]
+    assert fitted.report_.resumed == PHASES[1:]
+    assert file.is_file()  # computed again and kept in its place
+    _same_fit(fitted, fresh)
+
+
+def test_a_key_folder_that_became_a_file_leaves_the_fit_whole_with_one_warning(examples, fresh, checkpointed,
+                                                                              tmp_path):
+    # Issue 74, row 4: `rm -r D/<key>; echo x > D/<key>` raised NotADirectoryError from the save's own cleanup.
+    _copied(checkpointed, tmp_path)
+    [key] = list(tmp_path.iterdir())
+    shutil.rmtree(key)
+    key.write_text("x\n")
+    fitted, told = _resumed_with_one_warning(examples, tmp_path)
+    assert len(told) == 1 and "could not keep 1_crude_sum.npz" in told[0] and "goes on without it" in told[0]
+    assert fitted.report_.resumed == () and key.read_text() == "x\n"
+    _same_fit(fitted, fresh)

@@ -100,3 +100,18 @@ def test_a_writable_file_in_an_unwritable_folder_names_the_folder(tmp_path, monk
     with pytest.raises(ValueError, match=r"its folder .*folder' is not writable") as refused:
         _files.output_target(folder / "model.npz", "out")
     assert f"{str(folder / 'model.npz')!r} is not writable" not in str(refused.value)
+
+
+def test_dask_arrays_of_unknown_chunk_sizes_are_named_as_such():
+    # Issue 74, row 7: a boolean mask leaves NaN sizes, and "expected shape (nan, 4, 12) to match X,
+    # received (nan, 4, 12)" named neither the cause nor the cure.
+    import dask.array as da
+
+    X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(2, 12, rng=0), 2000, 4, rng=0)
+    mask = da.from_array(np.arange(2000) % 3 != 0, chunks=500)  # a lazy mask: its rows are unknown until computed
+    lazy = [da.from_array(array, chunks=(500, -1, -1))[mask] for array in (X, Y)]
+    with pytest.raises(ValueError, match=r"^X: expected a Dask array of known chunk sizes, received shape "
+                                         r"\(nan, 4, 12\) .* call X = X.compute_chunk_sizes\(\) first$"):
+        mhalearn.SculptLearner(2).fit(*lazy)
+    with pytest.raises(ValueError, match=r"^Y: .* call Y = Y.compute_chunk_sizes\(\) first$"):
+        mhalearn.SculptLearner(2).fit(lazy[0].compute_chunk_sizes(), lazy[1])

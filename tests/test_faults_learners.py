@@ -267,3 +267,38 @@ def test_keep_and_net_radius_are_bounded_before_any_work():
         MomentLearner(1, keep=10**6).fit(X, Y)
     with pytest.raises(ValueError, match="^net_radius: expected at most norm_bound = 12"):
         MomentLearner(1, net_radius=1e300).fit(X, Y)
+
+
+@pytest.mark.parametrize("learner", [SculptLearner, MomentLearner])
+def test_heads_no_net_can_search_are_refused_before_any_phase(learner):
+    # Issue 74, rows 1-2: at m = 14 the coarsest net (3^14 grid points) exceeds what a net may hold, whatever
+    # the data, so the fit must stop before phase 1 (or the moment route), naming heads and the m it allows.
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=600)
+
+    def no_phase(phase, result):
+        if phase != "start":
+            pytest.fail(f"phase {phase} ran before the refusal")
+
+    with pytest.raises(ValueError, match=r"^heads: phase 5's net .* 3\^14 .* at most 13 heads; lower heads"):
+        learner(14, random_state=0).fit(X, Y, callback=no_phase)
+
+
+@pytest.mark.parametrize("heads, params, message", [
+    (6, dict(search="multistart"), r"^search: 'multistart' .* use search='net', or give net_resolution, or at most 5"),
+    (6, dict(net_resolution=0.1), r"^net_resolution: a spacing of 0.1 .* leave net_resolution None"),
+    (13, dict(max_candidates=10**9), r"^max_candidates: phase 5's coarsest net .* would take"),
+])
+def test_settings_no_net_can_serve_are_refused_before_any_phase(heads, params, message, monkeypatch):
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=600)
+    monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran with a net that cannot be built"))
+    with mhalearn.memory_budget("64MiB"), pytest.raises(ValueError, match=message):
+        MomentLearner(heads, random_state=0, **params).fit(X, Y)
+
+
+def test_phase_6s_least_squares_beyond_the_budget_is_refused_before_any_phase(monkeypatch):
+    # 16,000 training sequences of 4 × 5 entries at m = 2: phase 6's design is 5 MiB, the moment route 2.4 MiB.
+    teacher, X, Y, _ = _instance(heads=2, dim=5, samples=20_000)
+    monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran"))
+    with mhalearn.memory_budget("4MiB"), pytest.raises(MemoryError, match=r"^X: phase 6's least squares for W on "
+                                                                         r"16,000 training sequences"):
+        MomentLearner(2, random_state=0).fit(X, Y)

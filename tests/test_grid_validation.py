@@ -68,6 +68,10 @@ def test_every_bad_value_of_a_grid_is_named_in_one_line_before_the_store_is_touc
      ["sparsity: expected an integer >= 1, received 0", "lengths: expected an integer >= 1, received -4",
       "target: expected a real number in (0, 1], received 1.5", "series[0] function: expected one of",
       "'xor'", "series[0] seeds: expected an integer >= 1, received 0"]),
+    # Issue 74: a first probe above the cap, as samples-to-eps's budget below start × m, probed only the cap.
+    ("sparse-variables", dict(sparsity=2, lengths=[16], target=0.9, start=128, max_samples=64, per_octave=2,
+                              series=[{"function": "parity", "student": "mlp", "seeds": 1}]),
+     ["start = 128 is above max_samples = 64, the largest n probed"]),
 ])
 def test_each_experiment_names_every_bad_value_at_once(experiment, table, fragments):
     with pytest.raises(ValueError) as caught:
@@ -123,3 +127,69 @@ def test_every_experiment_counts_its_cells_without_expanding_them():
             else:
                 assert cells == count, (name, table_name)
     assert get_experiment("teacher-families").count is not None
+
+
+# ---------------------------------------------------------------- grids checked whole, under their own name (issue 74)
+
+SAMPLES_TO_EPS = """family = "random"
+noise = 0.0
+seed = 0
+shapes = [{ dim = 6, length = 3 }]
+
+[[learners]]
+learner = "gradient"
+heads = 1
+output = "polished"
+eps = 1e-6
+budget = 200
+start = 8
+"""
+
+
+def _sweep_refused(tmp_path, capsys, experiment, text, *options):
+    """The one line ``mhalearn sweep`` refuses the grid ``text`` with (exit 2, the results file untouched)."""
+    path, db = tmp_path / "grid.toml", tmp_path / "results.db"
+    path.write_text(text)
+    assert main(["sweep", experiment, "--grid", str(path), "--db", str(db), "--quiet", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not db.exists(), err
+    return err
+
+
+@pytest.mark.parametrize("change, fragment", [
+    # Row 8: every probe up to the budget, then a censored row and exit 0.
+    (("eps = 1e-6", "eps = 0.0"), "eps: expected a real number in (0, inf), received 0.0"),
+    # Row 9: one probe at the budget, then a censored row.
+    (("budget = 200", "budget = 5"), "budget = 5 is below the first probe start × heads = 8 × 1 = 8; raise budget"),
+    # Row 10: each cell stored as a failed row (MemoryBudgetError), exit 1.
+    (("budget = 200", "budget = 100000000000"), "budget: 100000000000 labelled sequences of 3 × 6 entries would "
+                                                "take 39.3 TiB, more than the memory budget"),
+    # Row 11: named learners-vs-m.
+    (("shapes = [{ dim = 6, length = 3 }]", "shapes = []"), "grid: samples-to-eps needs 'shapes', a non-empty list"),
+])
+def test_a_samples_to_eps_grid_that_cannot_run_is_refused_in_one_line_before_work(tmp_path, capsys, change,
+                                                                                 fragment):
+    err = _sweep_refused(tmp_path, capsys, "samples-to-eps", SAMPLES_TO_EPS.replace(*change))
+    assert fragment in err and "learners-vs-m" not in err, err
+
+
+def test_an_empty_quick_table_or_grid_file_says_so_under_the_experiments_name(tmp_path, capsys):
+    # Rows 12-13: "learners-vs-m needs 'shapes'" for an empty [quick], "has no [quick] table (it has ['full'])"
+    # for an empty file.
+    err = _sweep_refused(tmp_path, capsys, "samples-to-eps", "[full]\nseed = 0\n[quick]\n", "--quick")
+    assert "[quick] is an empty table: it sets none of the keys of 'samples-to-eps'" in err, err
+    for quick in ((), ("--quick",)):
+        err = _sweep_refused(tmp_path, capsys, "samples-to-eps", "# nothing yet\n", *quick)
+        assert "grid.toml is empty: it holds no [full] or [quick] table and no key" in err, err
+
+
+@pytest.mark.parametrize("experiment, text", [
+    ("error-vs-samples", 'learner = "gradient"\nfamily = "random"\nheads = 1\ndim = 6\nlength = 3\n'
+                         'samples = [200, 100000000000]\nnoise = 0.0\nseed = 0\n'),
+    ("learners-vs-m", 'family = "random"\nnoise = 0.0\nseed = 0\nshapes = [{ dim = 6, length = 3 }]\n'
+                      '[[learners]]\nlearner = "gradient"\nheads = 1\nsamples = [200, 100000000000]\n'),
+])
+def test_data_no_cell_can_hold_are_refused_with_the_grid(tmp_path, capsys, experiment, text):
+    err = _sweep_refused(tmp_path, capsys, experiment, text)
+    assert f"grid: {experiment!r} cannot run this table: samples: 100000000000 labelled sequences" in err, err
+    assert "samples: 200 " not in err

@@ -56,6 +56,12 @@ def _check_sequences_memory(bytes_per_entry: int, samples: int, length: int, dim
     check_memory(bytes_per_entry * samples * length * dim, name, f"{samples} {what} of {length} × {dim} entries")
 
 
+def check_dataset_memory(samples: int, length: int, dim: int, name: str = "samples") -> None:
+    """The memory budget's check for what :func:`make_dataset` holds in memory: X, its labels and the
+    teacher's output they are made of (float64 each), naming ``name``."""
+    _check_sequences_memory(3 * 8, samples, length, dim, "labelled sequences", name)
+
+
 def boolean_inputs(samples: int, length: int, dim: int, rng=None) -> np.ndarray:
     """Inputs uniform on {±1}^{k×d}: float64 array of shape (samples, length, dim).
 
@@ -329,7 +335,7 @@ def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
         check_memory(5 * 8 * min(chunks, samples) * length * teacher.dim, "chunks",
                      f"blocks of {min(chunks, samples)} labelled sequences of {length} × {teacher.dim} entries")
         return _lazy_dataset(teacher, samples, length, law, noise, draw_seed(rng), min(chunks, samples))
-    _check_sequences_memory(3 * 8, samples, length, teacher.dim, "labelled sequences")
+    check_dataset_memory(samples, length, teacher.dim)
     X = draw_inputs(law, samples, length, teacher.dim, rng)
     return X, add_label_noise(teacher.predict(X), noise, rng)
 

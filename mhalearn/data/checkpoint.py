@@ -28,7 +28,11 @@ with another net budget reuses phases 1–4.
 
 Each file keeps the key and the data's shape and fingerprint too: a
 directory copied from another fit is computed again, with one
-:class:`CheckpointWarning` a fit, as a damaged file is.
+:class:`CheckpointWarning` a fit, as a damaged file is.  It also keeps the
+phase it holds and its inputs' key (the fit's key and the generator's state
+as the phase starts, :meth:`PhaseCheckpoint.inputs_key`): a file copied or
+renamed over another phase's is refused with a warning and that phase
+computed again, as is a file that does not say which phase it holds.
 
 Each file keeps its phase's own time too: ``kept_seconds`` sums those of the
 phases loaded, the part of the fit's time an earlier run spent.
@@ -46,7 +50,11 @@ The files are JSON plus arrays, never pickles: reading one runs no code,
 and every file is checked as it is read (a checksum of its content, the
 types of its fields, finite values, a valid generator state and time;
 :mod:`mhalearn.data.phase_files`).  A file that fails a check is
-computed again with a :class:`CheckpointWarning`.  Each is
+computed again with a :class:`CheckpointWarning`; a path that is not a
+regular file (a FIFO, whose opening would block) is passed over, never
+opened.  A checkpoint that cannot be written, whatever the cause (a full
+disk, a key folder that became a file), costs one warning a fit, and the
+fit goes on.  Each is
 written to a temporary name and renamed, so an interrupted save leaves no
 partial file.  They hold the phases' data (rows, slabs, the first pool and,
 on a stream longer than phases 1–3's prefix, the candidate rows: ≈ 0.55 GB
@@ -55,15 +63,18 @@ of them at m = 3, n = 10⁸).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import stat
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from .._files import node_kind
 from .phase_files import BadPhaseFile, read_kept, write_kept
 
 
@@ -73,9 +84,10 @@ class PhaseCheckpoint:
     ``resumed`` lists, in order, the phases that were loaded, and
     ``kept_seconds`` sums the seconds they took in the run that computed them.
     ``source`` is the stream the phases read, ``key`` the fit's
-    (:func:`checkpoint_key`): every file keeps both the key and what the
-    data looked like (:meth:`data`), and a kept phase is used only if its
-    file holds the same.
+    (:func:`checkpoint_key`): every file keeps the key, what the data
+    looked like (:meth:`data`) and the phase it holds with its inputs' key
+    (:meth:`inputs_key`), and a kept phase is used only if its file holds
+    the same.
     """
 
     def __init__(self, directory, key: str, source):
@@ -85,6 +97,7 @@ class PhaseCheckpoint:
         self.resumed: list[str] = []
         self.kept_seconds = 0.0
         self._told_other_data = False
+        self._told_unsaved = False
 
     def data(self) -> dict:
         """The data the phases read: the stream's shape, block count and fingerprint (a hash of its content)."""
@@ -94,13 +107,15 @@ class PhaseCheckpoint:
     def run(self, name: str, rng: np.random.Generator, compute):
         """``compute()``'s result: loaded from the checkpoint (restoring ``rng``) when saved, else computed and saved.
 
-        A file that cannot be read, fails a check or was computed on other
-        data is computed again, and a result that cannot be saved (disk
-        full) is not kept: each with a :class:`CheckpointWarning`, since the
-        fit itself need not fail.
+        A file that cannot be read, is not a regular file, fails a check, was
+        computed on other data or holds another phase is computed again, and
+        a result that cannot be saved (disk full, a folder that is a file)
+        is not kept: each with a :class:`CheckpointWarning`, since the fit
+        itself need not fail.
         """
         file = self.path / f"{name}{SUFFIX}"
-        kept = self._load(file, name, rng)
+        label = {"phase": str(name), "inputs_key": self.inputs_key(str(name), rng)}
+        kept = self._load(file, name, rng, label=label)
         if kept is not None:
             rng.bit_generator.state = kept["rng_state"]
             self.resumed.append(name)
@@ -109,26 +124,49 @@ class PhaseCheckpoint:
         start = time.perf_counter()
         result = compute()
         seconds = time.perf_counter() - start
-        self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds})
-        if file.exists():  # the phase is kept: where its passes stood is no longer needed
-            for progress in self.path.glob(f"{name}.pass*.progress{SUFFIX}"):
-                progress.unlink(missing_ok=True)
+        self._save(file, {"result": result, "rng_state": rng.bit_generator.state, "seconds": seconds, **label})
+        try:
+            if file.is_file():  # the phase is kept: where its passes stood is no longer needed
+                for progress in self.path.glob(f"{name}.pass*.progress{SUFFIX}"):
+                    progress.unlink(missing_ok=True)
+        except OSError:  # a progress file left behind is only read again under its own label
+            pass
         return result
+
+    def inputs_key(self, name: str, rng: np.random.Generator | None) -> str:
+        """The key of what phase ``name`` reads: the fit's key (the data, m, the settings, the code) and
+        the generator's state as the phase starts, which the phases before it set.  A phase file keeps
+        it, so a file moved to another phase's name, or kept at another point of the chain, is refused."""
+        from dask.base import tokenize
+
+        return tokenize(self.key, name, None if rng is None else rng.bit_generator.state)
 
     def progress(self, name: str) -> "PassProgress":
         """Where the passes of phase ``name`` stand, kept beside its file (:class:`PassProgress`)."""
         return PassProgress(self, name)
 
-    def _load(self, file: Path, name: str, rng: np.random.Generator | None,
+    def _load(self, file: Path, name: str, rng: np.random.Generator | None, *, label: dict,
               fields=("result", "rng_state", "seconds")) -> dict | None:
-        """The kept phase (or pass, with its ``fields``) in ``file`` when there is one, it passes every check
-        (:func:`~mhalearn.data.phase_files.read_kept`, :func:`check_kept`) and it was computed on this
-        data, else None."""
-        if not file.exists():
+        """The kept phase (or pass, with its ``fields``) in ``file`` when there is one, it is a regular file
+        that passes every check (:func:`~mhalearn.data.phase_files.read_kept`, :func:`check_kept`), it
+        was computed on this data and it holds what ``label`` names (its ``phase`` and ``inputs_key``),
+        else None."""
+        try:
+            mode = os.stat(file).st_mode
+        except (FileNotFoundError, NotADirectoryError):  # nothing kept (a save says why it cannot keep)
+            return None
+        except OSError as error:
+            mode, kind = None, f"cannot be inspected ({error.strerror})"
+        else:
+            kind = None if stat.S_ISREG(mode) else node_kind(file)
+        if kind is not None:
+            # Opening a FIFO or a device would block or read without end: only regular files are read.
+            warnings.warn(f"checkpoint: {file} {kind if mode is None else f'is {kind}, not a phase file'}; "
+                          f"passed over, computing {name} again", CheckpointWarning, stacklevel=3)
             return None
         try:
             kept = read_kept(file)
-            check_kept(kept, fields, rng)
+            check_kept(kept, (*fields, *label), rng)
         except BadPhaseFile as error:  # damaged, edited, of another layout, or not a phase file
             warnings.warn(f"checkpoint: {file} could not be read ({error}); computing {name} again",
                           CheckpointWarning, stacklevel=3)
@@ -143,6 +181,13 @@ class PhaseCheckpoint:
                               f"again, and keeping this data's", CheckpointWarning, stacklevel=3)
                 self._told_other_data = True
             return None
+        if kept["phase"] != label["phase"] or kept["inputs_key"] != label["inputs_key"]:
+            why = (f"it holds {kept['phase']!r}, not {label['phase']!r} (a file copied or renamed over it)"
+                   if kept["phase"] != label["phase"] else
+                   "its inputs' key is not this fit's: the generator stood elsewhere as it was computed")
+            warnings.warn(f"checkpoint: {file} is refused: {why}; computing {name} again", CheckpointWarning,
+                          stacklevel=3)
+            return None
         return kept
 
     def _save(self, file: Path, kept: dict) -> None:
@@ -152,10 +197,15 @@ class PhaseCheckpoint:
             with open(partial, "wb") as handle:
                 write_kept(handle, {**kept, "key": self.key, "data": self.data()})
             os.replace(partial, file)
-        except (OSError, TypeError) as error:  # a full disk; a result no phase file can hold
-            partial.unlink(missing_ok=True)
-            warnings.warn(f"checkpoint: could not keep {file.name} in {self.path} ({error}); the fit goes on "
-                          f"without it", CheckpointWarning, stacklevel=3)
+        except Exception as error:  # a full disk, a folder that became a file, a result no file can hold
+            # The fit need not fail for its checkpoint, whatever went wrong in keeping it.
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
+            if not self._told_unsaved:  # once a fit: a broken folder fails every save alike
+                warnings.warn(f"checkpoint: could not keep {file.name} in {self.path} ({type(error).__name__}: "
+                              f"{error}); the fit goes on without it (and without telling again of phases "
+                              f"it cannot keep)", CheckpointWarning, stacklevel=3)
+                self._told_unsaved = True
 
 
 #: The ending of a phase file (:mod:`mhalearn.data.phase_files`).
@@ -167,9 +217,13 @@ def check_kept(kept: dict, fields, rng: np.random.Generator | None) -> None:
     and ``data``, its ``result`` is a phase's, its ``seconds`` are finite and >= 0 and its ``rng_state`` is a
     state of ``rng``'s generator."""
     if not isinstance(kept, dict) or not set(fields) | {"key", "data"} <= set(kept):
-        raise BadPhaseFile(f"expected the fields {', '.join(sorted({*fields, 'key', 'data'}))}")
+        unlabelled = isinstance(kept, dict) and "phase" in fields and "phase" not in kept
+        raise BadPhaseFile(f"expected the fields {', '.join(sorted({*fields, 'key', 'data'}))}"
+                           + ("; it does not say which phase it holds" if unlabelled else ""))
     if not isinstance(kept["key"], str) or not isinstance(kept["data"], dict):
         raise BadPhaseFile("its key or data are not a string and a dict")
+    if not all(isinstance(kept[name], str) for name in ("phase", "inputs_key") if name in fields):
+        raise BadPhaseFile("its phase or inputs key is not a string")
     seconds = kept["state"].get("seconds") if "state" in fields and isinstance(kept["state"], dict) \
         else kept.get("seconds")
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0.0 <= seconds < math.inf:
@@ -228,7 +282,8 @@ class PassProgress:
         starts, which starts the clock of its saves."""
         self.saved_at = time.monotonic()
         file = self.file(number)
-        kept = self.checkpoint._load(file, f"pass {number} of {self.name}", None, fields=("state", "inputs"))
+        kept = self.checkpoint._load(file, f"pass {number} of {self.name}", None, label=self.label(number),
+                                     fields=("state", "inputs"))
         if kept is None or not _same_inputs(kept["inputs"], inputs):
             return None
         # Counted as a kept phase is: the seconds an earlier run spent on the part of the pass kept.
@@ -238,8 +293,14 @@ class PassProgress:
         self.checkpoint.resumed.append(f"{self.name} pass {number} from block {state['next_block']}")
         return state
 
+    def label(self, number: int) -> dict:
+        """What the progress file of pass ``number`` says it holds (see :meth:`PhaseCheckpoint.inputs_key`;
+        the pass's own inputs are compared whole)."""
+        phase = f"{self.name}.pass{number}"
+        return {"phase": phase, "inputs_key": self.checkpoint.inputs_key(phase, None)}
+
     def save(self, number: int, inputs: dict, state: dict) -> None:
-        self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs})
+        self.checkpoint._save(self.file(number), {"state": state, "inputs": inputs, **self.label(number)})
         self.saved_at = time.monotonic()
 
 

@@ -122,6 +122,11 @@ def check_dask_pair(X, Y):
         if not (np.issubdtype(array.dtype, np.number) or np.issubdtype(array.dtype, np.bool_)) \
                 or np.issubdtype(array.dtype, np.complexfloating):
             raise ValueError(f"{name}: expected a real numeric array, received dtype {array.dtype}")
+        if any(math.isnan(size) for size in array.shape):
+            # Dask marks the sizes it cannot know without computing (a boolean mask's rows) as NaN.
+            raise ValueError(f"{name}: expected a Dask array of known chunk sizes, received shape {array.shape} "
+                             f"(chunks of unknown size, as indexing with a boolean mask leaves); call "
+                             f"{name} = {name}.compute_chunk_sizes() first")
         if array.ndim != 3 or min(array.shape) < 1:
             raise ValueError(f"{name}: expected shape (samples, length, dim) with all sizes >= 1, received "
                              f"{array.shape}")

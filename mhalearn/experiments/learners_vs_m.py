@@ -60,7 +60,7 @@ from ..learners import get_learner
 from ..plotting import group_rows, save_figure, style_for, write_tables
 from ..sparse_variables.growth import bootstrap_median
 from .learning import learning_constraints
-from .registry import Experiment, axes_count, expand_grid, register_experiment
+from .registry import Experiment, axes_count, check_drawn_memory, expand_grid, register_experiment
 
 #: The learners, in plotting order.
 LEARNER_ORDER = ("sculpt", "moment", "gradient")
@@ -82,16 +82,18 @@ CELL_FIELDS = ("learner", "family", "dim", "length", "noise", "heads", "seed", "
 HYPERPARAMETERS = {"gradient": {"restarts": GRADIENT_RESTARTS}}
 
 
-def _check_table_list(table: dict, key: str, fields: tuple, optional: tuple = ()) -> list[dict]:
+def _check_table_list(table: dict, key: str, fields: tuple, optional: tuple = (), *, experiment: str) -> list[dict]:
+    """The list of tables ``table[key]`` (each with ``fields`` and optionally ``optional``), else a
+    ValueError naming ``experiment``, the experiment whose grid it is."""
     entries = table.get(key)
     if not isinstance(entries, list) or not entries or not all(isinstance(entry, dict) for entry in entries):
-        raise ValueError(f"grid: learners-vs-m needs {key!r}, a non-empty list of tables with the keys "
+        raise ValueError(f"grid: {experiment} needs {key!r}, a non-empty list of tables with the keys "
                          f"{list(fields)}, received {entries!r}")
     for entry in entries:
         unknown = sorted(set(entry) - set(fields) - set(optional))
         missing = [name for name in fields if name not in entry]
         if unknown or missing:
-            raise ValueError(f"grid: an entry of {key!r} of learners-vs-m has unknown keys {unknown} or lacks "
+            raise ValueError(f"grid: an entry of {key!r} of {experiment} has unknown keys {unknown} or lacks "
                              f"{missing} (expected {list(fields)}, optionally {list(optional)}): {entry!r}")
     return entries
 
@@ -108,8 +110,9 @@ def learners_vs_m_cells(table: dict) -> list[dict]:
     if extra:
         raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'shapes', 'learners']} of 'learners-vs-m', "
                          f"received unknown keys {extra}")
-    shapes = _check_table_list(table, "shapes", ("dim", "length"))
-    learners = _check_table_list(table, "learners", ("learner", "heads", "samples"), ("max_samples", *SHARED_FIELDS))
+    shapes = _check_table_list(table, "shapes", ("dim", "length"), experiment="learners-vs-m")
+    learners = _check_table_list(table, "learners", ("learner", "heads", "samples"), ("max_samples", *SHARED_FIELDS),
+                                 experiment="learners-vs-m")
     shared = {key: table[key] for key in SHARED_FIELDS if key in table}
     cells = []
     for entry in learners:
@@ -126,7 +129,7 @@ def learners_vs_m_cells(table: dict) -> list[dict]:
                                     constraints=learning_constraints()):
                 cell["not_run"] = _why_not_run(learner_class, cell, cap)
                 cells.append(cell)
-    return cells
+    return check_drawn_memory(cells, "learners-vs-m")
 
 
 def learners_vs_m_count(table: dict) -> int:

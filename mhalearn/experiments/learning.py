@@ -48,7 +48,7 @@ from ..plotting import (
     summarize_curve,
     write_tables,
 )
-from .registry import Experiment, check_label_counts, expand_grid, register_experiment
+from .registry import Experiment, check_drawn_memory, check_label_counts, expand_grid, register_experiment
 
 #: Learners compared by the experiments, in plotting order.
 LEARNER_NAMES = ("gradient", "moment", "sculpt")
@@ -80,6 +80,7 @@ def learning_cells(grid: dict, experiment: str = "learning") -> list[dict]:
     """
     cells = check_label_counts(expand_grid(grid, CELL_FIELDS, experiment=experiment,
                                            constraints=learning_constraints()), experiment)
+    check_drawn_memory(cells, experiment)
     kept = [cell for cell in cells
             if cell["samples"] * cell["length"] * cell["dim"]
             >= LABELS_PER_UNKNOWN * 2 * cell["heads"] * cell["dim"] * cell["dim"]]

@@ -119,6 +119,8 @@ class Experiment:
         ``max_cells``; errors name the grid's file and table."""
         count = (self.count or axes_count)(grid.table)
         where = f"{grid.source} [{grid.name}]"
+        if not grid.table:
+            raise ValueError(f"grid: {where} is an empty table: it sets none of the keys of {self.name!r}")
         if count > max_cells:
             raise ValueError(f"grid: {where} has {count:,} cells of {self.name!r}, more than the bound of "
                              f"{max_cells:,} (each cell is held in memory and 10⁶ take days on a few cores); "
@@ -152,6 +154,8 @@ def parse_grid_file(text: str, source: str = "<grid>") -> dict:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"grid: {source} is not valid TOML: {error}") from None
+    if not document:
+        raise ValueError(f"grid: {source} is empty: it holds no [full] or [quick] table and no key")
     tables = {name: document[name] for name in GRID_NAMES if isinstance(document.get(name), dict)}
     if tables:
         extra = sorted(set(document) - set(tables))
@@ -207,6 +211,28 @@ def check_label_counts(cells: list[dict], experiment: str) -> list[dict]:
             raise ValueError(f"grid: {experiment}: samples = {cell['samples']} with length = {cell['length']} and "
                              f"dim = {cell['dim']} asks for {labels:.3g} scalar labels, more than the "
                              f"{MAX_LABELS:.3g} the kernels' 64-bit counts hold; lower samples")
+    return cells
+
+
+def check_drawn_memory(cells: list[dict], experiment: str, key: str = "samples") -> list[dict]:
+    """``cells``, refused (ValueError, one line) when the data a cell draws in memory exceed the memory budget.
+
+    A cell plants its teacher and draws ``cell[key]`` labelled sequences of
+    length × dim at once (:func:`~mhalearn.make_dataset`); a size that
+    cannot fit is named with the grid, before any cell runs, not as a
+    failed row per cell.  Cells with a ``not_run`` reason are not drawn.
+    """
+    from .._memory import MemoryBudgetError
+    from ..attention.data import check_dataset_memory
+
+    problems = []
+    for samples, length, dim in sorted({(cell[key], cell["length"], cell["dim"]) for cell in cells
+                                        if not cell.get("not_run")}):
+        try:
+            check_dataset_memory(samples, length, dim, key)
+        except MemoryBudgetError as error:
+            problems.append(str(error))
+    refuse_problems(problems, experiment)
     return cells
 
 

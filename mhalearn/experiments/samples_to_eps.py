@@ -87,7 +87,7 @@ from .growth_laws import (
 from .hardness_dial import dial_rows, labelled_by_dial, plot_dial
 from .learners_vs_m import HYPERPARAMETERS, LEARNER_ORDER, SHARED_FIELDS, _check_table_list, learners_vs_m_count
 from .learning import learning_constraints
-from .registry import Experiment, expand_grid, register_experiment
+from .registry import Experiment, check_drawn_memory, expand_grid, refuse_problems, register_experiment
 
 #: The closing probe of a search is at this factor × n* (a failure there flags a non-monotone curve).
 CONFIRM = 2.0
@@ -125,11 +125,11 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
     if extra:
         raise ValueError(f"grid: expected the keys {[*SHARED_FIELDS, 'hardness', 'shapes', 'learners']} of "
                          f"'samples-to-eps', received unknown keys {extra}")
-    shapes = _check_table_list(table, "shapes", ("dim", "length"))
+    shapes = _check_table_list(table, "shapes", ("dim", "length"), experiment="samples-to-eps")
     learners = _check_table_list(table, "learners", LEARNER_FIELDS,
-                                 (*LEARNER_OPTIONAL, *OPTIONAL_FIELDS, *SHARED_FIELDS))
+                                 (*LEARNER_OPTIONAL, *OPTIONAL_FIELDS, *SHARED_FIELDS), experiment="samples-to-eps")
     shared = {key: table[key] for key in (*SHARED_FIELDS, "hardness") if key in table}
-    constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0)],
+    constraints = {**learning_constraints(), "output": [Options(*OUTPUTS)], "eps": [Real(0.0, low_open=True)],
                    "budget": [Integer(1)], "start": [Integer(1)], "resolution": [Real(1.0, low_open=True)],
                    "coarse_seconds": [Real(0.0)], "confirm": [Real(0.0)], "hardness": [Real(0.0, 1.0)],
                    "censored_probes": [Integer(0)]}
@@ -142,6 +142,19 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
             cells += expand_grid(grid, fields, experiment="samples-to-eps", constraints=constraints)
     for cell in cells:
         check_family_params(cell["family"], _family_params(cell))
+    # A censored teacher's fits beyond the search draw a stream of their own, up to censored_probes.
+    check_drawn_memory([{**cell, "budget": max(cell["budget"], *_censored_ladder(cell))} for cell in cells],
+                       "samples-to-eps", key="budget")
+    return _check_first_probes(cells)
+
+
+def _check_first_probes(cells: list[dict]) -> list[dict]:
+    """``cells``, refused (one line) where the first probe, start × m, lies above the budget: such a search
+    could probe only the budget, and its row would say nothing of n*."""
+    problems = sorted({f"budget = {cell['budget']} is below the first probe start × heads = {cell['start']} × "
+                       f"{cell['heads']} = {cell['start'] * cell['heads']}" for cell in cells
+                       if cell["start"] * cell["heads"] > cell["budget"]})
+    refuse_problems([*problems, "raise budget or lower start"] if problems else [], "samples-to-eps")
     return cells
 
 
@@ -248,6 +261,11 @@ def _probe(cell: dict, teacher, X: np.ndarray, Y: np.ndarray, X_test: np.ndarray
     return probe
 
 
+def _censored_ladder(cell: dict) -> list[int]:
+    """The n of :data:`CENSORED_LADDER` a censored teacher of the cell is fitted at."""
+    return [samples for samples in CENSORED_LADDER if samples <= cell.get("censored_probes", 0)]
+
+
 def _censored_errors(cell: dict, teacher, instance: dict, X_test: np.ndarray) -> dict[int, dict] | None:
     """The censored teacher fitted at each n of :data:`CENSORED_LADDER` up to ``censored_probes``.
 
@@ -255,7 +273,7 @@ def _censored_errors(cell: dict, teacher, instance: dict, X_test: np.ndarray) ->
     search's stream holds only ``budget``); the teacher and the test inputs
     are the search's own.
     """
-    ladder = [samples for samples in CENSORED_LADDER if samples <= cell.get("censored_probes", 0)]
+    ladder = _censored_ladder(cell)
     if not ladder:
         return None
     planted, X, Y, _ = plant_instance(samples=ladder[-1], **instance)

@@ -128,6 +128,11 @@ def _grid_problems(grid: dict) -> list[str]:
                  for problem in value_problems(key, _as_list(grid[key]), rules)]
     problems += [f"{key}: expected a non-empty list, received []" for key in LIST_CONSTRAINTS
                  if grid.get(key) == []]
+    if all(isinstance(grid.get(key), int) and not isinstance(grid.get(key), bool) and grid[key] >= 1
+           for key in ("start", "max_samples")) and grid["start"] > grid["max_samples"]:
+        # The search's first probe is start: above max_samples it could probe nothing but the cap.
+        problems.append(f"start = {grid['start']} is above max_samples = {grid['max_samples']}, the largest n probed; "
+                        f"lower start or raise max_samples")
     series = grid.get("series")
     if not isinstance(series, list) or not series:
         return problems + ["series: expected a non-empty array of tables {function, student, seeds[, lengths]}, "

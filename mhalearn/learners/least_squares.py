@@ -39,6 +39,13 @@ def least_squares(design: np.ndarray, targets: np.ndarray, minimum_rows: int) ->
     return solve_normal(design.T @ design, design.T @ targets)
 
 
+def projections_memory(samples: int, length: int, heads: int, dim: int) -> int:
+    """Bytes of the (n·k, m·d) float64 design :func:`solve_projections` builds on ``samples`` sequences:
+    the large array of the call, which the memory budget counts (its solver's working copies are
+    temporaries of the same size, as the budget's checks leave out; :mod:`mhalearn._memory`)."""
+    return 8 * samples * length * heads * dim
+
+
 def solve_projections(X: np.ndarray, Y: np.ndarray, thetas: np.ndarray, ridge: float = 0.0) -> np.ndarray:
     """W given Θ by least squares (variable projection): the projections, shape (m, d, d).
 

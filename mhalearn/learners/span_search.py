@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._memory import check_memory
 from .._validation import Boolean, Integer, Real, Seed
+from ..data.dask_data import SAMPLE_TRAINING
 from ..data.fit_data import Examples, FitData
 from .base import AttentionLearner, FitResult
 from .chen_li.fit import SpanSearchFit, SpanSearchReport
+from .chen_li.phase5_net import check_net
 from .chen_li.phase6_select import certificate_bounds
 from .chen_li.settings import SEARCH_SETTING_CONSTRAINTS, SearchSettings, settings_from
+from .least_squares import projections_memory
 from .report import Notifier
 
 #: Phases 5–6's default settings, whose values are the span-search learners' defaults.
@@ -52,6 +56,16 @@ class SpanSearchLearner(AttentionLearner):
         if dim * dim < self.heads:
             raise ValueError(f"X: expected token dimension d with d² >= heads = {self.heads} (the span of "
                              f"{self.heads} distinct heads lives in R^(d²)), received d = {dim}")
+        # Phases 5–6 run on at most SAMPLE_TRAINING training sequences when the examples are streamed; their
+        # sizes follow from the shape and the settings, so a net or a selection that cannot be built is
+        # refused here, not after the span has been read (phases 1–4 run for hours at n = 10⁸).
+        training = samples - self._validation_size(samples)
+        if self.streams_dask:
+            training = min(training, SAMPLE_TRAINING)
+        check_net(self.heads, dim, min(self.score_samples, training) * length, self._search_settings())
+        check_memory(projections_memory(training, length, self.heads, dim), "X",
+                     f"phase 6's least squares for W on {training:,} training sequences of {length} × {dim} "
+                     f"entries and {self.heads} heads", lower="the number of sequences")
 
     def _check_params(self) -> None:
         super()._check_params()

@@ -120,6 +120,55 @@ def grid_size(dimension: int, radius: float, resolution: float, slab: tuple | No
     return (2 * int(math.floor(slab[1] / resolution)) + 1) * steps ** (dimension - 1)
 
 
+#: The multistart search's spacing, a share of the net's radius (the net it starts from).
+MULTISTART_SPACING = 1 / 8
+
+
+def check_net(heads: int, dim: int, score_rows: int, settings: SearchSettings) -> None:
+    """Refuse, before any phase runs, settings under which phase 5 cannot build a net for m heads.
+
+    The span has m dimensions whatever the data, and the net's radius is at
+    least ``net_radius``, or 1 (``norm_bound`` if lower) by
+    :meth:`~mhalearn.learners.chen_li.settings.SearchSettings.radius`, so
+    the smallest grid phase 5 could build is known from the settings alone:
+    3^m points at the coarsest spacing (the radius), which the automatic
+    spacing tries first; 17^m for ``"multistart"`` (radius/8); that of
+    ``net_resolution`` at the smallest radius.  The ball is the bound on
+    every route: the moment route, which any fit may end on, reads no hull.
+    The memory of the coarsest net (2m points, ``score_rows`` output rows)
+    is a lower bound of every net's, so a budget it exceeds refuses too.
+    Raises ``ValueError`` naming what to change (``heads`` when no setting
+    can help) or :class:`~mhalearn._memory.MemoryBudgetError`.
+    """
+    coarsest = grid_size(heads, 1.0, 1.0)
+    if coarsest > MAX_GRID_POINTS:
+        allowed = max(m for m in range(1, heads) if grid_size(m, 1.0, 1.0) <= MAX_GRID_POINTS)
+        raise ValueError(f"heads: phase 5's net over the {heads}-dimensional span of {heads} heads needs at least "
+                         f"3^{heads} = {coarsest:.2g} grid points even at its coarsest spacing (its radius), more "
+                         f"than the {MAX_GRID_POINTS:,} a net may hold, whatever the data: the net searches at "
+                         f"most {allowed} heads; lower heads to {allowed} or fewer")
+    smallest_radius = settings.net_radius if settings.net_radius is not None else min(1.0, settings.norm_bound)
+    if settings.net_resolution is not None:
+        points = grid_size(heads, smallest_radius, settings.net_resolution)
+        if points > MAX_GRID_POINTS:
+            raise ValueError(f"net_resolution: a spacing of {settings.net_resolution:g} in a ball of radius at "
+                             f"least {smallest_radius:g} in {heads} dimensions needs at least {points:,} grid "
+                             f"points, more than the {MAX_GRID_POINTS:,} a net may hold; leave net_resolution "
+                             f"None (the finest spacing that fits, at most {coarsest:,} points) or use a coarser "
+                             f"one")
+    elif settings.search == "multistart":
+        points = grid_size(heads, 1.0, MULTISTART_SPACING)
+        if points > MAX_GRID_POINTS:
+            allowed = max((m for m in range(1, heads) if grid_size(m, 1.0, MULTISTART_SPACING) <= MAX_GRID_POINTS),
+                          default=0)
+            raise ValueError(f"search: 'multistart' starts from a net of spacing radius/8, {points:.2g} grid "
+                             f"points in {heads} dimensions, more than the {MAX_GRID_POINTS:,} a net may hold; "
+                             f"use search='net', or give net_resolution, or at most {allowed} heads")
+    candidates = min(math.comb(2 * heads, heads), settings.max_candidates)
+    check_memory(net_memory(2 * heads, candidates, heads, score_rows, dim), "max_candidates",
+                 f"phase 5's coarsest net (2m = {2 * heads} points) scored on {candidates:,} {heads}-tuples")
+
+
 def net_points(dimension: int, radius: float, resolution: float, slab: tuple | None = None) -> np.ndarray:
     """Grid points of spacing ``resolution`` inside the ball of ``radius`` in R^dimension.
 
@@ -395,7 +444,7 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
                                                    fits=lambda points: budget is None or memory(points) <= budget,
                                                    slab=slab)
     elif resolution is None:
-        resolution, limited_by = radius / 8, "multistart"
+        resolution, limited_by = radius * MULTISTART_SPACING, "multistart"
     coefficients = net_points(dim2, radius, resolution, slab) @ frame
     coefficients = coefficients[np.linalg.norm(coefficients, axis=1) > 0]  # Θ = 0 is uniform attention
     if len(coefficients) < heads:
