@@ -257,7 +257,9 @@ def test_learning_cell_is_deterministic_and_learns_a_small_teacher():
             "noise": 0.0, "seed": 1}
     first, second = run_learning_cell(cell), run_learning_cell(dict(cell))
     assert set(first) == {"test_error", "train_error", "theta_error", "w_error", "fit_seconds", "observer_seconds",
-                          "candidates", "agreement_rows", "span_route", "span_distance", "head_cosine", "w_inflation"}
+                          "candidates", "agreement_rows", "span_route", "span_distance", "head_cosine", "w_inflation",
+                          "gram_ratio", "w_sum_condition", "w_norm_min", "theta_norm_min", "theta_norm_max",
+                          "inside_conditions"}
     for times in (first, second):
         times.pop("fit_seconds"), times.pop("observer_seconds")
     assert first == second

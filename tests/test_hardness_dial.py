@@ -128,3 +128,12 @@ def test_sculpt_vs_m_cells_name_a_family_only_when_the_grid_does():
     assert mhalearn.nondegeneracy(far).gram_ratio < 1e-12 < mhalearn.nondegeneracy(near).gram_ratio
     with pytest.raises(ValueError, match="no dial"):
         sculpt_vs_m_cells({**table, "family": "random", "hardness": 0.5})
+
+
+def test_the_saturated_dial_scales_one_teachers_attention_from_the_random_familys_norm():
+    for hardness, norm in ((0.0, 2.0), (0.5, 2.0 * 20 ** 0.5), (1.0, 40.0)):
+        teacher = mhalearn.make_teacher("saturated", 3, 8, rng=4, hardness=hardness)
+        np.testing.assert_allclose(np.linalg.norm(teacher.thetas, axis=(1, 2)), norm, rtol=1e-12)
+        np.testing.assert_allclose(teacher.thetas / norm, mhalearn.sample_teacher(3, 8, rng=4).thetas / 2.0,
+                                   rtol=1e-12, atol=1e-15)
+        assert mhalearn.nondegeneracy(teacher).ok

@@ -47,6 +47,9 @@ SHARP_NORM = 16.0
 #: Shared component ρ and Θ norm of the ``small-margin`` family.
 SMALL_MARGIN_SHARED = 0.8
 SMALL_MARGIN_NORM = 8.0
+#: Θ norm of the ``saturated`` family, and the random family's, where its dial starts.
+SATURATED_NORM = 40.0
+RANDOM_NORM = 2.0
 #: Mean Θ norm of the ``cancelling`` family, and the share of each W_i that is its own.
 CANCELLING_NORM = 2.0
 CANCELLING_OWN_W = 0.1
@@ -177,3 +180,23 @@ register_family(TeacherFamily(
     "cancelling with κ(W_Σ) ≤ 20 by rejection; dial: hardness h removes the share h of Σ(−1)^i Θ_i "
     "(inside Chen & Li's conditions while the heads' Gram ratio ≥ 0.2)",
     conditioned_cancelling_teacher, dial="hardness"))
+
+
+def saturated_teacher(heads: int, dim: int, rng: np.random.Generator, *, hardness: float = 1.0) -> MultiHeadAttention:
+    """A random teacher whose ‖Θ_i‖_F = 2·20^h: from the random family (h = 0) to near-hard attention (h = 1, 40).
+
+    The draws do not depend on h (:func:`sample_teacher` rejects on conditions that are scale-free in Θ),
+    so one seed is one teacher made sharper along the dial.  Found by ``runs/guarantee-dial/hard_search.py``:
+    its hardest candidates inside the conditions were random-looking teachers at ‖Θ_i‖_F of 30–130.
+    """
+    theta_norm = RANDOM_NORM * (SATURATED_NORM / RANDOM_NORM) ** hardness
+    return sample_teacher(heads, dim, theta_norm=theta_norm, rng=rng)
+
+
+register_family(TeacherFamily(
+    "saturated",
+    f"random teachers at ‖Θ_i‖_F = {SATURATED_NORM:g}: near-one-hot attention, inside the non-degeneracy "
+    f"conditions (which bound no norm); dial: hardness h sets ‖Θ_i‖_F = {RANDOM_NORM:g}·"
+    f"{SATURATED_NORM / RANDOM_NORM:g}^h",
+    saturated_teacher, dial="hardness"))
+

@@ -143,7 +143,7 @@ def samples_to_eps_cells(table: dict) -> list[dict]:
     for cell in cells:
         check_family_params(cell["family"], _family_params(cell))
     # A censored teacher's fits beyond the search draw a stream of their own, up to censored_probes.
-    check_drawn_memory([{**cell, "budget": max(cell["budget"], *_censored_ladder(cell))} for cell in cells],
+    check_drawn_memory([{**cell, "budget": max([cell["budget"], *_censored_ladder(cell)])} for cell in cells],
                        "samples-to-eps", key="budget")
     return _check_first_probes(cells)
 
