@@ -5,7 +5,8 @@
 Prints the Markdown tables of docs/learners_vs_m.md's "Where the guarantee matters" and of this
 directory's README (n* along the dial for every learner, the body along the dial, the hard-teacher
 search, where gradient descent's fits land), and writes ``samples-to-eps-dial.png`` and ``.txt`` into
-``--out`` from the n* rows of gradient.db and span.db together.
+``--out`` from the n* rows of every results file here (one per code version and sweep; the rows'
+provenance columns name the code).
 """
 import argparse
 import json
@@ -57,9 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
-    searches = rows("gradient.db", "samples-to-eps") + rows("span.db", "samples-to-eps")
+    searches = [row for path in sorted(HERE.glob("*.db")) for row in rows(path.name, "samples-to-eps")]
     if searches:
-        print("n* along the cancelling-conditioned dial (samples-to-eps rows of gradient.db and span.db)\n")
+        print("n* along the dials (the samples-to-eps rows of every .db here)\n")
         print(markdown_dial_table(searches))
         for path in plot_dial(searches, args.out):
             print(f"\nwrote {path}", file=sys.stderr)
