@@ -29,28 +29,33 @@ def rows(name: str, experiment: str) -> list[dict]:
         return store.rows(experiment)
 
 
+def span_or_one(row: dict) -> float:
+    """The body's span distance, 1 when it refused or read none (sculpt-vs-m's rule)."""
+    return 1.0 if row.get("refused") is not None or row.get("span_distance") is None else row["span_distance"]
+
+
 def body_table(body: list[dict]) -> None:
     print("\nThe body (sculpt-vs-m) along the dial: per teacher, span distance (1 when refused), the paper's "
           "test error (no polish), agreement rows, whether the teacher is inside the conditions\n")
-    print("| m | hardness | n | seed | inside | Gram ratio | span distance | refused | test error | agreement rows |"
-          " body seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in sorted(body, key=lambda r: (r["heads"], r["hardness"], r["samples"], r["seed"])):
-        span = 1.0 if row.get("refused") is not None or row.get("span_distance") is None else row["span_distance"]
+    print("| family | m | hardness | n | seed | inside | Gram ratio | span distance | refused | test error |"
+          " agreement rows | body seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in sorted(body, key=lambda r: (r["family"], r["heads"], r["hardness"], r["samples"], r["seed"])):
+        span = span_or_one(row)
         error = "–" if row.get("test_error") is None else f"{row['test_error']:.3g}"
-        print(f"| {row['heads']} | {row['hardness']:g} | {row['samples']:.0e} | {row['seed']} | "
+        print(f"| {row['family']} | {row['heads']} | {row['hardness']:g} | {row['samples']:.0e} | {row['seed']} | "
               f"{row['inside_conditions']} | {row['gram_ratio']:.3f} | {span:.3f} | {row.get('refused') or ''} | "
               f"{error} | {row['agreement_rows']} | {row['body_seconds']:.0f} |")
     print("\nmedian span distance over teachers (a refusal counts as 1)\n")
-    print("| m | hardness | n | teachers | inside | median span distance |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| family | m | hardness | n | teachers | inside | median span distance |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     groups: dict = {}
     for row in body:
-        groups.setdefault((row["heads"], row["hardness"], row["samples"]), []).append(row)
-    for (heads, hardness, samples), mine in sorted(groups.items()):
-        spans = [1.0 if r.get("refused") is not None or r.get("span_distance") is None else r["span_distance"]
-                 for r in mine]
-        print(f"| {heads} | {hardness:g} | {samples:.0e} | {len(mine)} | {sum(r['inside_conditions'] for r in mine)} "
+        groups.setdefault((row["family"], row["heads"], row["hardness"], row["samples"]), []).append(row)
+    for (family, heads, hardness, samples), mine in sorted(groups.items()):
+        spans = [span_or_one(r) for r in mine]
+        inside = sum(r["inside_conditions"] for r in mine)
+        print(f"| {family} | {heads} | {hardness:g} | {samples:.0e} | {len(mine)} | {inside} "
               f"| {statistics.median(spans):.3f} |")
 
 
@@ -64,17 +69,15 @@ def main() -> None:
         print(markdown_dial_table(searches))
         for path in plot_dial(searches, args.out):
             print(f"\nwrote {path}", file=sys.stderr)
-    body = rows("body.db", "sculpt-vs-m")
+    body = [row for path in sorted(HERE.glob("body*.db")) for row in rows(path.name, "sculpt-vs-m")]
     if body:
         body_table(body)
-    for heads in (3, 4):
-        found = HERE / f"hard-search-m{heads}.jsonl"
-        if found.is_file():
-            rescored = HERE / f"hard-rescored-m{heads}.jsonl"
-            print(f"\nThe search for hard teachers inside the conditions, m = {heads} "
-                  f"(hard_search.py report)\n", flush=True)
-            subprocess.run([sys.executable, str(HERE / "hard_search.py"), "report", "--out", str(found)]
-                           + (["--rescored", str(rescored)] if rescored.is_file() else []), check=True)
+    for found in sorted(HERE.glob("hard-search-*.jsonl")):
+        rescored = HERE / found.name.replace("hard-search", "hard-rescored")
+        print(f"\nThe search for hard teachers inside the conditions, {found.name} (hard_search.py report)\n",
+              flush=True)
+        subprocess.run([sys.executable, str(HERE / "hard_search.py"), "report", "--out", str(found)]
+                       + (["--rescored", str(rescored)] if rescored.is_file() else []), check=True)
     basins = HERE / "dial-basins.jsonl"
     if basins.is_file():
         print("\nWhere gradient descent's fits land along the dial (cancelling_basins.py --report)\n", flush=True)
