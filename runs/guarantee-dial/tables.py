@@ -59,17 +59,51 @@ def body_table(body: list[dict]) -> None:
               f"| {statistics.median(spans):.3f} |")
 
 
+GUIDE_COLUMNS = (("gradient", 2), ("gradient", 3), ("gradient", 4), ("moment", 3), ("moment", 4), ("sculpt", 3))
+GUIDE_BODY = ((2, 100_000), (3, 30_000_000))
+
+
+def guide_table(searches: list[dict], body: list[dict]) -> None:
+    """docs/learners_vs_m.md's table: per family and dial point, each learner's median n* and the body's span."""
+    from mhalearn.experiments.growth_laws import bounded_text
+    from mhalearn.experiments.hardness_dial import dial_table
+
+    table = dial_table(searches)
+    points = sorted({(e["family"], e["hardness"]) for e in table})
+    print("| family | h | inside | " + " | ".join(f"{learner} m = {heads}" for learner, heads in GUIDE_COLUMNS)
+          + " | " + " | ".join(f"body m = {heads}, n = {samples:.0e}" for heads, samples in GUIDE_BODY) + " |")
+    print("|" + " --- |" * (3 + len(GUIDE_COLUMNS) + len(GUIDE_BODY)))
+    for family, hardness in points:
+        mine = [e for e in table if (e["family"], e["hardness"]) == (family, hardness)]
+        inside = f"{sum(e['inside'] for e in mine)}/{sum(e['teachers'] for e in mine)}"
+        cells = []
+        for learner, heads in GUIDE_COLUMNS:
+            entry = next((e for e in mine if (e["learner"], e["heads"]) == (learner, heads)), None)
+            cells.append("–" if entry is None else bounded_text(entry["median"], entry["budget"])
+                         + (f" ({entry['censored']}/{entry['teachers']} cens.)" if entry["censored"] else ""))
+        for heads, samples in GUIDE_BODY:
+            spans = [span_or_one(r) for r in body if (r["family"], r["hardness"], r["heads"], r["samples"])
+                     == (family, hardness, heads, samples)]
+            cells.append(f"{statistics.median(spans):.3f} ({len(spans)})" if spans else "–")
+        print(f"| {family} | {hardness:g} | {inside} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
     searches = [row for path in sorted(HERE.glob("*.db")) for row in rows(path.name, "samples-to-eps")]
+    # Body files hold sculpt-vs-m rows only; the glob reads each file for samples-to-eps rows and finds none there.
     if searches:
         print("n* along the dials (the samples-to-eps rows of every .db here)\n")
         print(markdown_dial_table(searches))
         for path in plot_dial(searches, args.out):
             print(f"\nwrote {path}", file=sys.stderr)
     body = [row for path in sorted(HERE.glob("body*.db")) for row in rows(path.name, "sculpt-vs-m")]
+    print("\nWhere the guarantee matters (docs/learners_vs_m.md): median n* per learner and m ('cens.': censored "
+          "teachers of all), inside = teachers inside the conditions over all searches at the point, the body's "
+          "median span distance (a refusal counts as 1; teachers)\n")
+    guide_table(searches, body)
     if body:
         body_table(body)
     for found in sorted(HERE.glob("hard-search-*.jsonl")):
