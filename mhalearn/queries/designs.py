@@ -121,23 +121,35 @@ def attention_shares(token_sets: np.ndarray, answers: np.ndarray, projection: np
 
 
 def read_logit_measurements(token_sets: np.ndarray, counts: np.ndarray, answers: np.ndarray,
-                            projection: np.ndarray) -> tuple[np.ndarray, int]:
+                            projection: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """The logit differences u_ℓᵀ Θ (u_s − u_1) the answers reveal, in :func:`measurement_matrices`' order.
 
-    Returns the values, shape (n·t·(t−1),), and how many shares came out
-    ≤ 0 and were clipped before their logarithm (possible only under noise or
-    rounding, when a share is within the error of zero).
+    Returns the values, shape (n·t·(t−1),), their weights and how many
+    shares came out ≤ 0 and were clipped before their logarithm (possible
+    only under noise or rounding, when a share is within the error of zero).
+    An error δ in the shares moves log q_s − log q_1 by about δ/q_s − δ/q_1,
+    so the weight 1 / (q_s⁻² + q_1⁻²) is the inverse of that variance up to a
+    common factor: a share near zero, whose logarithm the noise throws far,
+    counts little.  With exact answers the weights change nothing (the
+    equations are consistent).
     """
     shares = attention_shares(token_sets, answers, projection)
     floor = np.finfo(float).tiny
     clipped = int(np.count_nonzero(shares <= floor))
-    logs = np.log(np.maximum(shares, floor)) - np.log(counts)[None, None, :]
-    return (logs[:, :, 1:] - logs[:, :, :1]).reshape(-1), clipped
+    shares = np.maximum(shares, floor)
+    logs = np.log(shares) - np.log(counts)[None, None, :]
+    with np.errstate(over="ignore"):
+        weights = 1.0 / (shares[:, :, 1:] ** -2.0 + shares[:, :, :1] ** -2.0)
+    return (logs[:, :, 1:] - logs[:, :, :1]).reshape(-1), weights.reshape(-1), clipped
 
 
-def solve_measurements(matrices: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Θ (d × d) minimising Σ (⟨Θ, M_r⟩ − v_r)² and the rank of the measurements."""
+def solve_measurements(matrices: np.ndarray, values: np.ndarray,
+                       weights: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Θ (d × d) minimising Σ w_r (⟨Θ, M_r⟩ − v_r)² (unit weights by default) and the rank of the measurements."""
     dim = int(round(np.sqrt(matrices.shape[1])))
+    if weights is not None:
+        root = np.sqrt(weights / weights.max())
+        matrices, values = matrices * root[:, None], values * root
     solution, _, rank, _ = np.linalg.lstsq(matrices, values, rcond=None)
     return solution.reshape(dim, dim), int(rank)
 

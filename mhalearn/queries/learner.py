@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .._estimator import Estimator, check_fitted, pooled_r2, store_parameters
-from .._validation import Integer, Real, Seed, as_generator, check_inputs, check_pair
+from .._validation import Integer, Options, Real, Seed, as_generator, check_inputs, check_pair
 from ..attention.model import MultiHeadAttention
+from ..learners.least_squares import lbfgs_refine
 from . import designs
 from .oracle import QueryOracle
 
@@ -83,12 +84,31 @@ class QueryReport:
         return "\n".join(lines + list(self.notes))
 
 
-def _ask(oracle, X: np.ndarray, repeats: int) -> np.ndarray:
-    """The oracle's answers to X, each sequence asked ``repeats`` times and the answers averaged."""
-    if repeats == 1:
-        return oracle(X)
-    answers = oracle(np.repeat(X, repeats, axis=0))
-    return answers.reshape(X.shape[0], repeats, *X.shape[1:]).mean(axis=1)
+class _Transcript:
+    """The oracle as a fit uses it: each designed sequence asked ``repeats`` times, the answers averaged and kept.
+
+    The kept pairs are what the polish fits; averaging the repeats first
+    leaves the least-squares objective's minimiser unchanged.
+    """
+
+    def __init__(self, oracle: QueryOracle, repeats: int):
+        self.oracle, self.repeats = oracle, repeats
+        self.sequences: list[np.ndarray] = []
+        self.answers: list[np.ndarray] = []
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        if self.repeats == 1:
+            answers = self.oracle(X)
+        else:
+            answers = self.oracle(np.repeat(X, self.repeats, axis=0))
+            answers = answers.reshape(X.shape[0], self.repeats, *X.shape[1:]).mean(axis=1)
+        self.sequences.append(X)
+        self.answers.append(answers)
+        return answers
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every sequence asked so far (once each) and its averaged answer, (n, k, d) both."""
+        return np.concatenate(self.sequences), np.concatenate(self.answers)
 
 
 def _full_rank_design(dim: int, distinct: int, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -122,6 +142,13 @@ class QueryLearner(Estimator):
     oversample : float, default 1
         Factor ≥ 1 on the number of designed sequences (d for W, d²/(t(t − 1))
         for Θ); more distinct measurements average noise and rounding alike.
+    refine : {"auto", "lbfgs", "none"}, default "auto"
+        Whether to polish the solved layer by L-BFGS on the squared error of
+        every answer received (no new query): the least-squares estimate of
+        the parameters from all the answers, the maximum-likelihood one under
+        Gaussian noise.  ``"auto"`` polishes when the oracle is not exact.
+    refine_iter : int, default 500
+        Iteration budget of the polish.
     random_state : seed or numpy Generator, optional
         Source of the random token sets.
 
@@ -153,11 +180,13 @@ class QueryLearner(Estimator):
         "distinct": [Integer(2)],
         "repeats": [Integer(1)],
         "oversample": [Real(1.0)],
+        "refine": [Options("auto", "lbfgs", "none")],
+        "refine_iter": [Integer(1)],
         "random_state": [Seed()],
     }
 
     def __init__(self, heads: int = 1, *, length: int = 4, distinct: int = 2, repeats: int = 1,
-                 oversample: float = 1.0, random_state=None):
+                 oversample: float = 1.0, refine: str = "auto", refine_iter: int = 500, random_state=None):
         store_parameters(self, locals())
 
     def fit(self, oracle) -> "QueryLearner":
@@ -171,43 +200,52 @@ class QueryLearner(Estimator):
                              f"distinct tokens per query, received {self.distinct}")
         rng = as_generator(self.random_state)
         started, asked, real = time.perf_counter(), oracle.queries, oracle.real_queries
-        steps, projection = self._fit_projection(oracle, dim, rng)
+        ask = _Transcript(oracle, self.repeats)
+        steps, projection = self._fit_projection(ask, dim, rng)
         if self.heads == 1:
-            theta_step, theta = self._fit_single_theta(oracle, projection, rng)
+            theta_step, theta = self._fit_single_theta(ask, projection, rng)
             steps.append(theta_step)
-            self.model_ = MultiHeadAttention(theta[None], projection[None])
+            model = MultiHeadAttention(theta[None], projection[None])
             notes = ()
         else:
             raise NotImplementedError("QueryLearner learns one head; m ≥ 2 is not implemented")
+        if self.refine == "lbfgs" or (self.refine == "auto" and not oracle.exact):
+            step_started = time.perf_counter()
+            X, Y = ask.pairs()
+            model, history = lbfgs_refine(X, Y, model.thetas, model.ws, max_iter=self.refine_iter)
+            steps.append(QueryStep("polish", 0, time.perf_counter() - step_started, measurements=Y.size))
+        self.model_ = model
         self.report_ = QueryReport(tuple(steps), oracle.queries - asked, oracle.real_queries - real,
                                    time.perf_counter() - started, notes)
         self.n_features_in_ = dim
         return self
 
-    def _fit_projection(self, oracle, dim: int, rng: np.random.Generator) -> tuple[list[QueryStep], np.ndarray]:
+    def _fit_projection(self, ask: _Transcript, dim: int,
+                        rng: np.random.Generator) -> tuple[list[QueryStep], np.ndarray]:
         """Step 1: Ŵ_Σ from identical-token sequences (the basis, then random tokens when oversampling)."""
-        started, asked = time.perf_counter(), oracle.queries
+        started, asked = time.perf_counter(), ask.oracle.queries
         tokens = designs.basis_tokens(dim)
         extra = math.ceil(self.oversample * dim) - dim
         if extra > 0:
             tokens = np.concatenate([tokens, rng.choice(np.array([-1.0, 1.0]), size=(extra, dim))])
-        answers = _ask(oracle, designs.identical_sequences(tokens, self.length), self.repeats)
+        answers = ask(designs.identical_sequences(tokens, self.length))
         projection = designs.read_projection(tokens, answers)
-        step = QueryStep("projection", oracle.queries - asked, time.perf_counter() - started,
+        step = QueryStep("projection", ask.oracle.queries - asked, time.perf_counter() - started,
                          measurements=len(tokens), rank=dim)
         return [step], projection
 
-    def _fit_single_theta(self, oracle, projection: np.ndarray,
+    def _fit_single_theta(self, ask: _Transcript, projection: np.ndarray,
                           rng: np.random.Generator) -> tuple[QueryStep, np.ndarray]:
         """Step 2 (m = 1): Θ̂ from the logit differences that t-token sequences reveal."""
-        started, asked = time.perf_counter(), oracle.queries
+        started, asked = time.perf_counter(), ask.oracle.queries
         dim, t = projection.shape[0], self.distinct
         sets = _full_rank_design(dim, t, math.ceil(self.oversample * dim * dim / (t * (t - 1))), rng)
         sequences, counts = designs.spread_sequences(sets, self.length)
-        answers = _ask(oracle, sequences, self.repeats)
-        values, clipped = designs.read_logit_measurements(sets, counts, answers, projection)
-        theta, rank = designs.solve_measurements(designs.measurement_matrices(sets), values)
-        step = QueryStep("theta", oracle.queries - asked, time.perf_counter() - started,
+        answers = ask(sequences)
+        values, weights, clipped = designs.read_logit_measurements(sets, counts, answers, projection)
+        theta, rank = designs.solve_measurements(designs.measurement_matrices(sets), values,
+                                                 None if ask.oracle.exact else weights)
+        step = QueryStep("theta", ask.oracle.queries - asked, time.perf_counter() - started,
                          measurements=len(values), rank=rank, clipped=clipped)
         return step, theta
 
