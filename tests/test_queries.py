@@ -1,0 +1,214 @@
+"""Learning from queries (issue 76): the oracle, the single-head learner, the non-identifiable pair."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+import mhalearn
+from mhalearn.queries import designs
+
+# ------------------------------------------------------------------ the oracle
+
+
+def test_the_oracle_answers_the_teacher_and_counts_sequences():
+    teacher = mhalearn.sample_teacher(2, 5, rng=0)
+    oracle = mhalearn.QueryOracle(teacher)
+    X = mhalearn.boolean_inputs(7, 3, 5, rng=1)
+    np.testing.assert_array_equal(oracle(X), teacher.predict(X))
+    oracle(X[:2])
+    assert (oracle.queries, oracle.real_queries) == (9, 0)
+
+
+def test_the_oracle_noise_is_gaussian_with_the_given_sigma_and_fresh_each_time():
+    teacher = mhalearn.sample_teacher(1, 4, rng=0)
+    oracle = mhalearn.QueryOracle(teacher, noise=0.1, rng=2)
+    X = mhalearn.boolean_inputs(2000, 4, 4, rng=3)
+    first, second = oracle(X) - teacher.predict(X), oracle(X) - teacher.predict(X)
+    # 32,000 draws: the mean within 4 standard errors of 0, the standard deviation within 2 %.
+    assert abs(first.mean()) < 4 * 0.1 / math.sqrt(first.size)
+    assert first.std() == pytest.approx(0.1, rel=0.02)
+    assert abs(np.corrcoef(first.ravel(), second.ravel())[0, 1]) < 0.03
+    assert oracle.queries == 4000
+
+
+def test_the_oracle_rounds_to_its_tolerance():
+    teacher = mhalearn.sample_teacher(1, 4, rng=0)
+    oracle = mhalearn.QueryOracle(teacher, tolerance=0.05)
+    X = mhalearn.boolean_inputs(50, 4, 4, rng=3)
+    answers = oracle(X)
+    np.testing.assert_allclose(answers / 0.05, np.round(answers / 0.05), atol=1e-9)
+    assert np.max(np.abs(answers - teacher.predict(X))) <= 0.025 + 1e-12
+    assert np.max(np.abs(answers - teacher.predict(X))) > 0.005
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.full((2, 3, 4), 0.5), r"^X: expected Boolean entries .* allow_real=True"),
+    (np.ones((2, 3, 5)), r"^X: expected token dimension 4"),
+    (np.ones((3, 4)), r"^X: expected an array of rank 3"),
+    (np.where(np.arange(24).reshape(2, 3, 4) == 5, np.nan, 1.0), r"^X: expected finite values"),
+    (np.ones((0, 3, 4)), r"^X: expected shape \(samples, length, dim\) with all sizes >= 1"),
+])
+def test_the_oracle_refuses_bad_input_before_answering_or_counting(bad, message):
+    oracle = mhalearn.QueryOracle(mhalearn.sample_teacher(1, 4, rng=0))
+    with pytest.raises(ValueError, match=message):
+        oracle(bad)
+    assert oracle.queries == 0
+
+
+def test_real_tokens_are_answered_only_when_allowed_and_counted_apart():
+    teacher = mhalearn.sample_teacher(1, 4, rng=0)
+    oracle = mhalearn.QueryOracle(teacher, allow_real=True)
+    X = mhalearn.boolean_inputs(5, 3, 4, rng=1)
+    X[1, 0, 2] = 0.5
+    X[3] *= 2.0
+    np.testing.assert_array_equal(oracle(X), teacher.predict(X))
+    assert (oracle.queries, oracle.real_queries) == (5, 2)
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"noise": -1.0}, r"^noise: expected a value >= 0"),
+    ({"tolerance": 0.0}, r"^tolerance: expected a value > 0"),
+    ({"allow_real": 1}, r"^allow_real: expected bool"),
+])
+def test_the_oracle_checks_its_settings(keywords, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        mhalearn.QueryOracle(mhalearn.sample_teacher(1, 3, rng=0), **keywords)
+    with pytest.raises(TypeError, match="^teacher: expected MultiHeadAttention"):
+        mhalearn.QueryOracle(np.zeros((1, 3, 3)))
+
+
+def test_the_oracle_exposes_no_public_attribute_holding_the_teacher():
+    teacher = mhalearn.sample_teacher(1, 3, rng=0)
+    oracle = mhalearn.QueryOracle(teacher)
+    public = {name: getattr(oracle, name) for name in dir(oracle) if not name.startswith("_")}
+    assert not [name for name, value in public.items()
+                if isinstance(value, (mhalearn.MultiHeadAttention, np.ndarray))]
+
+
+# --------------------------------------------------------- the single head
+
+@pytest.mark.parametrize("dim, distinct", [(6, 2), (8, 2), (8, 4)])
+def test_one_head_is_recovered_exactly_from_order_d_squared_queries(dim, distinct):
+    teacher = mhalearn.sample_teacher(1, dim, rng=100 + dim)
+    oracle = mhalearn.QueryOracle(teacher)
+    learner = mhalearn.QueryLearner(1, distinct=distinct, random_state=1).fit(oracle)
+    X = mhalearn.boolean_inputs(500, 4, dim, rng=2)
+    assert mhalearn.relative_error(learner.model_, teacher, X) <= 1e-20
+    assert mhalearn.parameter_error(learner.model_, teacher)["total"] <= 1e-10
+    # d for W, ⌈d²/(t(t − 1))⌉ for Θ, and at most one extra round of an eighth when the design lacked rank.
+    needed = math.ceil(dim * dim / (distinct * (distinct - 1)))
+    report = learner.report_
+    assert report.queries == oracle.queries == sum(report.queries_by_step().values())
+    assert report.queries_by_step()["projection"] == dim
+    assert needed <= report.queries_by_step()["theta"] <= needed + max(1, needed // 8)
+    assert report.real_queries == 0
+    assert [step.rank for step in report.steps] == [dim, dim * dim]
+    assert [step.name for step in report.steps] == ["projection", "theta"]  # an exact oracle needs no polish
+
+
+def test_a_noisy_oracle_is_learned_to_its_noise_level():
+    teacher = mhalearn.sample_teacher(1, 6, rng=7)
+    X = mhalearn.boolean_inputs(500, 4, 6, rng=2)
+    errors = {}
+    for oversample, refine in ((2.0, "none"), (8.0, "none"), (8.0, "auto")):
+        oracle = mhalearn.QueryOracle(teacher, noise=1e-3, rng=3)
+        learner = mhalearn.QueryLearner(1, oversample=oversample, refine=refine, random_state=1).fit(oracle)
+        errors[oversample, refine] = mhalearn.relative_error(learner.model_, teacher, X)
+        assert learner.report_.queries == oracle.queries == math.ceil(oversample * 6) + math.ceil(oversample * 18)
+        assert (learner.report_.steps[-1].name == "polish") == (refine == "auto")
+    # σ = 1e-3: each two-token query tells two noisy logits about Θ, so the error sits near σ²·d²/queries
+    # (a few 1e-5 at 36 Θ-queries); four times the queries divide it by about four, and the polish on every
+    # answer lowers it further.
+    assert errors[8.0, "none"] < errors[2.0, "none"] / 3
+    assert errors[8.0, "auto"] < errors[8.0, "none"] < 1e-6
+
+
+def test_the_exact_solves_read_the_attention_the_teacher_pays():
+    teacher = mhalearn.sample_teacher(1, 5, rng=4)
+    sets = designs.draw_token_sets(6, 3, 5, np.random.default_rng(0))
+    sequences, counts = designs.spread_sequences(sets, 5)
+    shares = designs.attention_shares(sets, teacher.predict(sequences), teacher.ws[0])
+    weights = teacher.attention(sequences)[:, 0]  # (n, k, k)
+    slots = np.arange(5) % 3
+    for row in range(3):
+        expected = np.stack([weights[:, row, slots == s].sum(axis=1) for s in range(3)], axis=1)
+        np.testing.assert_allclose(shares[:, row], expected, atol=1e-13)
+    np.testing.assert_array_equal(counts, [2, 2, 1])
+
+
+def test_the_basis_tokens_are_independent_signs_for_every_dimension():
+    for dim in range(1, 20):
+        tokens = designs.basis_tokens(dim)
+        assert set(np.unique(tokens)) <= {-1.0, 1.0}
+        assert np.linalg.matrix_rank(tokens) == dim
+
+
+# ------------------------------------------------------ the learner's contract
+
+def test_the_query_learner_follows_the_estimator_contract():
+    learner = mhalearn.QueryLearner(1, oversample=1.5, random_state=0)
+    assert clone(learner).get_params() == learner.get_params()
+    X = mhalearn.boolean_inputs(20, 4, 4, rng=0)
+    with pytest.raises(NotFittedError):
+        learner.predict(X)
+    teacher = mhalearn.sample_teacher(1, 4, rng=0)
+    first = clone(learner).fit(mhalearn.QueryOracle(teacher))
+    second = clone(learner).fit(mhalearn.QueryOracle(teacher))
+    np.testing.assert_array_equal(first.predict(X), second.predict(X))
+    assert first.n_features_in_ == 4
+    restored = pickle.loads(pickle.dumps(first))
+    np.testing.assert_array_equal(restored.predict(X), first.predict(X))
+    assert first.score(X, teacher.predict(X)) == pytest.approx(1.0, abs=1e-12)
+    assert not [key for key in vars(clone(first)) if key.endswith("_")]
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"length": 1}, r"^length: expected an integer >= 2"),
+    ({"distinct": 5}, r"^distinct: expected at most min\(length, d \+ 1\) = 4"),
+    ({"oversample": 0.5}, r"^oversample: expected a real number in \[1, inf\)"),
+    ({"refine": "adam"}, r"^refine: expected one of 'auto', 'lbfgs', 'none'"),
+])
+def test_the_query_learner_checks_its_parameters_at_fit(keywords, message):
+    learner = mhalearn.QueryLearner(1, **keywords)  # stored unchecked, as scikit-learn asks
+    oracle = mhalearn.QueryOracle(mhalearn.sample_teacher(1, 4, rng=0))
+    with pytest.raises(ValueError, match=message):
+        learner.fit(oracle)
+    assert oracle.queries == 0
+
+
+def test_the_query_learner_takes_an_oracle_only():
+    with pytest.raises(TypeError, match="^oracle: expected a QueryOracle"):
+        mhalearn.QueryLearner(1).fit(mhalearn.sample_teacher(1, 3, rng=0))
+
+
+# ------------------------------------------------------- non-identifiability
+
+def test_the_non_identifiable_pair_has_one_map_and_two_parameterisations():
+    first, second = mhalearn.non_identifiable_pair(3, 5, rng=0)
+    assert first.heads == second.heads == 3
+    for X in (mhalearn.boolean_inputs(200, 4, 5, rng=1), mhalearn.gaussian_inputs(200, 4, 5, rng=2)):
+        np.testing.assert_allclose(first.predict(X), second.predict(X), atol=1e-12)
+    # No permutation of heads relates them: the head-matched parameters differ.
+    assert mhalearn.parameter_error(first, second)["w"] > 0.1
+    # Each is a split of a two-head layer whose map it keeps.
+    merged = mhalearn.MultiHeadAttention(first.thetas[:2], np.stack([first.ws[0] + first.ws[2], first.ws[1]]))
+    X = mhalearn.boolean_inputs(50, 3, 5, rng=3)
+    np.testing.assert_allclose(merged.predict(X), first.predict(X), atol=1e-12)
+
+
+def test_splitting_a_head_keeps_the_map_for_any_part():
+    layer = mhalearn.sample_teacher(2, 4, rng=5)
+    part = np.random.default_rng(6).standard_normal((4, 4))
+    split = mhalearn.split_head(layer, 1, part)
+    X = mhalearn.boolean_inputs(100, 4, 4, rng=7)
+    assert split.heads == 3
+    np.testing.assert_allclose(split.predict(X), layer.predict(X), atol=1e-12)
+    np.testing.assert_array_equal(split.ws[1], part)
+    with pytest.raises(ValueError, match="^head: expected an index below the layer's 2 heads"):
+        mhalearn.split_head(layer, 2, part)
