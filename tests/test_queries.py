@@ -133,7 +133,7 @@ def test_the_exact_solves_read_the_attention_the_teacher_pays():
     teacher = mhalearn.sample_teacher(1, 5, rng=4)
     sets = designs.draw_token_sets(6, 3, 5, np.random.default_rng(0))
     sequences, counts = designs.spread_sequences(sets, 5)
-    shares = designs.attention_shares(sets, teacher.predict(sequences), teacher.ws[0])
+    shares = designs.attention_shares(sets, teacher.predict(sequences), teacher.ws)[:, :, 0, :]
     weights = teacher.attention(sequences)[:, 0]  # (n, k, k)
     slots = np.arange(5) % 3
     for row in range(3):
@@ -212,3 +212,56 @@ def test_splitting_a_head_keeps_the_map_for_any_part():
     np.testing.assert_array_equal(split.ws[1], part)
     with pytest.raises(ValueError, match="^head: expected an index below the layer's 2 heads"):
         mhalearn.split_head(layer, 2, part)
+
+
+# -------------------------------------------------------------- several heads
+
+@pytest.mark.parametrize("heads", [2, 3])
+def test_several_generic_heads_are_learned_from_scans_and_pairs(heads):
+    teacher = mhalearn.sample_teacher(heads, 8, rng=200 + heads)
+    oracle = mhalearn.QueryOracle(teacher)
+    learner = mhalearn.QueryLearner(heads, random_state=1).fit(oracle)
+    X = mhalearn.boolean_inputs(500, 4, 8, rng=2)
+    assert mhalearn.relative_error(learner.model_, teacher, X) <= 1e-10
+    assert mhalearn.parameter_error(learner.model_, teacher)["total"] <= 1e-4
+    report = learner.report_
+    assert report.separable and report.notes == () and report.sum_mismatch < 1e-10
+    # d + d for W_Σ (oversampled twice), d scans of 2m + 3 sequences, 2(d − 1) to align, 2·d²/2 (and
+    # perhaps an eighth more) for the Θ_i.
+    by_step = report.queries_by_step()
+    assert [by_step[name] for name in ("projection", "rows", "align")] == [16, 8 * (2 * heads + 3), 14]
+    assert 64 <= by_step["theta"] <= 72
+    assert report.queries == oracle.queries
+
+
+def test_heads_sharing_their_attention_are_reported_inseparable():
+    first, _ = mhalearn.non_identifiable_pair(3, 8, rng=0)
+    learner = mhalearn.QueryLearner(3, tries=2, random_state=1).fit(mhalearn.QueryOracle(first))
+    assert learner.report_.separable is False
+    assert len(learner.report_.notes) == 8
+    assert "two heads attend alike" in learner.report_.notes[0]
+
+
+def test_the_scan_separates_the_rows_and_gaps_of_every_head():
+    from mhalearn.queries import heads as heads_module
+
+    teacher = mhalearn.sample_teacher(3, 6, rng=9)
+    base = np.array([1.0, -1.0, 1.0, 1.0, -1.0, -1.0])
+    sequences, fractions = heads_module.scan_sequences(base, 2, 10)
+    values = heads_module.scan_values(base, teacher.predict(sequences), fractions, teacher.projection_sum)
+    separation = heads_module.separate_heads(fractions, values, 3)
+    assert separation.separable and separation.residual < 1e-12
+    other = heads_module.flipped(base, 2)
+    gaps = np.array([base @ theta @ (other - base) for theta in teacher.thetas])
+    order = np.argsort(np.exp(-gaps) - 1.0)
+    np.testing.assert_allclose(separation.poles, np.exp(-gaps[order]) - 1.0, rtol=1e-9)
+    np.testing.assert_allclose(separation.vectors, -2.0 * base[2] * teacher.ws[order, 2, :], atol=1e-9)
+
+
+def test_the_learner_refuses_more_heads_than_its_solves_can_hold():
+    oracle = mhalearn.QueryOracle(mhalearn.sample_teacher(1, 6, rng=0))
+    with pytest.raises(ValueError, match=r"^heads: aligning the rows of 4 heads .* expected 2·heads ≤ d"):
+        mhalearn.QueryLearner(4).fit(oracle)
+    with pytest.raises(ValueError, match=r"^scan_length: expected at least 2·heads \+ 2 = 6"):
+        mhalearn.QueryLearner(2, scan_length=5).fit(oracle)
+    assert oracle.queries == 0

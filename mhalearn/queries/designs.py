@@ -100,47 +100,57 @@ def design_rank(token_sets: np.ndarray) -> int:
     return int(np.linalg.matrix_rank(measurement_matrices(token_sets)))
 
 
-def attention_shares(token_sets: np.ndarray, answers: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    """The attention q_ℓs each distinct token's rows pay to each token's copies, shape (n, t, t).
+def attention_shares(token_sets: np.ndarray, answers: np.ndarray, projections: np.ndarray) -> np.ndarray:
+    """The attention q^i_ℓs each head pays, from each distinct token's rows to each token's copies.
 
-    ``answers`` (n, k, d) answer :func:`spread_sequences` of ``token_sets``;
-    the rows holding the same token are averaged first (they are equal).
-    Solves y_ℓ − u_1ᵀW = Σ_{s≥2} q_ℓs (u_s − u_1)ᵀW by least squares with
-    ``projection`` = W, and sets q_ℓ1 = 1 − Σ_{s≥2} q_ℓs.
+    ``answers`` (n, k, d) answer :func:`spread_sequences` of ``token_sets``
+    (n, t, d); ``projections`` (m, d, d) are the heads' W_i.  The rows
+    holding the same token are averaged first (they are equal).  Row ℓ's
+    answer is y_ℓ = Σ_i Σ_s q^i_ℓs u_sᵀ W_i with Σ_s q^i_ℓs = 1, so
+
+        y_ℓ − u_1ᵀ W_Σ = Σ_i Σ_{s≥2} q^i_ℓs (u_s − u_1)ᵀ W_i,
+
+    m(t − 1) unknowns solved by least squares (exact when those vectors are
+    independent, which needs m(t − 1) ≤ d); q^i_ℓ1 = 1 − Σ_{s≥2} q^i_ℓs.
+    Returns shape (n, t, m, t): row token ℓ, head i, column token s.
     """
     n, t, d = token_sets.shape
+    heads = projections.shape[0]
     length = answers.shape[1]
     slots = np.arange(length) % t
     rows = np.stack([answers[:, slots == slot, :].mean(axis=1) for slot in range(t)], axis=1)  # (n, t, d)
-    base = token_sets[:, 0, :] @ projection  # (n, d)
-    directions = (token_sets[:, 1:, :] - token_sets[:, :1, :]) @ projection  # (n, t-1, d)
-    gram = directions @ directions.transpose(0, 2, 1)  # (n, t-1, t-1)
-    right = (rows - base[:, None, :]) @ directions.transpose(0, 2, 1)  # (n, t, t-1)
-    rest = np.linalg.solve(gram, right.transpose(0, 2, 1)).transpose(0, 2, 1)  # (n, t, t-1)
-    return np.concatenate([1.0 - rest.sum(axis=2, keepdims=True), rest], axis=2)
+    base = token_sets[:, 0, :] @ projections.sum(axis=0)  # (n, d)
+    steps = token_sets[:, 1:, :] - token_sets[:, :1, :]  # (n, t-1, d)
+    directions = np.einsum("nsa,iab->nisb", steps, projections).reshape(n, heads * (t - 1), d)
+    gram = directions @ directions.transpose(0, 2, 1)
+    right = (rows - base[:, None, :]) @ directions.transpose(0, 2, 1)  # (n, t, m(t-1))
+    rest = np.linalg.solve(gram, right.transpose(0, 2, 1)).transpose(0, 2, 1).reshape(n, t, heads, t - 1)
+    return np.concatenate([1.0 - rest.sum(axis=3, keepdims=True), rest], axis=3)
 
 
 def read_logit_measurements(token_sets: np.ndarray, counts: np.ndarray, answers: np.ndarray,
-                            projection: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """The logit differences u_ℓᵀ Θ (u_s − u_1) the answers reveal, in :func:`measurement_matrices`' order.
+                            projections: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The logit differences u_ℓᵀ Θ_i (u_s − u_1) the answers reveal, per head, in
+    :func:`measurement_matrices`' order.
 
-    Returns the values, shape (n·t·(t−1),), their weights and how many
-    shares came out ≤ 0 and were clipped before their logarithm (possible
-    only under noise or rounding, when a share is within the error of zero).
-    An error δ in the shares moves log q_s − log q_1 by about δ/q_s − δ/q_1,
-    so the weight 1 / (q_s⁻² + q_1⁻²) is the inverse of that variance up to a
-    common factor: a share near zero, whose logarithm the noise throws far,
-    counts little.  With exact answers the weights change nothing (the
-    equations are consistent).
+    Returns the values and their weights, shape (m, n·t·(t−1)) both, and how
+    many shares came out ≤ 0 and were clipped before their logarithm
+    (possible only under noise or rounding, when a share is within the error
+    of zero).  An error δ in the shares moves log q_s − log q_1 by about
+    δ/q_s − δ/q_1, so the weight 1 / (q_s⁻² + q_1⁻²) is the inverse of that
+    variance up to a common factor: a share near zero, whose logarithm the
+    noise throws far, counts little.  With exact answers the weights change
+    nothing (the equations are consistent).
     """
-    shares = attention_shares(token_sets, answers, projection)
+    shares = attention_shares(token_sets, answers, projections).transpose(2, 0, 1, 3)  # (m, n, t, t)
     floor = np.finfo(float).tiny
     clipped = int(np.count_nonzero(shares <= floor))
     shares = np.maximum(shares, floor)
-    logs = np.log(shares) - np.log(counts)[None, None, :]
+    logs = np.log(shares) - np.log(counts)
     with np.errstate(over="ignore"):
-        weights = 1.0 / (shares[:, :, 1:] ** -2.0 + shares[:, :, :1] ** -2.0)
-    return (logs[:, :, 1:] - logs[:, :, :1]).reshape(-1), weights.reshape(-1), clipped
+        weights = 1.0 / (shares[..., 1:] ** -2.0 + shares[..., :1] ** -2.0)
+    heads = shares.shape[0]
+    return (logs[..., 1:] - logs[..., :1]).reshape(heads, -1), weights.reshape(heads, -1), clipped
 
 
 def solve_measurements(matrices: np.ndarray, values: np.ndarray,

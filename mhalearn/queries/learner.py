@@ -18,7 +18,20 @@ point, after d + ⌈d² / (t(t − 1))⌉ queries (rank permitting: the design i
 checked before it is asked).  Under noise or rounding the same solves are
 least-squares estimates; ``repeats`` averages repeated answers (noise) and
 ``oversample`` asks more distinct designs (noise and rounding, whose error
-repeated answers share).
+repeated answers share), and the polish refits every answer.
+
+For m ≥ 2 the paper proves that the parameters are not identifiable in
+general and gives no learner; ours (:mod:`~mhalearn.queries.heads`) assumes
+generic heads.  W_Σ as above; then, per coordinate s, a scan of 2m + 3
+sequences whose answers are a vector rational function with one pole per
+head gives the rows W_i[s, :]; one query per coordinate aligns the heads'
+labels; with every W_i known, the two-token queries give each head's
+attention shares, hence each Θ_i as for one head.  The queries number
+d·(2m + 4) + d² for the defaults (d² = twice the single head's design, see
+``oversample``), so choosing the inputs makes the cost grow with m only
+through the scans.  Heads that cannot be told apart (two heads with one Θ,
+:func:`~mhalearn.queries.non_identifiable_pair`) are reported in
+``report_.separable`` and ``report_.notes``.
 """
 
 from __future__ import annotations
@@ -28,12 +41,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from .._estimator import Estimator, check_fitted, pooled_r2, store_parameters
 from .._validation import Integer, Options, Real, Seed, as_generator, check_inputs, check_pair
 from ..attention.model import MultiHeadAttention
 from ..learners.least_squares import lbfgs_refine
-from . import designs
+from . import designs, heads
 from .oracle import QueryOracle
 
 #: How many rounds of extra token sets :func:`_full_rank_design` draws before giving up.
@@ -66,13 +80,16 @@ class QueryReport:
     real_queries: int
     total_seconds: float
     notes: tuple[str, ...] = field(default=())
+    separable: bool | None = None
+    sum_mismatch: float | None = None
 
     def queries_by_step(self) -> dict[str, int]:
         return {step.name: step.queries for step in self.steps}
 
     def as_dict(self) -> dict:
         return {"steps": [asdict(step) for step in self.steps], "queries": self.queries,
-                "real_queries": self.real_queries, "total_seconds": self.total_seconds, "notes": list(self.notes)}
+                "real_queries": self.real_queries, "total_seconds": self.total_seconds, "notes": list(self.notes),
+                "separable": self.separable, "sum_mismatch": self.sum_mismatch}
 
     def table(self) -> str:
         lines = [f"{'step':<12} {'queries':>8} {'seconds':>8} {'measurements':>12} {'rank':>6}"]
@@ -106,9 +123,14 @@ class _Transcript:
         self.answers.append(answers)
         return answers
 
-    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every sequence asked so far (once each) and its averaged answer, (n, k, d) both."""
-        return np.concatenate(self.sequences), np.concatenate(self.answers)
+    def pairs(self, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every sequence of ``length`` tokens asked so far (once each) and its averaged answer, (n, k, d) both.
+
+        The scans of m ≥ 2 have their own length; the kernels take one length a batch.
+        """
+        kept = [index for index, sequences in enumerate(self.sequences) if sequences.shape[1] == length]
+        return (np.concatenate([self.sequences[index] for index in kept]),
+                np.concatenate([self.answers[index] for index in kept]))
 
 
 def _full_rank_design(dim: int, distinct: int, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -129,7 +151,7 @@ class QueryLearner(Estimator):
     ----------
     heads : int
         Number of heads m of the layer to learn (m = 1 is the paper's exact
-        learner).
+        learner; m ≥ 2 needs 2m ≤ d and generic heads, see the module).
     length : int, default 4
         Tokens k per query sequence (k ≥ 2: a one-token sequence shows no attention).
     distinct : int, default 2
@@ -139,16 +161,25 @@ class QueryLearner(Estimator):
     repeats : int, default 1
         Times each designed sequence is asked, the answers averaged (divides
         the noise variance; useless against rounding).
-    oversample : float, default 1
-        Factor ≥ 1 on the number of designed sequences (d for W, d²/(t(t − 1))
-        for Θ); more distinct measurements average noise and rounding alike.
+    oversample : float or None, default None
+        Factor ≥ 1 on the number of designed sequences (d for W_Σ,
+        d²/(t(t − 1)) for Θ); more distinct measurements average noise and
+        rounding alike.  None: 1 for one head, 2 for several, whose Θ-step
+        solves m shares per row through the scanned W_i and amplifies their
+        rounding errors (~1e-9) unless the design is overdetermined.
     refine : {"auto", "lbfgs", "none"}, default "auto"
         Whether to polish the solved layer by L-BFGS on the squared error of
-        every answer received (no new query): the least-squares estimate of
-        the parameters from all the answers, the maximum-likelihood one under
-        Gaussian noise.  ``"auto"`` polishes when the oracle is not exact.
+        every answer to a sequence of ``length`` tokens (no new query): the
+        least-squares estimate of the parameters from those answers, the
+        maximum-likelihood one under Gaussian noise.  ``"auto"`` polishes when the oracle is not exact.
     refine_iter : int, default 500
         Iteration budget of the polish.
+    scan_length : int or None, default None
+        m ≥ 2: length L of the scan sequences that separate the heads' rows
+        (L − 1 queries per coordinate, L ≥ 2m + 2); None for 2m + 4.
+    tries : int, default 5
+        m ≥ 2: base tokens tried per coordinate before the heads are reported
+        inseparable there.
     random_state : seed or numpy Generator, optional
         Source of the random token sets.
 
@@ -179,14 +210,17 @@ class QueryLearner(Estimator):
         "length": [Integer(2)],
         "distinct": [Integer(2)],
         "repeats": [Integer(1)],
-        "oversample": [Real(1.0)],
+        "oversample": [Real(1.0), None],
         "refine": [Options("auto", "lbfgs", "none")],
         "refine_iter": [Integer(1)],
+        "scan_length": [Integer(3), None],
+        "tries": [Integer(1)],
         "random_state": [Seed()],
     }
 
     def __init__(self, heads: int = 1, *, length: int = 4, distinct: int = 2, repeats: int = 1,
-                 oversample: float = 1.0, refine: str = "auto", refine_iter: int = 500, random_state=None):
+                 oversample: float | None = None, refine: str = "auto", refine_iter: int = 500,
+                 scan_length: int | None = None, tries: int = 5, random_state=None):
         store_parameters(self, locals())
 
     def fit(self, oracle) -> "QueryLearner":
@@ -195,37 +229,61 @@ class QueryLearner(Estimator):
         if not isinstance(oracle, QueryOracle):
             raise TypeError(f"oracle: expected a QueryOracle, received {type(oracle).__name__}")
         dim = oracle.dim
-        if self.distinct > min(self.length, dim + 1):
-            raise ValueError(f"distinct: expected at most min(length, d + 1) = {min(self.length, dim + 1)} "
-                             f"distinct tokens per query, received {self.distinct}")
+        self._check_sizes(dim)
         rng = as_generator(self.random_state)
         started, asked, real = time.perf_counter(), oracle.queries, oracle.real_queries
         ask = _Transcript(oracle, self.repeats)
         steps, projection = self._fit_projection(ask, dim, rng)
+        notes, separable, mismatch = (), None, None
         if self.heads == 1:
-            theta_step, theta = self._fit_single_theta(ask, projection, rng)
-            steps.append(theta_step)
-            model = MultiHeadAttention(theta[None], projection[None])
-            notes = ()
+            projections = projection[None]
         else:
-            raise NotImplementedError("QueryLearner learns one head; m ≥ 2 is not implemented")
+            head_steps, projections, notes = self._fit_head_projections(ask, projection, rng)
+            steps += head_steps
+            separable = not notes
+            mismatch = float(np.linalg.norm(projections.sum(axis=0) - projection) / np.linalg.norm(projection))
+        theta_step, thetas = self._fit_thetas(ask, projections, rng)
+        steps.append(theta_step)
+        model = MultiHeadAttention(thetas, projections)
         if self.refine == "lbfgs" or (self.refine == "auto" and not oracle.exact):
             step_started = time.perf_counter()
-            X, Y = ask.pairs()
+            X, Y = ask.pairs(self.length)
             model, history = lbfgs_refine(X, Y, model.thetas, model.ws, max_iter=self.refine_iter)
             steps.append(QueryStep("polish", 0, time.perf_counter() - step_started, measurements=Y.size))
         self.model_ = model
         self.report_ = QueryReport(tuple(steps), oracle.queries - asked, oracle.real_queries - real,
-                                   time.perf_counter() - started, notes)
+                                   time.perf_counter() - started, notes, separable, mismatch)
         self.n_features_in_ = dim
         return self
+
+    def _check_sizes(self, dim: int) -> None:
+        """The sizes the solves need, checked before any query."""
+        if self.distinct > min(self.length, dim + 1):
+            raise ValueError(f"distinct: expected at most min(length, d + 1) = {min(self.length, dim + 1)} "
+                             f"distinct tokens per query, received {self.distinct}")
+        if self.heads * (self.distinct - 1) > dim:
+            raise ValueError(f"heads: the shares of {self.heads} heads in {self.distinct}-token queries are "
+                             f"{self.heads * (self.distinct - 1)} unknowns in d = {dim} equations; expected "
+                             f"heads·(distinct − 1) ≤ d")
+        if self.heads >= 2 and 2 * self.heads > dim:
+            raise ValueError(f"heads: aligning the rows of {self.heads} heads solves 2m = {2 * self.heads} shares "
+                             f"in d = {dim} equations; expected 2·heads ≤ d")
+        if self.heads >= 2 and self._scan_length() < 2 * self.heads + 2:
+            raise ValueError(f"scan_length: expected at least 2·heads + 2 = {2 * self.heads + 2} tokens, so that "
+                             f"a scan has 2m + 1 points, received {self.scan_length}")
+
+    def _oversample(self) -> float:
+        return (1.0 if self.heads == 1 else 2.0) if self.oversample is None else self.oversample
+
+    def _scan_length(self) -> int:
+        return 2 * self.heads + 4 if self.scan_length is None else self.scan_length
 
     def _fit_projection(self, ask: _Transcript, dim: int,
                         rng: np.random.Generator) -> tuple[list[QueryStep], np.ndarray]:
         """Step 1: Ŵ_Σ from identical-token sequences (the basis, then random tokens when oversampling)."""
         started, asked = time.perf_counter(), ask.oracle.queries
         tokens = designs.basis_tokens(dim)
-        extra = math.ceil(self.oversample * dim) - dim
+        extra = math.ceil(self._oversample() * dim) - dim
         if extra > 0:
             tokens = np.concatenate([tokens, rng.choice(np.array([-1.0, 1.0]), size=(extra, dim))])
         answers = ask(designs.identical_sequences(tokens, self.length))
@@ -234,20 +292,53 @@ class QueryLearner(Estimator):
                          measurements=len(tokens), rank=dim)
         return [step], projection
 
-    def _fit_single_theta(self, ask: _Transcript, projection: np.ndarray,
-                          rng: np.random.Generator) -> tuple[QueryStep, np.ndarray]:
-        """Step 2 (m = 1): Θ̂ from the logit differences that t-token sequences reveal."""
+    def _fit_head_projections(self, ask: _Transcript, projection: np.ndarray, rng: np.random.Generator):
+        """Steps 2–3 (m ≥ 2): each coordinate's rows W_i[s, :] from a scan, then their labels aligned."""
+        m, dim = self.heads, projection.shape[0]
         started, asked = time.perf_counter(), ask.oracle.queries
-        dim, t = projection.shape[0], self.distinct
-        sets = _full_rank_design(dim, t, math.ceil(self.oversample * dim * dim / (t * (t - 1))), rng)
+        rows, notes, tried = np.zeros((dim, m, dim)), [], 0
+        for coordinate in range(dim):
+            for _ in range(self.tries):
+                tried += 1
+                base = rng.choice(np.array([-1.0, 1.0]), size=dim)
+                sequences, fractions = heads.scan_sequences(base, coordinate, self._scan_length())
+                values = heads.scan_values(base, ask(sequences), fractions, projection)
+                separation = heads.separate_heads(fractions, values, m)
+                if separation.separable:
+                    break
+            else:
+                notes.append(f"coordinate {coordinate}: heads not separated after {self.tries} tokens "
+                             f"({separation.reason})")
+            rows[coordinate] = separation.vectors / (-2.0 * base[coordinate])
+        scan = QueryStep("rows", ask.oracle.queries - asked, time.perf_counter() - started, measurements=tried)
+        started, asked = time.perf_counter(), ask.oracle.queries
+        projections = np.zeros((m, dim, dim))
+        projections[:, 0, :] = rows[0]
+        for coordinate in range(1, dim):
+            bases = rng.choice(np.array([-1.0, 1.0]), size=(2, dim))
+            pairs = np.stack([bases, heads.flipped(bases, [0, coordinate])], axis=1)
+            answers = ask(designs.spread_sequences(pairs, self.length)[0])
+            costs = heads.alignment_costs(bases, answers, projection, rows[0], rows[coordinate], coordinate)
+            projections[:, coordinate, :] = rows[coordinate][linear_sum_assignment(costs)[1]]
+        align = QueryStep("align", ask.oracle.queries - asked, time.perf_counter() - started,
+                          measurements=dim - 1)
+        return [scan, align], projections, tuple(notes)
+
+    def _fit_thetas(self, ask: _Transcript, projections: np.ndarray,
+                    rng: np.random.Generator) -> tuple[QueryStep, np.ndarray]:
+        """The last step: each Θ̂_i from the logit differences that t-token sequences reveal, head by head."""
+        started, asked = time.perf_counter(), ask.oracle.queries
+        dim, t = projections.shape[1], self.distinct
+        sets = _full_rank_design(dim, t, math.ceil(self._oversample() * dim * dim / (t * (t - 1))), rng)
         sequences, counts = designs.spread_sequences(sets, self.length)
         answers = ask(sequences)
-        values, weights, clipped = designs.read_logit_measurements(sets, counts, answers, projection)
-        theta, rank = designs.solve_measurements(designs.measurement_matrices(sets), values,
-                                                 None if ask.oracle.exact else weights)
+        values, weights, clipped = designs.read_logit_measurements(sets, counts, answers, projections)
+        matrices = designs.measurement_matrices(sets)
+        solved = [designs.solve_measurements(matrices, head_values, None if ask.oracle.exact else head_weights)
+                  for head_values, head_weights in zip(values, weights)]
         step = QueryStep("theta", ask.oracle.queries - asked, time.perf_counter() - started,
-                         measurements=len(values), rank=rank, clipped=clipped)
-        return step, theta
+                         measurements=values.size, rank=min(rank for _, rank in solved), clipped=clipped)
+        return step, np.stack([theta for theta, _ in solved])
 
     # ------------------------------------------------------------------ use
     def predict(self, X) -> np.ndarray:
