@@ -265,3 +265,48 @@ def test_the_learner_refuses_more_heads_than_its_solves_can_hold():
     with pytest.raises(ValueError, match=r"^scan_length: expected at least 2·heads \+ 2 = 6"):
         mhalearn.QueryLearner(2, scan_length=5).fit(oracle)
     assert oracle.queries == 0
+
+
+# ------------------------------------------------------- the queries-to-eps experiment
+
+def test_the_queries_to_eps_quick_sweep_runs_and_plots(tmp_path):
+    import sqlite3
+
+    from mhalearn.cli import main
+    from mhalearn.experiments.queries_to_eps import plot_queries_to_eps
+
+    db = tmp_path / "q.db"
+    assert main(["sweep", "queries-to-eps", "--quick", "--db", str(db), "--workers", "1", "--quiet"]) == 0
+    from mhalearn.experiments.store import ResultStore
+
+    with ResultStore(db, readonly=True) as store:
+        rows = store.rows("queries-to-eps")
+    assert sorted(row["heads"] for row in rows) == [1, 2]
+    for row in rows:
+        learner = mhalearn.QueryLearner(row["heads"], length=3, oversample=1.0)
+        # An exact oracle: the smallest design reaches ε, and no probe below it is possible.
+        assert not row["censored"] and row["queries_lower"] == 0
+        assert learner.planned_queries(6) <= row["queries_needed"] <= learner.planned_queries(6) + 4
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2
+    examples = [{"family": "random", "dim": 6, "length": 3, "noise": 0.0, "learner": "gradient", "output": "polished",
+                 "eps": 1e-6, "heads": heads, "seed": 0, "budget": 200, "samples_needed": 50 * heads,
+                 "censored": False, "ratio": 1.2, "non_monotone": False} for heads in (1, 2)]
+    png, text = plot_queries_to_eps(rows, tmp_path / "fig", examples=examples)
+    assert png.is_file()
+    assert "gradient polished" in text.read_text() and "every probe" in text.read_text()
+
+
+def test_a_search_the_learner_refuses_is_censored_with_the_reason():
+    from mhalearn.experiments.queries_to_eps import oversample_for, run_queries_to_eps_cell
+
+    cell = {"family": "random", "dim": 6, "length": 3, "noise": 0.0, "heads": 4, "distinct": 2, "eps": 1e-6,
+            "budget": 500, "seed": 0}
+    row = run_queries_to_eps_cell(cell)
+    assert row["censored"] and row["queries_needed"] is None
+    assert row["refused"].startswith("heads: aligning the rows of 4 heads")
+    one = {**cell, "heads": 1}
+    assert oversample_for(one, 10) is None  # below the design at oversampling 1 (6 + 18 = 24 queries)
+    for queries in (24, 50, 333):
+        oversample = oversample_for(one, queries)
+        assert mhalearn.QueryLearner(1, length=3, oversample=oversample).planned_queries(6) <= queries
+        assert mhalearn.QueryLearner(1, length=3, oversample=oversample * 1.05).planned_queries(6) > queries

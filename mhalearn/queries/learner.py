@@ -27,9 +27,9 @@ sequences whose answers are a vector rational function with one pole per
 head gives the rows W_i[s, :]; one query per coordinate aligns the heads'
 labels; with every W_i known, the two-token queries give each head's
 attention shares, hence each Θ_i as for one head.  The queries number
-d·(2m + 4) + d² for the defaults (d² = twice the single head's design, see
-``oversample``), so choosing the inputs makes the cost grow with m only
-through the scans.  Heads that cannot be told apart (two heads with one Θ,
+d² + (2m + 7)·d − 2 for the defaults (d² = twice the single head's design,
+see ``oversample``; :meth:`QueryLearner.planned_queries`), so choosing the
+inputs makes the cost grow with m only through the scans.  Heads that cannot be told apart (two heads with one Θ,
 :func:`~mhalearn.queries.non_identifiable_pair`) are reported in
 ``report_.separable`` and ``report_.notes``.
 """
@@ -255,6 +255,19 @@ class QueryLearner(Estimator):
                                    time.perf_counter() - started, notes, separable, mismatch)
         self.n_features_in_ = dim
         return self
+
+    def planned_queries(self, dim: int) -> int:
+        """The sequences a fit asks of an oracle of token dimension ``dim``, before any redrawn design.
+
+        W_Σ: ⌈oversample·d⌉; for m ≥ 2 the scans, d·(L − 1), and the
+        alignment, 2(d − 1); Θ: ⌈oversample·d²/(t(t − 1))⌉, plus an eighth of
+        it per round in the rare design short of rank d²; each × ``repeats``.
+        """
+        self._check_params()
+        t, oversample = self.distinct, self._oversample()
+        heads_part = 0 if self.heads == 1 else dim * (self._scan_length() - 1) + 2 * (dim - 1)
+        designed = math.ceil(oversample * dim) + math.ceil(oversample * dim * dim / (t * (t - 1)))
+        return self.repeats * (designed + heads_part)
 
     def _check_sizes(self, dim: int) -> None:
         """The sizes the solves need, checked before any query."""
