@@ -107,9 +107,10 @@ def test_one_head_is_recovered_exactly_from_order_d_squared_queries(dim, distinc
     assert report.queries == oracle.queries == sum(report.queries_by_step().values())
     assert report.queries_by_step()["projection"] == dim
     assert needed <= report.queries_by_step()["theta"] <= needed + max(1, needed // 8)
-    assert report.real_queries == 0
+    assert report.real_queries == 0 and report.residual < 1e-20
     assert [step.rank for step in report.steps] == [dim, dim * dim]
-    assert [step.name for step in report.steps] == ["projection", "theta"]  # an exact oracle needs no polish
+    # An exact oracle's answers, all explained, need no polish.
+    assert [step.name for step in report.steps] == ["projection", "theta"]
 
 
 def test_a_noisy_oracle_is_learned_to_its_noise_level():
@@ -225,7 +226,7 @@ def test_several_generic_heads_are_learned_from_scans_and_pairs(heads):
     assert mhalearn.relative_error(learner.model_, teacher, X) <= 1e-10
     assert mhalearn.parameter_error(learner.model_, teacher)["total"] <= 1e-4
     report = learner.report_
-    assert report.separable and report.notes == () and report.sum_mismatch < 1e-10
+    assert report.separable and report.notes == () and report.sum_mismatch < 1e-10 and report.residual < 1e-12
     # d + d for W_Σ (oversampled twice), d scans of 2m + 3 sequences, 2(d − 1) to align, 2·d²/2 (and
     # perhaps an eighth more) for the Θ_i.
     by_step = report.queries_by_step()
