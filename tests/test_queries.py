@@ -311,3 +311,19 @@ def test_a_search_the_learner_refuses_is_censored_with_the_reason():
         oversample = oversample_for(one, queries)
         assert mhalearn.QueryLearner(1, length=3, oversample=oversample).planned_queries(6) <= queries
         assert mhalearn.QueryLearner(1, length=3, oversample=oversample * 1.05).planned_queries(6) > queries
+
+
+def test_a_low_rank_head_is_recovered_exactly_from_order_r_d_queries():
+    dim, rank = 16, 2
+    rng = np.random.default_rng(11)
+    theta = rng.standard_normal((dim, rank)) @ rng.standard_normal((rank, dim))
+    teacher = mhalearn.MultiHeadAttention((2.0 * theta / np.linalg.norm(theta))[None],
+                                          mhalearn.sample_teacher(1, dim, rng=12).ws)
+    oracle = mhalearn.QueryOracle(teacher)
+    learner = mhalearn.QueryLearner(1, rank=rank, random_state=3).fit(oracle)
+    X = mhalearn.boolean_inputs(500, 4, dim, rng=2)
+    assert mhalearn.relative_error(learner.model_, teacher, X) <= 1e-20
+    # 2r(2d − r) = 120 measurements, two a query: 60 Θ-queries where a full Θ takes 128.
+    assert learner.report_.queries_by_step() == {"projection": dim, "theta": 60}
+    assert learner.planned_queries(dim) == oracle.queries == 76
+    assert np.linalg.matrix_rank(learner.model_.thetas[0], tol=1e-9) == rank

@@ -196,7 +196,8 @@ class QueryLearner(Estimator):
         least-squares estimate of the parameters from those answers, the
         maximum-likelihood one under Gaussian noise.  ``"auto"`` polishes when
         the oracle is not exact, or when the solved layer misses an exact
-        oracle's answers by more than :data:`RESIDUAL_CEILING`.
+        oracle's answers by more than :data:`RESIDUAL_CEILING`, unless
+        ``rank`` is given (the answers then leave a full Θ underdetermined).
     refine_iter : int, default 500
         Iteration budget of the polish.
     scan_length : int or None, default None
@@ -205,6 +206,11 @@ class QueryLearner(Estimator):
     tries : int, default 5
         m ≥ 2: base tokens tried per coordinate before the heads are reported
         inseparable there.
+    rank : int or None, default None
+        When given (r ≤ d), every Θ_i is taken to have rank ≤ r and is solved
+        by :func:`~mhalearn.queries.designs.solve_low_rank` from
+        ⌈oversample · 2r(2d − r) / (t(t − 1))⌉ Θ-queries (at most the full
+        design): the paper's O(rd) compressed-sensing regime.
     random_state : seed or numpy Generator, optional
         Source of the random token sets.
 
@@ -240,12 +246,13 @@ class QueryLearner(Estimator):
         "refine_iter": [Integer(1)],
         "scan_length": [Integer(3), None],
         "tries": [Integer(1)],
+        "rank": [Integer(1), None],
         "random_state": [Seed()],
     }
 
     def __init__(self, heads: int = 1, *, length: int = 4, distinct: int = 2, repeats: int = 1,
                  oversample: float | None = None, refine: str = "auto", refine_iter: int = 500,
-                 scan_length: int | None = None, tries: int = 5, random_state=None):
+                 scan_length: int | None = None, tries: int = 5, rank: int | None = None, random_state=None):
         store_parameters(self, locals())
 
     def fit(self, oracle) -> "QueryLearner":
@@ -274,7 +281,10 @@ class QueryLearner(Estimator):
         residual = relative_error(model, _Answers(Y), X)
         # An exact oracle's answers that the solved layer misses (a head's rows read imprecisely by its scan)
         # are worth a polish too: they are then the least-squares problem's exact data.
-        if self.refine == "lbfgs" or (self.refine == "auto" and (not oracle.exact or residual > RESIDUAL_CEILING)):
+        # Not for a low-rank design: its answers are fewer than a full Θ's unknowns, so a polish of Θ's d²
+        # entries would wander off along the directions they leave free.
+        wanted = not oracle.exact or residual > RESIDUAL_CEILING
+        if self.refine == "lbfgs" or (self.refine == "auto" and wanted and self.rank is None):
             step_started = time.perf_counter()
             model, _ = lbfgs_refine(X, Y, model.thetas, model.ws, max_iter=self.refine_iter)
             residual = relative_error(model, _Answers(Y), X)
@@ -296,13 +306,22 @@ class QueryLearner(Estimator):
         it per round in the rare design short of rank d²; each × ``repeats``.
         """
         self._check_params()
-        t, oversample = self.distinct, self._oversample()
+        oversample = self._oversample()
         heads_part = 0 if self.heads == 1 else dim * (self._scan_length() - 1) + 2 * (dim - 1)
-        designed = math.ceil(oversample * dim) + math.ceil(oversample * dim * dim / (t * (t - 1)))
-        return self.repeats * (designed + heads_part)
+        return self.repeats * (math.ceil(oversample * dim) + self._theta_queries(dim) + heads_part)
+
+    def _theta_queries(self, dim: int) -> int:
+        """Θ-queries of the design: d² measurements, or 2r(2d − r) when Θ has rank ≤ r, over t(t − 1) a query."""
+        t, oversample = self.distinct, self._oversample()
+        full = math.ceil(oversample * dim * dim / (t * (t - 1)))
+        if self.rank is None:
+            return full
+        return min(full, math.ceil(oversample * 2 * self.rank * (2 * dim - self.rank) / (t * (t - 1))))
 
     def _check_sizes(self, dim: int) -> None:
         """The sizes the solves need, checked before any query."""
+        if self.rank is not None and self.rank > dim:
+            raise ValueError(f"rank: expected at most d = {dim}, received {self.rank}")
         if self.distinct > min(self.length, dim + 1):
             raise ValueError(f"distinct: expected at most min(length, d + 1) = {min(self.length, dim + 1)} "
                              f"distinct tokens per query, received {self.distinct}")
@@ -374,17 +393,28 @@ class QueryLearner(Estimator):
         """The last step: each Θ̂_i from the logit differences that t-token sequences reveal, head by head."""
         started, asked = time.perf_counter(), ask.oracle.queries
         dim, t = projections.shape[1], self.distinct
-        sets = _full_rank_design(dim, t, math.ceil(self._oversample() * dim * dim / (t * (t - 1))), rng)
+        count = self._theta_queries(dim)
+        low_rank = self.rank is not None and self.rank < dim
+        sets = designs.draw_token_sets(count, t, dim, rng) if low_rank else _full_rank_design(dim, t, count, rng)
         sequences, counts = designs.spread_sequences(sets, self.length)
         answers = ask(sequences)
         values, weights, clipped = designs.read_logit_measurements(sets, counts, answers, projections)
         matrices = designs.measurement_matrices(sets)
         # Weighted even for an exact oracle: a share near zero, read through W_i rows that the scans know to
         # ~1e-9 only (m ≥ 2), has a logarithm far off, which the weight silences.
-        solved = [designs.solve_measurements(matrices, head_values, head_weights)
-                  for head_values, head_weights in zip(values, weights)]
+        if low_rank:
+            # Unweighted for exact answers: the alternation's basin is the wider for it (the weights only
+            # matter where the answers carry error).
+            solved = [designs.solve_low_rank(matrices, head_values, self.rank,
+                                             None if ask.oracle.exact else head_weights)
+                      for head_values, head_weights in zip(values, weights)]
+            rank = self.rank
+        else:
+            solved = [designs.solve_measurements(matrices, head_values, head_weights)
+                      for head_values, head_weights in zip(values, weights)]
+            rank = min(rank for _, rank in solved)
         step = QueryStep("theta", ask.oracle.queries - asked, time.perf_counter() - started,
-                         measurements=values.size, rank=min(rank for _, rank in solved), clipped=clipped)
+                         measurements=values.size, rank=rank, clipped=clipped)
         return step, np.stack([theta for theta, _ in solved])
 
     # ------------------------------------------------------------------ use
