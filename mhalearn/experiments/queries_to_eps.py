@@ -127,8 +127,9 @@ def run_queries_to_eps_cell(cell: dict) -> dict:
 # -------------------------------------------------------------------- figure
 
 def _as_search_rows(rows: list[dict]) -> list[dict]:
-    """The query searches in the layout of ``samples-to-eps`` rows (learner "query"), for its summaries."""
-    return [{**row, "learner": "query", "output": "queries", "samples_needed": row["queries_needed"],
+    """The query searches in the layout of ``samples-to-eps`` rows (learner "query", output "t=…" for the
+    distinct tokens of a Θ-query: one curve per design), for its summaries."""
+    return [{**row, "learner": "query", "output": f"t={row['distinct']}", "samples_needed": row["queries_needed"],
              "ratio": None} for row in rows]
 
 

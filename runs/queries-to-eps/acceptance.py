@@ -12,6 +12,9 @@ Parts (``--parts``; rows already stored are skipped, so a run resumes):
   factor passes 64 (every probe a row), so the queries to ε = 1e-4 and 1e-6 are read off the probes.
 - ``heads``: m = 2 … 6 (2m ≤ d), d = 12, k = 4, seeds 7200–7209, exact oracle, the ``random`` family and
   the ``cancelling`` one (where gradient descent fails at odd m), QueryLearner's defaults.
+- ``lowrank``: one head whose Θ = G₁G₂ (d × r and r × d standard Gaussian, rescaled to ‖Θ‖_F = 2; W of
+  ``sample_teacher(1, d, rng=seed)``), (d, r) = (16, 1), (16, 2), (24, 2), (32, 2), (32, 4), seeds
+  7300–7309, exact oracle, ``QueryLearner(1, rank=r)``: the compressed-sensing regime.
 
 The error is :func:`mhalearn.relative_error` on 2000 fresh Boolean sequences (k = 4, seeded seed + 10⁶),
 the parameter error :func:`mhalearn.parameter_error`'s ``total`` (head-matched).
@@ -36,6 +39,8 @@ MAX_OVERSAMPLE = 64.0
 HEAD_COUNTS = (2, 3, 4, 5, 6)
 HEAD_SEEDS = range(7200, 7210)
 HEAD_FAMILIES = ("random", "cancelling")
+LOW_RANKS = ((16, 1), (16, 2), (24, 2), (32, 2), (32, 4))
+LOW_RANK_SEEDS = range(7300, 7310)
 LENGTH = 4
 TEST_SEQUENCES = 2000
 
@@ -95,8 +100,27 @@ def head_rows():
                     mhalearn.QueryLearner(key["heads"], length=LENGTH, random_state=key["seed"]), None, **key)
 
 
+def low_rank_teacher(dim: int, rank: int, seed: int) -> mhalearn.MultiHeadAttention:
+    """One head with Θ of rank ``rank`` (‖Θ‖_F = 2) and the projection of the seed's random teacher."""
+    rng = np.random.default_rng(seed)
+    theta = rng.standard_normal((dim, rank)) @ rng.standard_normal((rank, dim))
+    return mhalearn.MultiHeadAttention((2.0 * theta / np.linalg.norm(theta))[None],
+                                       mhalearn.sample_teacher(1, dim, rng=seed).ws)
+
+
+def low_rank_rows():
+    for dim, rank in LOW_RANKS:
+        for seed in LOW_RANK_SEEDS:
+            key = {"part": "lowrank", "family": "low-rank", "heads": 1, "d": dim, "rank": rank, "seed": seed}
+            yield key, lambda key=key: {
+                **fit_row(low_rank_teacher(key["d"], key["rank"], key["seed"]),
+                          mhalearn.QueryLearner(1, length=LENGTH, rank=key["rank"], random_state=key["seed"]),
+                          **key),
+                "full_design_queries": mhalearn.QueryLearner(1, length=LENGTH).planned_queries(key["d"])}
+
+
 def key_of(row: dict) -> str:
-    names = ("part", "family", "heads", "d", "distinct", "noise", "seed", "oversample")
+    names = ("part", "family", "heads", "d", "rank", "distinct", "noise", "seed", "oversample")
     return json.dumps({name: row[name] for name in names if name in row}, sort_keys=True)
 
 
@@ -109,7 +133,7 @@ def compute(out: Path, parts) -> None:
             stored[key_of(row)] = row
             print(json.dumps({k: row[k] for k in row if k not in ("queries_by_step", "notes")}), flush=True)
 
-        for part, rows in (("exact", exact_rows), ("heads", head_rows)):
+        for part, rows in (("exact", exact_rows), ("heads", head_rows), ("lowrank", low_rank_rows)):
             if part not in parts:
                 continue
             for key, run in rows():
@@ -189,14 +213,26 @@ def report(out: Path) -> str:
                 lines.append(f"| {family} | {m} | {sum(e <= 1e-6 for e in errors)} / {len(cell)} | "
                              f"{sum(bool(row['separable']) for row in cell)} / {len(cell)} | "
                              f"{queries[0]}–{queries[-1]} | {statistics.median(errors):.1e} | {max(errors):.1e} |")
+    low = [row for row in rows if row["part"] == "lowrank"]
+    if low:
+        lines += ["", "One head of rank r, exact oracle, k = 4, 10 teachers per (d, r) (seeds 7300–7309), "
+                  "QueryLearner(1, rank=r):", "",
+                  "| d | r | queries (W + Θ) | full-rank design | r(2d − r) | max relative error |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for dim, rank in LOW_RANKS:
+            cell = [row for row in low if row["d"] == dim and row["rank"] == rank]
+            if cell:
+                queries = sorted(row["queries"] for row in cell)
+                lines.append(f"| {dim} | {rank} | {queries[0]}–{queries[-1]} | {cell[0]['full_design_queries']} | "
+                             f"{rank * (2 * dim - rank)} | {max(row['relative_error'] for row in cell):.1e} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("acceptance.jsonl"))
-    parser.add_argument("--parts", nargs="+", default=["exact", "noisy", "heads"],
-                        choices=["exact", "noisy", "heads"])
+    parser.add_argument("--parts", nargs="+", default=["exact", "noisy", "heads", "lowrank"],
+                        choices=["exact", "noisy", "heads", "lowrank"])
     parser.add_argument("--report", action="store_true", help="print the tables from the stored rows")
     args = parser.parse_args(argv)
     if args.report:
