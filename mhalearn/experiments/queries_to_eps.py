@@ -7,7 +7,7 @@ The ``samples-to-eps`` protocol with queries for samples.  For each
 n), answers :class:`~mhalearn.QueryLearner`'s queries through a
 :class:`~mhalearn.QueryOracle` with noise σ, and searches q*, the smallest
 number of queries at which the learner's relative error on the fresh test
-inputs of that teacher is ≤ ε (:func:`~mhalearn.sample_search.search_samples_needed`:
+inputs of that teacher is ≤ ε (``mhalearn.sample_search.search_samples_needed``:
 bracket, bisection on log q to 1.25×, censored at ``budget``, a closing probe
 at 2× q*).  A probe at q queries fits the learner with the largest
 ``oversample`` whose :meth:`~mhalearn.QueryLearner.planned_queries` is ≤ q;

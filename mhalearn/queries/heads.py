@@ -124,7 +124,7 @@ def alignment_costs(base: np.ndarray, answers: np.ndarray, projection_sum: np.nd
     ``answers`` (n, k, d) answer sequences alternating ``base`` (n, d) and
     its flip at 0 and s.  For each row token, the 2m shares x (of the heads
     through row 0) and y (through row s) are solved by least squares; a head
-    has one share, so cost[i, j] = Σ |x_i − y_j| over every row token and
+    has one share, so cost[i, j] = Σ ``|x_i − y_j|`` over every row token and
     query is 0 for the right labelling.
     """
     heads = first_rows.shape[0]

@@ -430,4 +430,4 @@ class QueryLearner(Estimator):
         return pooled_r2(Y.reshape(len(Y), -1), self.predict(X).reshape(len(Y), -1))
 
 
-__all__ = ["QueryLearner", "QueryReport", "QueryStep"]
+__all__ = ["RESIDUAL_CEILING", "QueryLearner", "QueryReport", "QueryStep"]

@@ -27,7 +27,7 @@ class QueryOracle:
     ----------
     teacher : MultiHeadAttention
         The layer answering the queries.  It is kept private: a learner
-        must use the oracle only by calling it (and reading :attr:`dim`),
+        must use the oracle only by calling it (and reading ``dim``),
         never by reading the teacher's parameters off the object.
     noise : float, default 0
         Standard deviation σ ≥ 0 of independent Gaussian noise added to every
@@ -41,7 +41,7 @@ class QueryOracle:
     allow_real : bool, default False
         Boolean tokens (entries ±1, the package's input law) only, unless
         True; then real-valued sequences are answered too and counted apart
-        in :attr:`real_queries`.
+        in ``real_queries``.
     rng : seed or numpy Generator, optional
         Source of the noise.
 
