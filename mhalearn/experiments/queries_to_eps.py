@@ -41,7 +41,7 @@ from .._validation import Integer, Options, Real
 from ..attention.model import relative_error
 from ..attention.teachers import TEACHER_FAMILIES
 from ..evaluation import plant_instance
-from ..plotting import save_figure, set_grid_ticks, style_for, write_tables
+from ..plotting import heads_panel, save_figure, style_for, write_tables
 from ..queries import QueryLearner, QueryOracle
 from ..sample_search import RESOLUTION, search_samples_needed
 from .growth_laws import LEVEL, bounded_text, samples_needed_table
@@ -185,12 +185,7 @@ def plot_queries_to_eps(rows: list[dict], out_dir: Path, examples: list[dict] | 
             for at, value, top in zip(x, median, ceiling):
                 if value >= top:
                     ax.scatter([at], [value], marker="$>$", s=60, color=style["color"], zorder=3)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        set_grid_ticks(ax, sorted({entry["heads"] for entry in table}))
-        ax.set_title(f"{family}, d = {dim}, k = {length}", fontsize=9)
-        ax.set_xlabel("heads m")
-        ax.grid(True, which="major", alpha=0.3)
+        heads_panel(ax, {entry["heads"] for entry in table}, f"{family}, d = {dim}, k = {length}")
     axes[0][0].set_ylabel("sequences to error ≤ ε (queried q*, or random n*)")
     axes[0][0].legend(fontsize=6)
     fig.suptitle(f"queries-to-eps beside samples-to-eps: median over teachers, {LEVEL:.0%} bootstrap band; "

@@ -153,85 +153,97 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.open()] if path.exists() else []
 
 
-def report(out: Path) -> str:
-    rows = read_rows(out)
-    lines = []
-    exact = [row for row in rows if row["part"] == "exact"]
-    lines += ["One head, exact oracle, k = 4, 10 fresh random teachers per d (seeds 7000–7009):", "",
-              "| tokens a query | d | queries (W + Θ) | queries / d² | max relative error | max parameter error |",
-              "| --- | --- | --- | --- | --- | --- |"]
+def table(title: str, header: list[str], body: list[list]) -> list[str]:
+    """A titled Markdown table (empty when it has no rows)."""
+    if not body:
+        return []
+    return ["", title, "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(str(cell) for cell in row) + " |" for row in body)]
+
+
+def exact_body(rows: list[dict]) -> list[list]:
+    body = []
     for distinct in (2, 4):
         fit = []
         for dim in EXACT_DIMS:
-            cell = [row for row in exact if row["d"] == dim and row["distinct"] == distinct]
-            if not cell:
-                continue
-            queries = sorted(row["queries"] for row in cell)
-            fit += [(dim, row["queries"]) for row in cell]
-            lines.append(f"| {distinct} | {dim} | {queries[0]}–{queries[-1]} | "
-                         f"{statistics.median(queries) / dim ** 2:.3f} | "
-                         f"{max(row['relative_error'] for row in cell):.1e} | "
-                         f"{max(row['parameter_error'] for row in cell):.1e} |")
+            cell = [row for row in rows if row["d"] == dim and row["distinct"] == distinct]
+            if cell:
+                queries = sorted(row["queries"] for row in cell)
+                fit += [(dim, row["queries"]) for row in cell]
+                body.append([distinct, dim, f"{queries[0]}–{queries[-1]}",
+                             f"{statistics.median(queries) / dim ** 2:.3f}",
+                             f"{max(row['relative_error'] for row in cell):.1e}",
+                             f"{max(row['parameter_error'] for row in cell):.1e}"])
         if fit:
             dims, counts = np.array(fit, dtype=float).T
             c_only = float(counts @ dims ** 2 / (dims ** 2 @ dims ** 2))
             (c, b), *_ = np.linalg.lstsq(np.stack([dims ** 2, dims], axis=1), counts, rcond=None)
             worst = float(np.max(np.abs(counts - c_only * dims ** 2) / counts))
-            lines.append(f"| {distinct} | fit | q ≈ {c_only:.3f}·d² (worst {100 * worst:.0f} % off); "
-                         f"q ≈ {c:.3f}·d² + {b:.2f}·d | | | |")
-    noisy = [row for row in rows if row["part"] == "noisy"]
-    if noisy:
-        lines += ["", "One head, d = 12, Gaussian noise σ on every output entry, 10 fresh teachers "
-                  "(seeds 7100–7109): the fewest queries of the probes (oversampling 1.25^j) reaching ε:", "",
-                  "| σ | ε | teachers reaching ε | median queries | max queries | median oversampling |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        for noise in NOISES:
-            for eps in EPSILONS:
-                firsts = []
-                for seed in NOISY_SEEDS:
-                    probes = sorted((row for row in noisy if row["noise"] == noise and row["seed"] == seed),
-                                    key=lambda row: row["oversample"])
-                    hit = next((row for row in probes if row["relative_error"] <= eps), None)
-                    if hit is not None:
-                        firsts.append(hit)
-                if not firsts:
-                    lines.append(f"| {noise:g} | {eps:g} | 0 / {len(NOISY_SEEDS)} | — | — | — |")
-                    continue
-                queries = [row["queries"] for row in firsts]
-                lines.append(f"| {noise:g} | {eps:g} | {len(firsts)} / {len(NOISY_SEEDS)} | "
-                             f"{statistics.median(queries):.0f} | {max(queries)} | "
-                             f"{statistics.median(row['oversample'] for row in firsts):.2f} |")
-    heads = [row for row in rows if row["part"] == "heads"]
-    if heads:
-        lines += ["", "Several heads, d = 12, k = 4, exact oracle, 10 fresh teachers per (family, m) "
-                  "(seeds 7200–7209), QueryLearner's defaults:", "",
-                  "| family | m | relative error ≤ 1e-6 | separable | queries | median relative error "
-                  "| max relative error |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for family in HEAD_FAMILIES:
-            for m in HEAD_COUNTS:
-                cell = [row for row in heads if row["family"] == family and row["heads"] == m]
-                if not cell:
-                    continue
-                errors = [row["relative_error"] for row in cell]
-                queries = sorted(row["queries"] for row in cell)
-                lines.append(f"| {family} | {m} | {sum(e <= 1e-6 for e in errors)} / {len(cell)} | "
-                             f"{sum(bool(row['separable']) for row in cell)} / {len(cell)} | "
-                             f"{queries[0]}–{queries[-1]} | {statistics.median(errors):.1e} | {max(errors):.1e} |")
-    low = [row for row in rows if row["part"] == "lowrank"]
-    if low:
-        lines += ["", "One head of rank r, exact oracle, k = 4, 10 teachers per (d, r) (seeds 7300–7309), "
-                  "QueryLearner(1, rank=r):", "",
-                  "| d | r | queries (W + Θ) | full-rank design | r(2d − r) | relative error ≤ 1e-10 "
-                  "| max relative error |", "| --- | --- | --- | --- | --- | --- | --- |"]
-        for dim, rank in LOW_RANKS:
-            cell = [row for row in low if row["d"] == dim and row["rank"] == rank]
-            if cell:
-                queries = sorted(row["queries"] for row in cell)
-                lines.append(f"| {dim} | {rank} | {queries[0]}–{queries[-1]} | {cell[0]['full_design_queries']} | "
-                             f"{rank * (2 * dim - rank)} | "
-                             f"{sum(row['relative_error'] <= 1e-10 for row in cell)} / {len(cell)} | "
-                             f"{max(row['relative_error'] for row in cell):.1e} |")
-    return "\n".join(lines)
+            body.append([distinct, "fit", f"q ≈ {c_only:.3f}·d² (worst {100 * worst:.0f} % off); "
+                         f"q ≈ {c:.3f}·d² + {b:.2f}·d", "", "", ""])
+    return body
+
+
+def noisy_body(rows: list[dict]) -> list[list]:
+    body = []
+    for noise in NOISES:
+        for eps in EPSILONS:
+            firsts = []
+            for seed in NOISY_SEEDS:
+                probes = sorted((row for row in rows if row["noise"] == noise and row["seed"] == seed),
+                                key=lambda row: row["oversample"])
+                firsts += [row for row in probes if row["relative_error"] <= eps][:1]
+            queries = [row["queries"] for row in firsts] or [None]
+            body.append([f"{noise:g}", f"{eps:g}", f"{len(firsts)} / {len(NOISY_SEEDS)}",
+                         "—" if not firsts else f"{statistics.median(queries):.0f}",
+                         "—" if not firsts else max(queries),
+                         "—" if not firsts else f"{statistics.median(row['oversample'] for row in firsts):.2f}"])
+    return body if rows else []
+
+
+def heads_body(rows: list[dict]) -> list[list]:
+    body = []
+    for family in HEAD_FAMILIES:
+        for m in HEAD_COUNTS:
+            cell = [row for row in rows if row["family"] == family and row["heads"] == m]
+            errors = [row["relative_error"] for row in cell]
+            queries = sorted(row["queries"] for row in cell)
+            body += [[family, m, f"{sum(e <= 1e-6 for e in errors)} / {len(cell)}",
+                      f"{sum(bool(row['separable']) for row in cell)} / {len(cell)}", f"{queries[0]}–{queries[-1]}",
+                      f"{statistics.median(errors):.1e}", f"{max(errors):.1e}"]] if cell else []
+    return body
+
+
+def low_rank_body(rows: list[dict]) -> list[list]:
+    body = []
+    for dim, rank in LOW_RANKS:
+        cell = [row for row in rows if row["d"] == dim and row["rank"] == rank]
+        queries = sorted(row["queries"] for row in cell)
+        body += [[dim, rank, f"{queries[0]}–{queries[-1]}", cell[0]["full_design_queries"],
+                  rank * (2 * dim - rank), f"{sum(row['relative_error'] <= 1e-10 for row in cell)} / {len(cell)}",
+                  f"{max(row['relative_error'] for row in cell):.1e}"]] if cell else []
+    return body
+
+
+def report(out: Path) -> str:
+    rows = read_rows(out)
+    part = {name: [row for row in rows if row["part"] == name] for name in ("exact", "noisy", "heads", "lowrank")}
+    lines = table("One head, exact oracle, k = 4, 10 fresh random teachers per d (seeds 7000–7009):",
+                  ["tokens a query", "d", "queries (W + Θ)", "queries / d²", "max relative error",
+                   "max parameter error"], exact_body(part["exact"]))
+    lines += table("One head, d = 12, Gaussian noise σ on every output entry, 10 fresh teachers "
+                   "(seeds 7100–7109): the fewest queries of the probes (oversampling 1.25^j) reaching ε:",
+                   ["σ", "ε", "teachers reaching ε", "median queries", "max queries", "median oversampling"],
+                   noisy_body(part["noisy"]))
+    lines += table("Several heads, d = 12, k = 4, exact oracle, 10 fresh teachers per (family, m) "
+                   "(seeds 7200–7209), QueryLearner's defaults:",
+                   ["family", "m", "relative error ≤ 1e-6", "separable", "queries", "median relative error",
+                    "max relative error"], heads_body(part["heads"]))
+    lines += table("One head of rank r, exact oracle, k = 4, 10 teachers per (d, r) (seeds 7300–7309), "
+                   "QueryLearner(1, rank=r):",
+                   ["d", "r", "queries (W + Θ)", "full-rank design", "r(2d − r)", "relative error ≤ 1e-10",
+                    "max relative error"], low_rank_body(part["lowrank"]))
+    return "\n".join(lines[1:])
 
 
 def main(argv=None) -> None:
