@@ -327,3 +327,17 @@ def test_a_low_rank_head_is_recovered_exactly_from_order_r_d_queries():
     assert learner.report_.queries_by_step() == {"projection": dim, "theta": 60}
     assert learner.planned_queries(dim) == oracle.queries == 76
     assert np.linalg.matrix_rank(learner.model_.thetas[0], tol=1e-9) == rank
+
+
+def test_sharp_attention_is_read_by_asking_nearby_tokens():
+    # ‖Θ‖_F = 8: some random pairs' smaller share falls below the answers' precision; those measurements are
+    # left out and sets of tokens one or two flips apart are asked until the readable ones have rank d².
+    teacher = mhalearn.make_teacher("peaked", 1, 12, rng=42)
+    oracle = mhalearn.QueryOracle(teacher)
+    learner = mhalearn.QueryLearner(1, random_state=0).fit(oracle)
+    X = mhalearn.boolean_inputs(500, 4, 12, rng=2)
+    assert mhalearn.relative_error(learner.model_, teacher, X) <= 1e-12
+    theta = learner.report_.steps[-1]
+    assert theta.name == "theta" and theta.rank == 144 and theta.queries > 72
+    near = designs.draw_near_sets(20, 3, 12, 2, np.random.default_rng(0))
+    assert np.all(np.sum(near[:, 1:] != near[:, :1], axis=2) == 2)

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Smallest attention share whose logarithm a measurement trusts (see :func:`read_logit_measurements`).
+SHARE_FLOOR = 1e-8
+
 
 def basis_tokens(dim: int) -> np.ndarray:
     """d linearly independent ±1 tokens, shape (d, d): token i is +1 on coordinates ≤ i, −1 after.
@@ -74,6 +77,25 @@ def draw_token_sets(count: int, distinct: int, dim: int, rng: np.random.Generato
         sets[dependent] = rng.choice(np.array([-1.0, 1.0]), size=(int(dependent.sum()), distinct, dim))
         dependent = ~affinely_independent(sets)
     return sets
+
+
+def draw_near_sets(count: int, distinct: int, dim: int, flips: int, rng: np.random.Generator) -> np.ndarray:
+    """Sets of a random ±1 base token and t − 1 copies of it with ``flips`` random coordinates flipped each.
+
+    The logit gaps u_ℓᵀ Θ (u_s − u_1) of such a set add up ``flips`` entries
+    of u_ℓᵀΘ instead of about d/2 for independent tokens, so they stay
+    readable where sharp attention leaves an independent pair's smaller
+    share below the precision of the answers.
+    """
+    while True:
+        base = rng.choice(np.array([-1.0, 1.0]), size=(count, 1, dim))
+        sign = np.ones((count, distinct, dim))
+        for index in range(count):
+            for token in range(1, distinct):
+                sign[index, token, rng.choice(dim, size=flips, replace=False)] = -1.0
+        sets = base * sign
+        if np.all(affinely_independent(sets)):
+            return sets
 
 
 def spread_sequences(token_sets: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +155,8 @@ def read_logit_measurements(token_sets: np.ndarray, counts: np.ndarray, answers:
     """The logit differences u_ℓᵀ Θ_i (u_s − u_1) the answers reveal, per head, in
     :func:`measurement_matrices`' order.
 
-    Returns the values and their weights, shape (m, n·t·(t−1)) both, and how
+    Returns the values and their weights, shape (m, n·t·(t−1)) both (weight
+    0 where a share is below :data:`SHARE_FLOOR`), and how
     many shares came out ≤ 0 and were clipped before their logarithm
     (possible only under noise or rounding, when a share is within the error
     of zero).  An error δ in the shares moves log q_s − log q_1 by about
@@ -150,6 +173,9 @@ def read_logit_measurements(token_sets: np.ndarray, counts: np.ndarray, answers:
     with np.errstate(over="ignore"):
         weights = 1.0 / (shares[..., 1:] ** -2.0 + shares[..., :1] ** -2.0)
     heads = shares.shape[0]
+    # A share is read as a difference of outputs of order one, so below SHARE_FLOOR its logarithm has lost
+    # more than eight digits: such a measurement is left out (weight 0), not trusted.
+    weights = np.where(np.minimum(shares[..., 1:], shares[..., :1]) < SHARE_FLOOR, 0.0, weights)
     return (logs[..., 1:] - logs[..., :1]).reshape(heads, -1), weights.reshape(heads, -1), clipped
 
 
@@ -203,6 +229,7 @@ def solve_low_rank(matrices: np.ndarray, values: np.ndarray, rank: int, weights:
     return left @ right.T, misfit
 
 
-__all__ = ["affinely_independent", "attention_shares", "basis_tokens", "design_rank", "draw_token_sets",
-           "identical_sequences", "measurement_matrices", "read_logit_measurements", "read_projection",
-           "solve_low_rank", "solve_measurements", "spread_sequences"]
+__all__ = ["SHARE_FLOOR", "affinely_independent", "attention_shares", "basis_tokens", "design_rank",
+           "draw_near_sets", "draw_token_sets", "identical_sequences", "measurement_matrices",
+           "read_logit_measurements", "read_projection", "solve_low_rank", "solve_measurements",
+           "spread_sequences"]

@@ -167,6 +167,11 @@ def _full_rank_design(dim: int, distinct: int, count: int, rng: np.random.Genera
     raise RuntimeError(f"no full-rank design after {len(sets)} token sets of {distinct} tokens in d = {dim}")
 
 
+def _readable_rank(sets: np.ndarray, weights: np.ndarray) -> int:
+    """Rank of the measurements of ``sets`` whose weight is not 0 (whose shares were read)."""
+    return int(np.linalg.matrix_rank(designs.measurement_matrices(sets)[weights > 0]))
+
+
 class QueryLearner(Estimator):
     """Learn a multi-head attention layer from queries to a :class:`~mhalearn.QueryOracle`.
 
@@ -396,9 +401,18 @@ class QueryLearner(Estimator):
         count = self._theta_queries(dim)
         low_rank = self.rank is not None and self.rank < dim
         sets = designs.draw_token_sets(count, t, dim, rng) if low_rank else _full_rank_design(dim, t, count, rng)
-        sequences, counts = designs.spread_sequences(sets, self.length)
-        answers = ask(sequences)
-        values, weights, clipped = designs.read_logit_measurements(sets, counts, answers, projections)
+        values, weights, clipped = self._read(ask, sets, projections)
+        for round_ in range(0 if low_rank else _MAX_DESIGN_ROUNDS):
+            # Adaptive queries: where sharp attention left some measurements unread (weight 0), ask sets of
+            # nearby tokens, whose logit gaps are smaller, until every head's readable ones have rank d².
+            readable = min(_readable_rank(sets, head_weights) for head_weights in weights)
+            if readable == dim * dim:
+                break
+            extra = designs.draw_near_sets(max(1, count // 8), t, dim, 1 + round_ % 2, rng)
+            more_values, more_weights, more_clipped = self._read(ask, extra, projections)
+            sets = np.concatenate([sets, extra])
+            values, weights = np.concatenate([values, more_values], 1), np.concatenate([weights, more_weights], 1)
+            clipped += more_clipped
         matrices = designs.measurement_matrices(sets)
         # Weighted even for an exact oracle: a share near zero, read through W_i rows that the scans know to
         # ~1e-9 only (m ≥ 2), has a logarithm far off, which the weight silences.
@@ -412,10 +426,15 @@ class QueryLearner(Estimator):
         else:
             solved = [designs.solve_measurements(matrices, head_values, head_weights)
                       for head_values, head_weights in zip(values, weights)]
-            rank = min(rank for _, rank in solved)
+            rank = min(_readable_rank(sets, head_weights) for head_weights in weights)
         step = QueryStep("theta", ask.oracle.queries - asked, time.perf_counter() - started,
                          measurements=values.size, rank=rank, clipped=clipped)
         return step, np.stack([theta for theta, _ in solved])
+
+    def _read(self, ask: _Transcript, sets: np.ndarray, projections: np.ndarray):
+        """Ask the sets' sequences and read their logit measurements (values, weights, clipped shares)."""
+        sequences, counts = designs.spread_sequences(sets, self.length)
+        return designs.read_logit_measurements(sets, counts, ask(sequences), projections)
 
     # ------------------------------------------------------------------ use
     def predict(self, X) -> np.ndarray:
