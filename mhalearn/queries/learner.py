@@ -15,7 +15,10 @@ a d × d projection W, so the algorithm is adapted (:mod:`~mhalearn.queries.desi
 
 With an exact oracle and Boolean tokens both solves are exact to floating
 point, after d + ⌈d² / (t(t − 1))⌉ queries (rank permitting: the design is
-checked before it is asked).  Under noise or rounding the same solves are
+checked before it is asked).  The queries are adaptive where attention is
+sharp: a share below :data:`~mhalearn.queries.designs.SHARE_FLOOR` cannot be
+read, its measurement is left out, and sets of tokens one or two flips apart
+(smaller logit gaps) are asked until the readable measurements have rank d².  Under noise or rounding the same solves are
 least-squares estimates; ``repeats`` averages repeated answers (noise) and
 ``oversample`` asks more distinct designs (noise and rounding, whose error
 repeated answers share), and the polish refits every answer.

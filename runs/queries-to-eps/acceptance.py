@@ -12,6 +12,9 @@ Parts (``--parts``; rows already stored are skipped, so a run resumes):
   factor passes 64 (every probe a row), so the queries to ε = 1e-4 and 1e-6 are read off the probes.
 - ``heads``: m = 2 … 6 (2m ≤ d), d = 12, k = 4, seeds 7200–7209, exact oracle, the ``random`` family and
   the ``cancelling`` one (where gradient descent fails at odd m), QueryLearner's defaults.
+- ``families``: the hard families `peaked`, `sharp`, `small-margin` and `near-identical` at m = 1, 2, 3,
+  d = 12, k = 4, seeds 7400–7409, exact oracle, QueryLearner's defaults: where the learner's assumptions
+  (readable shares, separable poles) stop holding.
 - ``lowrank``: one head whose Θ = G₁G₂ (d × r and r × d standard Gaussian, rescaled to ‖Θ‖_F = 2; W with
   i.i.d. N(0, 1/d) entries), (d, r) = (16, 1), (16, 2), (24, 2), (32, 2), (32, 4), seeds
   7300–7309, exact oracle, ``QueryLearner(1, rank=r)``: the compressed-sensing regime.
@@ -39,6 +42,9 @@ MAX_OVERSAMPLE = 64.0
 HEAD_COUNTS = (2, 3, 4, 5, 6)
 HEAD_SEEDS = range(7200, 7210)
 HEAD_FAMILIES = ("random", "cancelling")
+HARD_FAMILIES = ("peaked", "sharp", "small-margin", "near-identical")
+HARD_HEADS = (1, 2, 3)
+HARD_SEEDS = range(7400, 7410)
 LOW_RANKS = ((16, 1), (16, 2), (24, 2), (32, 2), (32, 4))
 LOW_RANK_SEEDS = range(7300, 7310)
 LENGTH = 4
@@ -123,6 +129,16 @@ def low_rank_rows():
                 "full_design_queries": mhalearn.QueryLearner(1, length=LENGTH).planned_queries(key["d"])}
 
 
+def family_rows():
+    for family in HARD_FAMILIES:
+        for heads in HARD_HEADS:
+            for seed in HARD_SEEDS:
+                key = {"part": "families", "family": family, "heads": heads, "d": 12, "seed": seed}
+                yield key, lambda key=key: fit_row(
+                    mhalearn.make_teacher(key["family"], key["heads"], key["d"], rng=key["seed"]),
+                    mhalearn.QueryLearner(key["heads"], length=LENGTH, random_state=key["seed"]), **key)
+
+
 def key_of(row: dict) -> str:
     names = ("part", "family", "heads", "d", "rank", "distinct", "noise", "seed", "oversample")
     return json.dumps({name: row[name] for name in names if name in row}, sort_keys=True)
@@ -137,7 +153,8 @@ def compute(out: Path, parts) -> None:
             stored[key_of(row)] = row
             print(json.dumps({k: row[k] for k in row if k not in ("queries_by_step", "notes")}), flush=True)
 
-        for part, rows in (("exact", exact_rows), ("heads", head_rows), ("lowrank", low_rank_rows)):
+        for part, rows in (("exact", exact_rows), ("heads", head_rows), ("lowrank", low_rank_rows),
+                           ("families", family_rows)):
             if part not in parts:
                 continue
             for key, run in rows():
@@ -201,10 +218,10 @@ def noisy_body(rows: list[dict]) -> list[list]:
     return body if rows else []
 
 
-def heads_body(rows: list[dict]) -> list[list]:
+def heads_body(rows: list[dict], families=HEAD_FAMILIES, counts=HEAD_COUNTS) -> list[list]:
     body = []
-    for family in HEAD_FAMILIES:
-        for m in HEAD_COUNTS:
+    for family in families:
+        for m in counts:
             cell = [row for row in rows if row["family"] == family and row["heads"] == m]
             errors = [row["relative_error"] for row in cell]
             queries = sorted(row["queries"] for row in cell)
@@ -227,7 +244,8 @@ def low_rank_body(rows: list[dict]) -> list[list]:
 
 def report(out: Path) -> str:
     rows = read_rows(out)
-    part = {name: [row for row in rows if row["part"] == name] for name in ("exact", "noisy", "heads", "lowrank")}
+    part = {name: [row for row in rows if row["part"] == name]
+            for name in ("exact", "noisy", "heads", "lowrank", "families")}
     lines = table("One head, exact oracle, k = 4, 10 fresh random teachers per d (seeds 7000–7009):",
                   ["tokens a query", "d", "queries (W + Θ)", "queries / d²", "max relative error",
                    "max parameter error"], exact_body(part["exact"]))
@@ -243,14 +261,18 @@ def report(out: Path) -> str:
                    "QueryLearner(1, rank=r):",
                    ["d", "r", "queries (W + Θ)", "full-rank design", "r(2d − r)", "relative error ≤ 1e-10",
                     "max relative error"], low_rank_body(part["lowrank"]))
+    lines += table("Hard families, d = 12, k = 4, exact oracle, 10 teachers per (family, m) (seeds 7400–7409), "
+                   "QueryLearner's defaults:",
+                   ["family", "m", "relative error ≤ 1e-6", "separable", "queries", "median relative error",
+                    "max relative error"], heads_body(part["families"], HARD_FAMILIES, HARD_HEADS))
     return "\n".join(lines[1:])
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("acceptance.jsonl"))
-    parser.add_argument("--parts", nargs="+", default=["exact", "noisy", "heads", "lowrank"],
-                        choices=["exact", "noisy", "heads", "lowrank"])
+    parser.add_argument("--parts", nargs="+", default=["exact", "noisy", "heads", "lowrank", "families"],
+                        choices=["exact", "noisy", "heads", "lowrank", "families"])
     parser.add_argument("--report", action="store_true", help="print the tables from the stored rows")
     args = parser.parse_args(argv)
     if args.report:
