@@ -17,24 +17,32 @@ With an exact oracle and Boolean tokens both solves are exact to floating
 point, after d + ⌈d² / (t(t − 1))⌉ queries (rank permitting: the design is
 checked before it is asked).  The queries are adaptive where attention is
 sharp: a share below :data:`~mhalearn.queries.designs.SHARE_FLOOR` cannot be
-read, its measurement is left out, and sets of tokens one or two flips apart
-(smaller logit gaps) are asked until the readable measurements have rank d².  Under noise or rounding the same solves are
-least-squares estimates; ``repeats`` averages repeated answers (noise) and
-``oversample`` asks more distinct designs (noise and rounding, whose error
-repeated answers share), and the polish refits every answer.
+read, its measurement is left out, and sets of tokens one or two flips
+apart (smaller logit gaps) are asked until the readable measurements have
+rank d².  With ``rank=r`` the paper's O(rd) compressed-sensing regime:
+2r(2d − r) measurements, solved by alternating least squares.  Under noise
+or rounding the same solves are least-squares estimates; ``repeats``
+averages repeated answers (noise) and ``oversample`` asks more distinct
+designs (noise and rounding, whose error repeated answers share), and the
+polish refits every answer.
 
-For m ≥ 2 the paper proves that the parameters are not identifiable in
-general and gives no learner; ours (:mod:`~mhalearn.queries.heads`) assumes
-generic heads.  W_Σ as above; then, per coordinate s, a scan of 2m + 3
-sequences whose answers are a vector rational function with one pole per
-head gives the rows W_i[s, :]; one query per coordinate aligns the heads'
-labels; with every W_i known, the two-token queries give each head's
-attention shares, hence each Θ_i as for one head.  The queries number
-d² + (2m + 7)·d − 2 for the defaults (d² = twice the single head's design,
-see ``oversample``; :meth:`QueryLearner.planned_queries`), so choosing the
-inputs makes the cost grow with m only through the scans.  Heads that cannot be told apart (two heads with one Θ,
-:func:`~mhalearn.queries.non_identifiable_pair`) are reported in
-``report_.separable`` and ``report_.notes``.
+For m ≥ 2 the paper proves that the parameters are not identifiable from
+queries in general and discusses learning under structural assumptions;
+ours (:mod:`~mhalearn.queries.heads`) assumes generic heads.  W_Σ as above;
+then, per coordinate s, a scan of 2m + 3 sequences whose answers are a
+vector rational function with one pole per head gives the rows W_i[s, :];
+one query per coordinate aligns the heads' labels; with every W_i known,
+the two-token queries give each head's attention shares, hence each Θ_i as
+for one head.  The queries number d² + (2m + 7)·d − 2 for the defaults
+(d² = twice the single head's design, see ``oversample``;
+:meth:`QueryLearner.planned_queries`), so choosing the inputs makes the cost
+grow with m only through the scans.  Heads that cannot be told apart (two
+heads with one Θ, :func:`~mhalearn.queries.non_identifiable_pair`) are
+reported in ``report_.separable`` and ``report_.notes``.
+
+The paper is cited by its stated results (its abstract and introduction,
+arXiv v2): its theorem and section numbers, and its algorithms in detail,
+could not be read where this was written.
 """
 
 from __future__ import annotations
