@@ -226,7 +226,8 @@ def heads_body(rows: list[dict], families=HEAD_FAMILIES, counts=HEAD_COUNTS) -> 
             errors = [row["relative_error"] for row in cell]
             queries = sorted(row["queries"] for row in cell)
             body += [[family, m, f"{sum(e <= 1e-6 for e in errors)} / {len(cell)}",
-                      f"{sum(bool(row['separable']) for row in cell)} / {len(cell)}", f"{queries[0]}–{queries[-1]}",
+                      "—" if m == 1 else f"{sum(bool(row['separable']) for row in cell)} / {len(cell)}",
+                      f"{queries[0]}–{queries[-1]}",
                       f"{statistics.median(errors):.1e}", f"{max(errors):.1e}"]] if cell else []
     return body
 
