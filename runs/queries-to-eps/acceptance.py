@@ -96,14 +96,15 @@ def noisy_probes(stored: set, write):
                 step += 1
 
 
-def head_rows():
-    for family in HEAD_FAMILIES:
-        for heads in HEAD_COUNTS:
-            for seed in HEAD_SEEDS:
-                key = {"part": "heads", "family": family, "heads": heads, "d": 12, "seed": seed}
+def head_rows(part: str = "heads", families=HEAD_FAMILIES, counts=HEAD_COUNTS, seeds=HEAD_SEEDS):
+    """Exact fits of QueryLearner's defaults on the families' teachers, d = 12: the ``heads`` part, or another."""
+    for family in families:
+        for heads in counts:
+            for seed in seeds:
+                key = {"part": part, "family": family, "heads": heads, "d": 12, "seed": seed}
                 yield key, lambda key=key: fit_row(
                     mhalearn.make_teacher(key["family"], key["heads"], key["d"], rng=key["seed"]),
-                    mhalearn.QueryLearner(key["heads"], length=LENGTH, random_state=key["seed"]), None, **key)
+                    mhalearn.QueryLearner(key["heads"], length=LENGTH, random_state=key["seed"]), **key)
 
 
 def low_rank_teacher(dim: int, rank: int, seed: int) -> mhalearn.MultiHeadAttention:
@@ -130,13 +131,7 @@ def low_rank_rows():
 
 
 def family_rows():
-    for family in HARD_FAMILIES:
-        for heads in HARD_HEADS:
-            for seed in HARD_SEEDS:
-                key = {"part": "families", "family": family, "heads": heads, "d": 12, "seed": seed}
-                yield key, lambda key=key: fit_row(
-                    mhalearn.make_teacher(key["family"], key["heads"], key["d"], rng=key["seed"]),
-                    mhalearn.QueryLearner(key["heads"], length=LENGTH, random_state=key["seed"]), **key)
+    return head_rows("families", HARD_FAMILIES, HARD_HEADS, HARD_SEEDS)
 
 
 def key_of(row: dict) -> str:
