@@ -8,7 +8,9 @@ beside it), :mod:`mhalearn.evaluation` (the teacher's view of a fit, from
 outside), :mod:`mhalearn.random_features`
 (Fu, Guo, Bai & Mei) and :mod:`mhalearn.sparse_variables` (Edelman, Goel,
 Kakade & Zhang); the shared Numba pieces are in :mod:`mhalearn._numba` and
-the sweep machinery in :mod:`mhalearn.experiments`.  Sizes that cannot fit
+the sweep machinery in :mod:`mhalearn.experiments`; learning from queries
+(Bhattamishra, Shah, Hahn & Kanade) rather than examples is in
+:mod:`mhalearn.queries`.  Sizes that cannot fit
 are refused before anything is allocated, against the memory budget of
 :func:`set_memory_budget`, or of :func:`memory_budget` inside a ``with``
 block (:mod:`mhalearn._memory`).
@@ -37,6 +39,7 @@ _EXPORTS = {
     ".random_features": ["RANDOM_FEATURE_TARGETS", "RandomFeatureAttention", "RandomFeatureMLP",
                          "RandomFeatureTarget", "make_random_feature_target", "make_sequence_dataset",
                          "sequence_inputs", "sphere_inputs"],
+    ".queries": ["QueryLearner", "QueryOracle", "non_identifiable_pair", "split_head"],
     ".sparse_variables": ["AttentionStudent", "MLPStudent", "SparseBooleanTask", "SparseParitySearch"],
 }
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}

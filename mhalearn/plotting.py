@@ -54,6 +54,16 @@ def set_grid_ticks(ax, values: Sequence[float], axis: str = "x") -> None:
     target.set_minor_locator(NullLocator())
 
 
+def heads_panel(ax, heads: Sequence[float], title: str) -> None:
+    """One panel of a quantity against m: log–log axes, ticks at the grid's m, the title, a light grid."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    set_grid_ticks(ax, sorted(heads))
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("heads m")
+    ax.grid(True, which="major", alpha=0.3)
+
+
 def group_rows(rows: Iterable[dict], keys: Sequence[str]) -> dict[tuple, list[dict]]:
     """Rows grouped by the values of ``keys``, groups in sorted key order."""
     groups: dict[tuple, list[dict]] = defaultdict(list)

@@ -1,7 +1,7 @@
 """Every table a script prints from committed rows is the one its page shows (issue 34).
 
 The pages are docs/chen_li.md (the user's guide), docs/baselines.md,
-docs/benchmarks.md and every runs/<study>/README.md (the notes beside the
+docs/benchmarks.md, docs/learners_vs_m.md, docs/queries.md and every runs/<study>/README.md (the notes beside the
 rows).  Each ``python bench/NAME.py ... --report`` (or ``--curve``) command
 in a code block of a page, each ``python runs/STUDY/NAME.py ... --report``
 (or ``--curve``) of a script kept beside its rows, and each ``python
@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "chen_li.md"
 PAGES = [GUIDE, ROOT / "docs" / "baselines.md", ROOT / "docs" / "benchmarks.md", ROOT / "docs" / "learners_vs_m.md",
-         *sorted((ROOT / "runs").rglob("README.md"))]
+         ROOT / "docs" / "queries.md", *sorted((ROOT / "runs").rglob("README.md"))]
 
 
 def reads_rows_only(command: str) -> bool:

@@ -80,7 +80,8 @@ _IDS = [f"{type(estimator).__name__}-{index}" for index, (estimator, _) in enume
 
 
 def test_every_exported_estimator_is_covered():
-    exported = [getattr(mhalearn, name) for name in mhalearn.__all__]
+    # QueryLearner is fitted on an oracle, not on (X, Y): tests/test_queries.py holds its contract.
+    exported = [getattr(mhalearn, name) for name in mhalearn.__all__ if name != "QueryLearner"]
     estimators = {cls for cls in exported if isinstance(cls, type) and hasattr(cls, "fit")}
     assert estimators == {type(estimator) for estimator, _ in CASES}
 

@@ -307,6 +307,7 @@ PACKAGED = {
     "error-vs-samples": "learning",
     "heads-dependence": "learning",
     "learners-vs-m": "learners_vs_m",
+    "queries-to-eps": "queries_to_eps",
     "random-features": "random_features",
     "samples-to-eps": "samples_to_eps",
     "sculpt-vs-m": "sculpt_vs_m",
