@@ -234,7 +234,7 @@ def make_teacher(family: str, heads: int, dim: int, rng=None, **params) -> Multi
 
     ``make_teacher("cancelling", 3, 12, rng=0, hardness=0.5)`` is halfway
     from random teachers (``hardness=0``) to the ``cancelling`` family
-    (``hardness=1``, the default); :attr:`TeacherFamily.dial` names the
+    (``hardness=1``, the default); ``TeacherFamily.dial`` names the
     parameter.  The same ``rng`` gives the same underlying draws at every
     point of the dial, so one seed is one teacher moved along it.
     """
