@@ -187,7 +187,7 @@ def saturated_teacher(heads: int, dim: int, rng: np.random.Generator, *, hardnes
 
     The draws do not depend on h (:func:`sample_teacher` rejects on conditions that are scale-free in Θ),
     so one seed is one teacher made sharper along the dial.  Found by ``runs/guarantee-dial/hard_search.py``:
-    its hardest candidates inside the conditions were random-looking teachers at ‖Θ_i‖_F of 30–130.
+    its hardest candidates inside the conditions were random-looking teachers at ‖Θ_i‖_F of 24–190.
     """
     theta_norm = RANDOM_NORM * (SATURATED_NORM / RANDOM_NORM) ** hardness
     return sample_teacher(heads, dim, theta_norm=theta_norm, rng=rng)

@@ -229,6 +229,16 @@ def check_family_params(family: str, params: dict) -> dict:
     return {name: check_real(value, f"{family} {name}", low=0.0, high=1.0) for name, value in params.items()}
 
 
+def dial_params(family: str, hardness: float | None) -> dict:
+    """The keyword a grid's ``hardness`` sets on the named family ({} when the grid gives none)."""
+    if hardness is None:
+        return {}
+    dial = get_family(family).dial
+    if dial is None:
+        raise ValueError(f"family {family!r}: received hardness = {hardness!r}, but this family has no dial")
+    return {dial: hardness}
+
+
 def make_teacher(family: str, heads: int, dim: int, rng=None, **params) -> MultiHeadAttention:
     """Plant a teacher from the named family, at a point of its dial when it has one.
 

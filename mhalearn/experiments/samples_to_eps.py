@@ -69,7 +69,7 @@ import numpy as np
 
 from .._validation import Integer, Options, Real
 from ..attention.model import relative_error
-from ..attention.teachers import check_family_params, nondegeneracy
+from ..attention.teachers import check_family_params, dial_params, nondegeneracy
 from ..evaluation import fit_timed, plant_instance
 from ..learners import get_learner
 from ..plotting import save_figure, set_grid_ticks, style_for, write_tables
@@ -160,7 +160,7 @@ def _check_first_probes(cells: list[dict]) -> list[dict]:
 
 def _family_params(cell: dict) -> dict:
     """The point of the family's dial a cell names ({} for the family as registered)."""
-    return {"hardness": cell["hardness"]} if "hardness" in cell else {}
+    return dial_params(cell["family"], cell.get("hardness"))
 
 
 def samples_to_eps_count(table: dict) -> int:

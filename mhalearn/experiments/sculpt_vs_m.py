@@ -42,7 +42,14 @@ from .._validation import Integer, Options, Real
 from ..attention.data import boolean_inputs
 from ..attention.model import relative_error
 from ..attention.teacher_source import TeacherSource
-from ..attention.teachers import TEACHER_FAMILIES, check_family_params, make_teacher, nondegeneracy, sample_teacher
+from ..attention.teachers import (
+    TEACHER_FAMILIES,
+    check_family_params,
+    dial_params,
+    make_teacher,
+    nondegeneracy,
+    sample_teacher,
+)
 from ..data.checkpoint import open_checkpoint
 from ..evaluation import TeacherObserver
 from ..learners.chen_li import (
@@ -107,8 +114,8 @@ def sculpt_vs_m_cells(table: dict) -> list[dict]:
     cells = check_label_counts(expand_grid(table, fields, experiment="sculpt-vs-m", constraints=constraints),
                                "sculpt-vs-m")
     for cell in cells:
-        if "hardness" in cell:
-            check_family_params(cell.get("family", "random"), {"hardness": cell["hardness"]})
+        family = cell.get("family", "random")
+        check_family_params(family, dial_params(family, cell.get("hardness")))
     if not estimate_noise:
         cells = [{**cell, DIAGNOSTIC: False} for cell in cells]
     for cell in cells:
@@ -223,11 +230,11 @@ def _cell_teacher(cell: dict):
     if not any(key in cell for key in TEACHER_FIELDS):
         return sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
     family = cell.get("family", "random")
-    params = {"hardness": cell["hardness"]} if "hardness" in cell else {}
-    return make_teacher(family, heads, dim, seeded_rng(20_251, family, heads, seed), **params)
+    return make_teacher(family, heads, dim, seeded_rng(20_251, family, heads, seed),
+                        **dial_params(family, cell.get("hardness")))
 
 
-def _span_or_one(row: dict) -> float:
+def span_or_one(row: dict) -> float:
     """The body's span distance, 1 when it refused (no span used) or read none."""
     if row.get("refused") is not None or row.get("span_distance") is None:
         return 1.0
@@ -243,7 +250,7 @@ def samples_to_target(rows: list[dict], target: float = SPAN_TARGET) -> dict[int
     for (heads,), group in group_rows(rows, ["heads"]).items():
         needed[heads] = math.inf
         for (samples,), cells in group_rows(group, ["samples"]).items():
-            distances = [_span_or_one(row) for row in cells]
+            distances = [span_or_one(row) for row in cells]
             if float(np.median(distances)) <= target:
                 needed[heads] = samples
                 break
@@ -259,7 +266,7 @@ def plot_sculpt_vs_m(rows: list[dict], out_dir: Path) -> list[Path]:
         raise ValueError(f"rows: the body's defaults and its {DIAGNOSTIC} = false diagnostic in one set of rows; "
                          f"plot them from separate --db files")
     out_dir = Path(out_dir)
-    rows = [{**row, "span_or_one": _span_or_one(row)} for row in rows]
+    rows = [{**row, "span_or_one": span_or_one(row)} for row in rows]
     heads_values = sorted({row["heads"] for row in rows})
     samples_values = sorted({row["samples"] for row in rows})
     names = [f"m = {heads}" for heads in heads_values]

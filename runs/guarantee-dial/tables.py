@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mhalearn.experiments.hardness_dial import markdown_dial_table, plot_dial
+from mhalearn.experiments.growth_laws import bounded_text
+from mhalearn.experiments.hardness_dial import dial_table, markdown_dial_table, plot_dial
+from mhalearn.experiments.sculpt_vs_m import span_or_one
 from mhalearn.experiments.store import ResultStore
 
 HERE = Path(__file__).resolve().parent
@@ -27,11 +29,6 @@ def rows(name: str, experiment: str) -> list[dict]:
         return []
     with ResultStore(path, readonly=True) as store:
         return store.rows(experiment)
-
-
-def span_or_one(row: dict) -> float:
-    """The body's span distance, 1 when it refused or read none (sculpt-vs-m's rule)."""
-    return 1.0 if row.get("refused") is not None or row.get("span_distance") is None else row["span_distance"]
 
 
 def body_table(body: list[dict]) -> None:
@@ -65,9 +62,6 @@ GUIDE_BODY = ((2, 100_000), (3, 30_000_000))
 
 def guide_table(searches: list[dict], body: list[dict]) -> None:
     """docs/learners_vs_m.md's table: per family and dial point, each learner's median n* and the body's span."""
-    from mhalearn.experiments.growth_laws import bounded_text
-    from mhalearn.experiments.hardness_dial import dial_table
-
     table = dial_table(searches)
     points = sorted({(e["family"], e["hardness"]) for e in table})
     print("| family | h | inside | " + " | ".join(f"{learner} m = {heads}" for learner, heads in GUIDE_COLUMNS)
