@@ -9,6 +9,10 @@ runs/STUDY/check.py`` or ``tables.py`` (scripts that only read) is run (it reads
 under ``runs/`` and fits nothing), and every table row it prints must
 appear verbatim on that page: a table edited by hand, or left behind when
 its rows were rerun, fails.  No section is exempt.
+
+A guide page may show a selection of a command's rows instead (the runs README beside the rows shows
+them all): the command's comment in the code block then begins ``selection``, and every table row of
+that section of the page must be among the rows the command prints.
 """
 
 import os
@@ -35,17 +39,17 @@ def reads_rows_only(command: str) -> bool:
                                                          words[1].endswith(("/check.py", "/tables.py")))
 
 
-def report_commands(text: str) -> list[tuple[str, str, str]]:
-    """(section heading, command, section text) for every command in a code block that prints tables from the
-    committed rows (:func:`reads_rows_only`)."""
+def report_commands(text: str) -> list[tuple[str, str, str, bool]]:
+    """(section heading, command, section text, whether the section shows a selection of its rows) for every
+    command in a code block that prints tables from the committed rows (:func:`reads_rows_only`)."""
     commands = []
     for section in re.split(r"^(?=##+ )", text, flags=re.MULTILINE):
         heading = section.splitlines()[0] if section else ""
         for block in re.findall(r"^```\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL):
             for line in block.replace("\\\n", " ").splitlines():  # a command may go on after a backslash
-                command = line.split("#")[0].strip()
+                command, _, comment = (part.strip() for part in line.partition("#"))
                 if reads_rows_only(command):
-                    commands.append((heading, command, section))
+                    commands.append((heading, command, section, comment.startswith("selection")))
     return commands
 
 
@@ -55,14 +59,14 @@ def table_rows(output: str) -> list[str]:
             if line.startswith("| ") and not re.fullmatch(r"\|( --- \|)+", line.strip())]
 
 
-COMMANDS = [(page, heading, command) for page in PAGES
-            for heading, command, _ in report_commands(page.read_text())]
+COMMANDS = [(page, heading, command, selection) for page in PAGES
+            for heading, command, _, selection in report_commands(page.read_text())]
 
 
 def test_the_pages_have_report_commands():
     # The regex finds the commands: the guide keeps its three measured sections' (m = 1, 2; m = 3; the
     # span calibration), the notes beside the rows hold the rest.
-    assert len([page for page, _, _ in COMMANDS if page == GUIDE]) >= 3, COMMANDS
+    assert len([page for page, *_ in COMMANDS if page == GUIDE]) >= 3, COMMANDS
     assert len(COMMANDS) >= 20, COMMANDS
 
 
@@ -75,16 +79,31 @@ def test_a_fitting_command_is_not_taken_for_a_report():
     assert not reads_rows_only("mhalearn plot sculpt-vs-m --report")
 
 
+def test_a_selection_is_marked_in_the_command_comment():
+    page = ("## A\n\n```\npython runs/x/tables.py   # selection: the laws\n```\n\n| a |\n\n"
+            "## B\n\n```\npython runs/x/tables.py\n```\n")
+    assert [(heading, command, selection) for heading, command, _, selection in report_commands(page)] == [
+        ("## A", "python runs/x/tables.py", True), ("## B", "python runs/x/tables.py", False)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("page, heading, command", COMMANDS,
-                         ids=[f"{page.relative_to(ROOT)}: {command}" for page, _, command in COMMANDS])
-def test_report_tables_are_on_the_page(page, heading, command):
+@pytest.mark.parametrize("page, heading, command, selection", COMMANDS,
+                         ids=[f"{page.relative_to(ROOT)}: {command}" for page, _, command, _ in COMMANDS])
+def test_report_tables_are_on_the_page(page, heading, command, selection):
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True, text=True,
                             env=environment, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     printed = table_rows(result.stdout)
     assert printed, f"{command} printed no table"
+    if selection:  # every table row of the section is one the command prints
+        section = next(text for found, line, text, _ in report_commands(page.read_text())
+                       if (found, line) == (heading, command))
+        shown = table_rows(section)
+        assert shown, f"{page.relative_to(ROOT)}: {heading}: no table rows under {command}"
+        invented = [line for line in shown if line not in set(printed)]
+        assert not invented, f"{page.relative_to(ROOT)}: {command}: rows it does not print:\n" + "\n".join(invented)
+        return
     lines = {line.strip() for line in page.read_text().splitlines()}
     missing = [line for line in printed if line not in lines]
     assert not missing, f"{page.relative_to(ROOT)}: {command}: rows not on the page:\n" + "\n".join(missing)
