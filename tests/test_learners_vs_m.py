@@ -145,14 +145,14 @@ def test_quick_sweep_keeps_a_row_per_cell_with_routes_and_both_errors(tmp_path):
     assert "routes that produced the unpolished output" in (tmp_path / "figures" / "learners-vs-m.txt").read_text()
 
 
-def test_the_docs_page_states_the_provenance_its_rows_hold():
-    """docs/learners_vs_m.md quotes, for every committed results file, what the rows' own provenance says."""
+def test_the_runs_readme_states_the_provenance_its_rows_hold():
+    """runs/learners-vs-m/README.md quotes, for every committed results file, what the rows' own provenance says."""
     from pathlib import Path
 
     from mhalearn.experiments.learners_vs_m import provenance_statement
 
     root = Path(__file__).resolve().parents[1]
-    page = (root / "docs" / "learners_vs_m.md").read_text(encoding="utf-8")
+    page = (root / "runs" / "learners-vs-m" / "README.md").read_text(encoding="utf-8")
     files = sorted((root / "runs" / "learners-vs-m").glob("*.db"))
     assert files
     for path in files:

@@ -234,8 +234,8 @@ def test_a_law_fitted_without_an_m_predicts_it_and_a_censored_median_is_not_a_nu
     assert check["ratio"] is None and math.isinf(check["measured"])
 
 
-def test_the_docs_page_quotes_the_committed_rows_provenance():
-    """docs/learners_vs_m.md states which code computed the samples-to-eps rows as their own columns say."""
+def test_the_runs_readme_quotes_the_committed_rows_provenance():
+    """runs/samples-to-eps/README.md states which code computed its rows as their own columns say."""
     from pathlib import Path
 
     from mhalearn.experiments.learners_vs_m import provenance_statement
@@ -243,5 +243,5 @@ def test_the_docs_page_quotes_the_committed_rows_provenance():
     root = Path(__file__).resolve().parents[1]
     path = root / "runs" / "samples-to-eps" / "samples-to-eps.db"
     statement = provenance_statement(path, "samples-to-eps").split(": ", 1)[1]
-    page = " ".join((root / "docs" / "learners_vs_m.md").read_text(encoding="utf-8").split())
+    page = " ".join((root / "runs" / "samples-to-eps" / "README.md").read_text(encoding="utf-8").split())
     assert f"| samples-to-eps.db | {statement} |" in page, statement
