@@ -39,7 +39,7 @@ import numpy as np
 from _common import with_progress
 from threadpoolctl import threadpool_limits
 
-from mhalearn import SculptLearner
+from mhalearn import SculptLearner, SearchSettings
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.data.sources import CodedTokens
 from mhalearn.data.token_codes import block_codes, code_groups
@@ -119,7 +119,7 @@ def phase_seconds(report) -> dict:
 def timed_fit(X, Y):
     """Wall seconds of one fit, the phases' seconds and the fit's figures (route, rows, the refit's iterations and
     pools: each pool after the first is one more pass over the data)."""
-    learner = SculptLearner(HEADS, refine="none", random_state=0)
+    learner = SculptLearner(HEADS, search=SearchSettings(refine="none"), random_state=0)
     start = time.perf_counter()
     learner.fit(X, Y)
     wall = time.perf_counter() - start

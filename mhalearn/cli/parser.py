@@ -1,7 +1,11 @@
 """The ``mhalearn`` command line: its subcommands, their options, and a learner's hyper-parameters as flags.
 
 ``mhalearn learn --learner NAME`` gets one flag per keyword parameter of the
-learner's class, its help read from the class's NumPy docstring.
+learner's class, its help read from the class's NumPy docstring.  A
+parameter that holds settings (``SculptLearner``'s ``body`` and ``search``)
+gets no flag: ``--set body.quantile=0.02`` sets one of its settings (by
+scikit-learn's nested name, ``body__quantile``), and ``--help-settings body``
+lists them, their help read from the settings class's docstring.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import argparse
 import ast
 import inspect
 import re
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -57,6 +62,49 @@ def learner_hyperparameters(cls: type) -> list[inspect.Parameter]:
             and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
 
 
+def settings_groups(cls: type) -> dict:
+    """The learner's parameters that hold settings, by name: their default settings objects."""
+    from .._estimator import Settings
+
+    return {parameter.name: parameter.default for parameter in learner_hyperparameters(cls)
+            if isinstance(parameter.default, Settings)}
+
+
+def settings_help(group: str, defaults) -> str:
+    """The settings of one group, a line each with its default and its help (``--help-settings``)."""
+    helps = _parameter_help(type(defaults))
+    lines = [f"settings of {group} ({type(defaults).__name__}); set one with --set {group}.NAME=VALUE:"]
+    for name, default in defaults.get_params().items():
+        lines.append(f"  {group}.{name} (default: {default!r})")
+        lines.extend(f"      {line}" for line in textwrap.wrap(helps.get(name, ""), 74))
+    return "\n".join(lines)
+
+
+def parse_setting(text: str, groups) -> tuple[str, object]:
+    """``GROUP.NAME=VALUE`` (or ``GROUP__NAME=VALUE``) as scikit-learn's nested name and the value
+    (a Python literal, ``true``/``false`` as booleans, else the string); ``ValueError`` naming ``--set``."""
+    name, equals, value = text.partition("=")
+    group, dot, setting = name.strip().replace("__", ".").partition(".")
+    if not equals or not dot or not setting or group not in groups:
+        raise ValueError(f"set: expected GROUP.NAME=VALUE with GROUP one of {sorted(groups)}, received {text!r}")
+    value = value.strip()
+    parsed = {"true": True, "false": False}.get(value.lower(), None) if value.lower() in ("true", "false") \
+        else _literal(value)
+    return f"{group}__{setting}", parsed
+
+
+class _SettingsHelp(argparse.Action):
+    """``--help-settings GROUP``: print the group's settings and exit, as ``--help`` does."""
+
+    def __init__(self, option_strings, dest, groups: dict, **kwargs):
+        self.groups = groups
+        super().__init__(option_strings, dest, choices=sorted(groups), **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(settings_help(values, self.groups[values]))
+        parser.exit()
+
+
 def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> None:
     from ..learners import LEARNERS, get_learner
 
@@ -67,7 +115,10 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
     for other in LEARNERS.values():
         helps = {**_parameter_help(other), **helps}
     group = parser.add_argument_group(f"hyper-parameters of the {learner!r} learner ({cls.__name__})")
+    groups = settings_groups(cls)
     for parameter in learner_hyperparameters(cls):
+        if parameter.name in groups:
+            continue
         flag = "--" + parameter.name.replace("_", "-")
         default = parameter.default
         description = helps.get(parameter.name, "").replace("%", "%%")  # argparse formats help with %
@@ -80,6 +131,13 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
             kind = type(default) if isinstance(default, (int, float, str)) and not optional else _literal
             group.add_argument(flag, dest=f"hp_{parameter.name}", type=kind, default=default,
                                metavar=parameter.name.upper(), help=f"{description} (default: {default!r})")
+    if groups:
+        names = ", ".join(groups)
+        group.add_argument("--set", dest="settings", action="append", default=[], metavar="GROUP.NAME=VALUE",
+                           help=f"one setting of the groups {names}, e.g. --set {next(iter(groups))}.NAME=0.5 "
+                                f"(repeatable; the value is a Python literal, or true, false, a word)")
+        group.add_argument("--help-settings", action=_SettingsHelp, groups=groups, metavar="GROUP",
+                           help=f"list a group's settings ({names}), their defaults and help, and exit")
 
 
 def build_parser(learner: str | None = None) -> argparse.ArgumentParser:

@@ -89,9 +89,10 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, (nullcontext() if workers is None else Client(cluster)) as client:
         start = time.perf_counter()
-        learner = mhalearn.SculptLearner(HEADS, random_state=seed, max_candidates=max_candidates,
-                                         net_slab=net_slab, span_route=span_route,
-                                         checkpoint=checkpoint).fit(X, Y, callback=observer)
+        learner = mhalearn.SculptLearner(HEADS, search=mhalearn.SearchSettings(max_candidates=max_candidates,
+                                                                               net_slab=net_slab),
+                                         random_state=seed, span_route=span_route, checkpoint=checkpoint)
+        learner.fit(X, Y, callback=observer)
         seconds = time.perf_counter() - start
         worker_memory = None if client is None else sorted(client.run(peak_memory_mb).values())
     X_test = boolean_inputs(4000, LENGTH, DIM, rng=seeded_rng(seed, "sculpt-m3-test"))
