@@ -13,7 +13,8 @@ from toy_experiments import toy_experiment as make_toy_experiment
 from mhalearn import MultiHeadAttention, cli
 from mhalearn._progress import ProgressLines, StepProgress
 from mhalearn.cli import commands, main
-from mhalearn.cli.parser import _parameter_help, build_parser, learner_hyperparameters
+from mhalearn.cli.parser import _parameter_help, build_parser
+from mhalearn.cli.settings import learner_hyperparameters
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
@@ -334,7 +335,7 @@ def test_help_settings_lists_a_groups_settings_with_their_defaults(capsys, learn
 
 
 def test_set_takes_a_setting_as_a_python_literal_by_either_spelling():
-    from mhalearn.cli.parser import parse_setting
+    from mhalearn.cli.settings import parse_setting
 
     groups = ("body", "search")
     assert parse_setting("search.net_slab=None", groups) == ("search__net_slab", None)

@@ -169,7 +169,7 @@ def command_demo(args) -> int:
 def command_learn(args) -> int:
     """``mhalearn learn``: one learner, one planted instance, model saved."""
     from ..learners import get_learner
-    from .parser import parse_setting, settings_groups
+    from .settings import parse_setting, settings_groups
 
     hyperparams = {key[3:]: value for key, value in vars(args).items() if key.startswith("hp_")}
     groups = settings_groups(get_learner(args.learner))

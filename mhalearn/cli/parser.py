@@ -11,7 +11,6 @@ lists them, their help read from the settings class's docstring.
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
 import re
 import textwrap
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .commands import DEMO_SETTING
+from .settings import learner_hyperparameters, literal, settings_groups
 
 
 def _parameter_help(cls: type) -> dict[str, str]:
@@ -47,29 +47,6 @@ def _parameter_help(cls: type) -> dict[str, str]:
     return helps
 
 
-def _literal(text: str):
-    """Parse a flag value as a Python literal (number, None, tuple …), else keep the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def learner_hyperparameters(cls: type) -> list[inspect.Parameter]:
-    """Keyword hyper-parameters of a learner class (everything but ``heads`` and ``random_state``)."""
-    return [parameter for name, parameter in inspect.signature(cls.__init__).parameters.items()
-            if name not in ("self", "heads", "random_state")
-            and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
-
-
-def settings_groups(cls: type) -> dict:
-    """The learner's parameters that hold settings, by name: their default settings objects."""
-    from .._estimator import Settings
-
-    return {parameter.name: parameter.default for parameter in learner_hyperparameters(cls)
-            if isinstance(parameter.default, Settings)}
-
-
 def settings_help(group: str, defaults) -> str:
     """The settings of one group, a line each with its default and its help (``--help-settings``)."""
     helps = _parameter_help(type(defaults))
@@ -78,19 +55,6 @@ def settings_help(group: str, defaults) -> str:
         lines.append(f"  {group}.{name} (default: {default!r})")
         lines.extend(f"      {line}" for line in textwrap.wrap(helps.get(name, ""), 74))
     return "\n".join(lines)
-
-
-def parse_setting(text: str, groups) -> tuple[str, object]:
-    """``GROUP.NAME=VALUE`` (or ``GROUP__NAME=VALUE``) as scikit-learn's nested name and the value
-    (a Python literal, ``true``/``false`` as booleans, else the string); ``ValueError`` naming ``--set``."""
-    name, equals, value = text.partition("=")
-    group, dot, setting = name.strip().replace("__", ".").partition(".")
-    if not equals or not dot or not setting or group not in groups:
-        raise ValueError(f"set: expected GROUP.NAME=VALUE with GROUP one of {sorted(groups)}, received {text!r}")
-    value = value.strip()
-    parsed = {"true": True, "false": False}.get(value.lower(), None) if value.lower() in ("true", "false") \
-        else _literal(value)
-    return f"{group}__{setting}", parsed
 
 
 class _SettingsHelp(argparse.Action):
@@ -128,7 +92,7 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
         else:
             # A parameter that may be None (net_slab: float | None) takes "None" as well as its type.
             optional = "None" in str(parameter.annotation)
-            kind = type(default) if isinstance(default, (int, float, str)) and not optional else _literal
+            kind = type(default) if isinstance(default, (int, float, str)) and not optional else literal
             group.add_argument(flag, dest=f"hp_{parameter.name}", type=kind, default=default,
                                metavar=parameter.name.upper(), help=f"{description} (default: {default!r})")
     if groups:

@@ -104,7 +104,7 @@ class BodySettings(Settings):
         the smallest decoding residual accepted as agreement rows.  Default:
         1 at m = 1 (with one head every row is an agreement row), 0.01 at
         m ≥ 2 (agreement rows are 1–4 % of all rows at m = 2, d = 12,
-        k = 4, ‖Θ_i‖_F = 2, on development teachers).
+        k = 4, ‖Θ_i‖_F = 2, on development instances).
     residual_tol : float
         Absolute tolerance on the relative decoding residual ‖âᵀXŴ_Σ − y‖/‖y‖
         for the agreement rows of K* (phase 4), once Ŵ_Σ is refined.
@@ -125,7 +125,7 @@ class BodySettings(Settings):
         can differ by nats on a row that passes, a bias of the hull that more
         rows do not remove, so K* turns the tokens of least weight into
         half-spaces once it can spare their slabs.  Chosen with
-        ``kstar_w_max`` on development teachers seeded 500–502 (m = 2–4,
+        ``kstar_w_max`` on development instances seeded 500–502 (m = 2–4,
         rows decoded with the true W_Σ); [decision: kstar-slab-threshold] says
         where it was tested.
     kstar_w_max : float
@@ -133,7 +133,7 @@ class BodySettings(Settings):
     slab_width : float
         κ: slab half-widths are κ(σ_j/â_j + σ_{j₀}/â_{j₀}) + ``slab_floor``,
         σ the decoding's standard deviations.  Chosen so that the true heads
-        satisfy ≥ 99 % of the constraints on development teachers.
+        satisfy ≥ 99 % of the constraints on development instances.
     slab_floor : float
         t_min, the smallest half-width.
     max_rows : int
@@ -341,8 +341,8 @@ class SearchSettings(Settings):
         spacing where the heads are; None: the whole ball, as on the moment
         route, which reads no hull.  0.05 (below the net's spacing at every
         budget below 1.3·10¹⁰ tuples at m = 3: one layer, on the hull) was chosen
-        on development fits (m = 1, 2: teachers 500–505, n = 10⁵; m = 3:
-        teachers 10 and 12 at n = 10⁷), where it tied 0.15 and beat 0.3 and
+        on development fits (m = 1, 2: seeds 500–505, n = 10⁵; m = 3:
+        seeds 10 and 12 at n = 10⁷), where it tied 0.15 and beat 0.3 and
         the whole ball; the true heads lay within 0.032–0.036 of the radius
         from the body's hull there.
     score_samples : int
