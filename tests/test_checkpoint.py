@@ -402,6 +402,31 @@ def test_rows_known_by_their_tokens_codes_are_kept_as_codes_and_read_back_to_the
         read_kept(path)
 
 
+
+def test_phase_files_keep_and_rebuild_registered_classes_only(tmp_path, monkeypatch):
+    # A phase file names its classes; reading rebuilds only those registered (register_kept), imports nothing.
+    import dataclasses
+
+    from mhalearn.data import phase_files
+    from mhalearn.learners.chen_li.phase1_crude_sum import CrudeSum
+
+    @dataclasses.dataclass
+    class Unregistered:
+        value: float
+
+    with pytest.raises(TypeError, match=r"\['rows'\]\[0\]: a .*Unregistered cannot be kept .* not registered"):
+        phase_files.write_kept(tmp_path / "no.npz", {"rows": [Unregistered(1.0)]})
+    assert phase_files.KEPT_CLASSES["mhalearn.learners.chen_li.phase1_crude_sum:CrudeSum"] is CrudeSum  # a PhaseResult
+    registered = phase_files.register_kept(dataclasses.make_dataclass("Kept", [("value", float)]))
+    path = tmp_path / "kept.npz"
+    with open(path, "wb") as handle:
+        phase_files.write_kept(handle, {"kept": registered(2.5)})
+    assert read_kept(path)["kept"] == registered(2.5)
+    monkeypatch.delitem(phase_files.KEPT_CLASSES, phase_files._class_name(registered))
+    with pytest.raises(phase_files.BadPhaseFile, match=r"the class '.*Kept' is not a dataclass that phase files keep"):
+        read_kept(path)
+
+
 class StopInsidePass:
     """A callback that interrupts the fit inside phase 3's candidate pass, once it has read ``blocks`` blocks."""
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 
 import mhalearn
-from mhalearn._memory import peak_memory_mb
+from mhalearn import peak_memory_mb
 from mhalearn.attention.data import boolean_inputs
 from mhalearn.attention.model import relative_error
 from mhalearn.attention.teachers import sample_teacher

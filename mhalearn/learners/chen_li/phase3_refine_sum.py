@@ -34,6 +34,7 @@ from numba import njit
 from ..._exp import exp_nonpositive
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...data.checkpoint import NoProgress
+from ...data.phase_files import register_kept
 from ...data.sources import kernel_tokens, stream_rows
 from ...data.token_codes import code_groups, sequence_codes
 from ..least_squares import least_squares
@@ -55,6 +56,7 @@ from .sign_tables import (
 
 # ------------------------------------------------------------ the paper's refit
 
+@register_kept
 @dataclass
 class MarginRows:
     """Rows to which an attention matrix gives one token j* a clear margin."""
