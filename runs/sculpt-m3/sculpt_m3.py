@@ -112,7 +112,7 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
-            "candidate_passes": _stream_passes(report), "kstar_w_max": learner.kstar_w_max,
+            "candidate_passes": _stream_passes(report), "kstar_w_max": learner.body.kstar_w_max,
             "kstar_threshold": report.sculpt[-1].slab_threshold, "git_commit": git_state()[0],
             "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
 
