@@ -80,7 +80,7 @@ def kernel_costs(X, Y, teacher, repeats: int = 5) -> dict:
     codes = np.empty((*X.shape[:2], code_groups(X.shape[2])), dtype=np.uint8)
     block_codes(X, codes)
     coded = CodedTokens(X, codes)  # a block as SculptLearner's source hands it over, with its tokens' codes
-    floor = 1.0 - SculptLearner(HEADS).body.eta  # the margin pass's
+    floor = 1.0 - SculptLearner(HEADS).body.certify_slack  # the margin pass's
     first_labels = np.ascontiguousarray(Y[:, :1])  # one row per sequence, as our refit's pool decodes them
     passes = {"decoder (residuals, one pass)": lambda: decoding_residuals(X, Y, w_sum, rows),
               "  from the tokens' codes": lambda: decoding_residuals(coded, Y, w_sum, rows),

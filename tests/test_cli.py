@@ -342,7 +342,7 @@ def test_set_takes_a_setting_as_a_python_literal_by_either_spelling():
     assert parse_setting("search__net_slab=0.1", groups) == ("search__net_slab", 0.1)
     assert parse_setting("body.estimate_noise=false", groups) == ("body__estimate_noise", False)
     assert parse_setting("body.span_point=min_norm", groups) == ("body__span_point", "min_norm")
-    for bad in ("quantile=0.1", "body.quantile", "net.keep=2"):
+    for bad in ("quantile=0.1", "body.quantile", "net.kept_candidates=2"):
         with pytest.raises(ValueError, match=r"^set: expected GROUP.NAME=VALUE with GROUP one of \['body', 'search'\]"):
             parse_setting(bad, groups)
 
@@ -356,8 +356,9 @@ def test_learn_reaches_a_grouped_setting_and_refuses_a_bad_one_before_work(capsy
         assert code == 0, out
         scored.append(int(out.split(" candidates scored")[0].rsplit(", ", 1)[1]))
     assert scored[1] <= 5 < scored[0]
-    code, out, err = run(capsys, *common, "--set", "search.keep=0")
-    assert code == 2 and out == "" and err == "mhalearn: error: keep: expected an integer in [1, 1000], received 0\n"
+    code, out, err = run(capsys, *common, "--set", "search.kept_candidates=0")
+    assert code == 2 and out == ""
+    assert err == "mhalearn: error: kept_candidates: expected an integer in [1, 1000], received 0\n"
     code, _, err = run(capsys, *common, "--set", "body.quantile=0.1")
     assert code == 2 and "set: expected GROUP.NAME=VALUE with GROUP one of ['search']" in err
 

@@ -264,10 +264,10 @@ def test_the_moment_route_refuses_a_gram_matrix_beyond_the_budget_naming_d():
     assert float(out.split("seconds ")[1]) < 30
 
 
-def test_keep_and_net_radius_are_bounded_before_any_work():
+def test_kept_candidates_and_net_radius_are_bounded_before_any_work():
     teacher, X, Y, _ = _instance(heads=1, samples=300)
-    with pytest.raises(ValueError, match=r"^keep: expected an integer in \[1, 1000\]"):
-        MomentLearner(1, search=SearchSettings(keep=10**6)).fit(X, Y)
+    with pytest.raises(ValueError, match=r"^kept_candidates: expected an integer in \[1, 1000\]"):
+        MomentLearner(1, search=SearchSettings(kept_candidates=10**6)).fit(X, Y)
     with pytest.raises(ValueError, match=r"^search.net_radius: expected at most norm_bound = 12"):
         MomentLearner(1, search=SearchSettings(net_radius=1e300)).fit(X, Y)
 

@@ -87,7 +87,7 @@ def test_refine_none_returns_the_least_squares_candidate():
     learner = SculptLearner(1, search=SearchSettings(refine="none"), random_state=0).fit(X, Y)
     np.testing.assert_array_equal(learner.model_.ws, learner.least_squares_model_.ws)
     assert learner.report_.selection.val_polished is None
-    assert learner.report_.selection.certificate["hypotheses"] == learner.search.keep
+    assert learner.report_.selection.certificate["hypotheses"] == learner.search.kept_candidates
 
 
 def test_moment_learner_recovers_two_heads():
@@ -122,9 +122,9 @@ def test_solver_failure_falls_back_to_moment_route(monkeypatch):
 
 
 def test_estimator_contract_and_reproducibility():
-    learner = SculptLearner(2, body=BodySettings(eta=0.1), random_state=3)
-    assert learner.get_params()["body__eta"] == 0.1
-    assert clone(learner).set_params(body__eta=0.2).body.eta == 0.2
+    learner = SculptLearner(2, body=BodySettings(certify_slack=0.1), random_state=3)
+    assert learner.get_params()["body__certify_slack"] == 0.1
+    assert clone(learner).set_params(body__certify_slack=0.2).body.certify_slack == 0.2
     teacher, X, Y, _ = _data(1, 4, 4, 300, 2)
     first = GradientLearner(1, random_state=7).fit(X, Y).model_
     second = GradientLearner(1, random_state=7).fit(X, Y).model_
@@ -349,7 +349,7 @@ def test_a_hull_slab_net_holds_the_ball_points_near_the_hull_only():
     X = mhalearn.boolean_inputs(300, 4, 3, rng=6)
     Y = rng.standard_normal(X.shape)
     radius = 1.5 * math.sqrt(3) * np.linalg.norm(point)
-    settings = mhalearn.learners.chen_li.SearchSettings(max_candidates=5000, keep=2, net_slab=0.1)
+    settings = mhalearn.learners.chen_li.SearchSettings(max_candidates=5000, kept_candidates=2, net_slab=0.1)
     slab = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0), hull=(point, long_directions))
     ball = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0))
     assert slab.shape == "hull slab" and ball.shape == "ball"

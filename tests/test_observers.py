@@ -44,7 +44,7 @@ def _assert_same_layers(first, second):
 CASES = [
     # (learner factory, heads, d, k, n, noise, seed)
     pytest.param(lambda: SculptLearner(1, search=SearchSettings(refine="none", max_candidates=5000, score_samples=64,
-                                                                keep=1), random_state=0),
+                                                                kept_candidates=1), random_state=0),
                  1, 8, 4, 4000, 0.05, seed, id=f"noisy-m1-seed{seed}")
     for seed in range(4)
 ] + [

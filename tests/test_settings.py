@@ -90,21 +90,21 @@ def test_get_params_deep_lists_every_setting_by_its_nested_name():
         for field in dataclasses.fields(settings_class):
             assert params[f"{group}__{field.name}"] == field.default, (group, field.name)
     assert params["body__hull_trim"] == 3.0 and params["search__refine"] == "lbfgs"
-    assert set(MomentLearner(2).get_params(deep=True)) >= {"search__keep", "search__method"}
+    assert set(MomentLearner(2).get_params(deep=True)) >= {"search__kept_candidates", "search__method"}
     assert not any(name.startswith("body__") for name in MomentLearner(2).get_params(deep=True))
 
 
 def test_set_params_replaces_the_settings_and_leaves_the_shared_default_alone():
     learner = SculptLearner(2)
     assert learner.body is sculpt.BODY
-    assert learner.set_params(body__hull_trim=4.5, body__quantile=0.02, search__keep=8) is learner
-    assert (learner.body.hull_trim, learner.body.quantile, learner.search.keep) == (4.5, 0.02, 8)
+    assert learner.set_params(body__hull_trim=4.5, body__quantile=0.02, search__kept_candidates=8) is learner
+    assert (learner.body.hull_trim, learner.body.quantile, learner.search.kept_candidates) == (4.5, 0.02, 8)
     assert learner.get_params(deep=True)["body__hull_trim"] == 4.5
     # Frozen settings are replaced, never changed in place: the default every other learner holds is intact.
     assert sculpt.BODY == BodySettings() and SculptLearner(2).body.hull_trim == 3.0
     # A whole settings object and a nested name in one call: the object first, then the nested change.
-    learner.set_params(body=BodySettings(max_rows=500), body__eta=0.1)
-    assert (learner.body.max_rows, learner.body.eta, learner.body.hull_trim) == (500, 0.1, 3.0)
+    learner.set_params(body=BodySettings(max_rows=500), body__certify_slack=0.1)
+    assert (learner.body.max_rows, learner.body.certify_slack, learner.body.hull_trim) == (500, 0.1, 3.0)
     with pytest.raises(ValueError, match=r"BodySettings: expected settings among .* received \['hul_trim'\]"):
         learner.set_params(body__hul_trim=4.0)
     with pytest.raises(ValueError, match=r"^hull_trim: expected a real number in \(1, inf\)"):
@@ -196,7 +196,7 @@ def test_the_slab_rule_names_the_settings_as_phase_2_takes_them():
     (BodySettings, "bootstrap_resamples", 1, "bootstrap_resamples: expected an integer >= 2"),
     (BodySettings, "span_point", "centroid", "span_point: expected one of"),
     (BodySettings, "kstar_w_max", 0.01, "kstar_w_max = 0.01 is below w_min = 0.02"),
-    (SearchSettings, "keep", 0, "keep: expected an integer"),
+    (SearchSettings, "kept_candidates", 0, "kept_candidates: expected an integer"),
     (SearchSettings, "net_slab", -1.0, "net_slab: expected None or a real number"),
 ])
 def test_settings_refuse_a_value_their_learner_would_refuse(settings_class, name, value, message):

@@ -407,7 +407,7 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     spacing within ``max_candidates`` when None; cost ~ (net size)^m), a
     block of tuples at a time (:func:`best_of_net`);
     ``"multistart"`` scores ``max_candidates`` random tuples and runs local
-    descent inside the span from the best ``keep``.  A resolution whose
+    descent inside the span from the best ``kept_candidates``.  A resolution whose
     tuples exceed ``max_candidates`` is scored on ``max_candidates`` random
     tuples: the budget always holds.  Candidates are scored on
     ``score_samples`` sequences drawn with ``rng``.  The net's memory
@@ -465,11 +465,11 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     use = rng.permutation(X.shape[0])[:settings.score_samples]
     Xs, Ys = X[use], Y[use]
     if not sampled:
-        best, best_scores = best_of_net(Xs, Ys, points, heads, settings.keep)
+        best, best_scores = best_of_net(Xs, Ys, points, heads, settings.kept_candidates)
         scored = total
     else:
         scores = score_net(Xs, Ys, points, candidates)
-        order = np.argsort(scores, kind="stable")[:settings.keep]
+        order = np.argsort(scores, kind="stable")[:settings.kept_candidates]
         best, best_scores, scored = candidates[order], scores[order], len(candidates)
     kept = []
     for chosen in best:

@@ -43,7 +43,7 @@ BODY_CONSTRAINTS = {
     "slab_floor": [Real(0.0)],
     "max_rows": [Integer(1)],
     "max_constraints": [Integer(1)],
-    "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
+    "certify_slack": [Real(0.0, 0.5, low_open=True, high_open=True)],
     "refit_iterations": [Integer(0)],
     "refit_rows": [Integer(1)],
     "refit_rounds": [Integer(1)],
@@ -75,7 +75,7 @@ SEARCH_SETTING_CONSTRAINTS = {
     "net_slab": [None, Real(0.0, low_open=True)],
     "score_samples": [Integer(1)],
     # Phase 6 solves least squares on every training sequence for each kept candidate, then polishes it.
-    "keep": [Integer(1, 1000)],
+    "kept_candidates": [Integer(1, 1000)],
     "refine": [Options("lbfgs", "none")],
     "refine_iter": [Integer(1)],
     "delta": [Real(0.0, 1.0, low_open=True, high_open=True)],
@@ -141,9 +141,10 @@ class BodySettings(Settings):
     max_constraints : int
         Constraints passed to the convex solver (a random subset: fewer
         constraints give a superset of K, so certificates stay valid).
-    eta : float
-        Certification: a certified row has ≥ 1 − η of every head's weight on
-        one token; candidates are the rows to which Θ̄ gives that much.
+    certify_slack : float
+        η of the paper's certification: a certified row leaves at most η of
+        every head's weight off one token; candidates are the rows to which Θ̄
+        gives that much.
     refit_iterations : int
         Iterations of our alternating refit of Ŵ_Σ in all (0: the paper's refit only).
     refit_rows : int
@@ -249,7 +250,7 @@ class BodySettings(Settings):
     slab_floor: float = 0.02
     max_rows: int = 20_000
     max_constraints: int = 1500
-    eta: float = 0.05
+    certify_slack: float = 0.05
     refit_iterations: int = 100
     refit_rows: int = 4000
     refit_rounds: int = 4
@@ -347,7 +348,7 @@ class SearchSettings(Settings):
         from the body's hull there.
     score_samples : int
         Sequences used to score candidates.
-    keep : int
+    kept_candidates : int
         Candidates passed on to phase 6, at most 1000 (phase 6 solves least
         squares on every training sequence for each, then polishes it).
     refine : {"lbfgs", "none"}
@@ -369,7 +370,7 @@ class SearchSettings(Settings):
     max_candidates: int = 200_000
     net_slab: float | None = 0.05
     score_samples: int = 256
-    keep: int = 4
+    kept_candidates: int = 4
     refine: str = "lbfgs"
     refine_iter: int = 2000
     delta: float = 0.05
