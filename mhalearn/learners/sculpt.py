@@ -123,7 +123,7 @@ class SculptLearner(SpanSearchLearner):
     Attributes
     ----------
     model_ : MultiHeadAttention
-        The learned layer (polished when ``refine="lbfgs"``).
+        The learned layer (polished when ``search.refine="lbfgs"``).
     least_squares_model_ : MultiHeadAttention
         The paper's own output: the held-out best net candidate with W by
         least squares, before any polish.
