@@ -55,7 +55,8 @@ def run_one(part, heads, seed, samples, dim, length, offset=SEED_OFFSET, net_sla
     # with their own generators and times, never the learner's.
     observer = mhalearn.TeacherObserver(teacher, compare_min_norm=True)
     start = time.perf_counter()
-    learner = mhalearn.SculptLearner(heads, net_slab=net_slab, random_state=seed).fit(X, Y, callback=observer)
+    learner = mhalearn.SculptLearner(heads, search=mhalearn.SearchSettings(net_slab=net_slab), random_state=seed)
+    learner.fit(X, Y, callback=observer)
     seconds = time.perf_counter() - start
     moment = compare_moment_route(X, Y, heads, teacher, np.random.default_rng([offset, seed, 1]))
     report = learner.report_

@@ -39,7 +39,7 @@ import numpy as np
 from _common import with_progress
 from threadpoolctl import threadpool_limits
 
-from mhalearn import SculptLearner
+from mhalearn import SculptLearner, SearchSettings
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.data.sources import CodedTokens
 from mhalearn.data.token_codes import block_codes, code_groups
@@ -80,7 +80,7 @@ def kernel_costs(X, Y, teacher, repeats: int = 5) -> dict:
     codes = np.empty((*X.shape[:2], code_groups(X.shape[2])), dtype=np.uint8)
     block_codes(X, codes)
     coded = CodedTokens(X, codes)  # a block as SculptLearner's source hands it over, with its tokens' codes
-    floor = 1.0 - SculptLearner(HEADS).eta  # the margin pass's
+    floor = 1.0 - SculptLearner(HEADS).body.certify_slack  # the margin pass's
     first_labels = np.ascontiguousarray(Y[:, :1])  # one row per sequence, as our refit's pool decodes them
     passes = {"decoder (residuals, one pass)": lambda: decoding_residuals(X, Y, w_sum, rows),
               "  from the tokens' codes": lambda: decoding_residuals(coded, Y, w_sum, rows),
@@ -119,7 +119,7 @@ def phase_seconds(report) -> dict:
 def timed_fit(X, Y):
     """Wall seconds of one fit, the phases' seconds and the fit's figures (route, rows, the refit's iterations and
     pools: each pool after the first is one more pass over the data)."""
-    learner = SculptLearner(HEADS, refine="none", random_state=0)
+    learner = SculptLearner(HEADS, search=SearchSettings(refine="none"), random_state=0)
     start = time.perf_counter()
     learner.fit(X, Y)
     wall = time.perf_counter() - start

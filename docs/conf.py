@@ -71,7 +71,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(os|zipfile|enum|numpy|np|scipy|sklearn|pandas|torch|jax|dask|distributed|zarr|numba)(\..*)?"),
     # A private name (leading underscore) is not part of the documented API: a reference to one stays
-    # unlinked.  Every other reference must resolve.
+    # unlinked, as one to an internal module or name does (_internal).  Every other reference must resolve.
     (r"py:.*", r"(.*\.)?_[A-Za-z]\w*"),
 ]
 
@@ -108,8 +108,34 @@ def _canonical_target(name: str) -> str | None:
     return None
 
 
+def _internal(name: str) -> bool:
+    """Whether ``name`` is a module of mhalearn or a name inside one: an internal, when it is not documented.
+
+    The API reference lists the public names only (docs/api.rst); a docstring's reference to a module or
+    function behind them stays unlinked, as a private name's does.  A name that does not exist (a typo, a
+    renamed function) is no internal: its reference still fails the build.
+    """
+    import importlib
+
+    parts = name.split(".")
+    if parts[0] != "mhalearn":
+        return False
+    for split in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attr in parts[split:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
 def _resolve_reexported(app, env, node, contnode):
-    """Resolve a reference to a re-exported name against its documented location."""
+    """Resolve a reference to a re-exported name against its documented location; leave one to an
+    internal name unlinked (:func:`_internal`)."""
     if node.get("refdomain") != "py":
         return None
     target = node.get("reftarget", "")
@@ -127,6 +153,8 @@ def _resolve_reexported(app, env, node, contnode):
             resolved = domain.resolve_xref(env, node["refdoc"], app.builder, "obj", canonical, node, contnode)
         if resolved is not None:
             return resolved
+    if any(_internal(candidate) for candidate in candidates):
+        return contnode
     return None
 
 

@@ -28,8 +28,9 @@ from ._version import __version__  # noqa: F401  (mhalearn.__version__)
 
 #: The public names, by the module that defines them.
 _EXPORTS = {
-    "._memory": ["get_memory_budget", "memory_budget", "set_memory_budget"],
-    ".learners": ["LEARNERS", "GradientLearner", "MomentLearner", "SculptLearner", "get_learner", "make_learner"],
+    "._memory": ["MemoryBudgetError", "get_memory_budget", "memory_budget", "peak_memory_mb", "set_memory_budget"],
+    ".learners": ["LEARNERS", "BodySettings", "GradientLearner", "MomentLearner", "SculptLearner", "SearchSettings",
+                  "get_learner", "make_learner"],
     ".learners.report": ["Observers", "StreamProgress"],
     ".evaluation": ["TeacherObserver"],
     ".attention": ["MultiHeadAttention", "NondegeneracyReport", "TEACHER_FAMILIES", "TeacherFamily",

@@ -7,6 +7,9 @@
   declared once in ``_parameter_constraints`` and checked at the start of
   ``fit`` (:meth:`Estimator._check_params`); an estimator is fitted once
   ``fit`` has set ``n_features_in_``, which every ``fit`` sets last.
+* :class:`Settings` — the base of the frozen settings objects that carry a
+  learner's rarely turned knobs as one parameter (``SculptLearner(body=...)``),
+  reached by scikit-learn's nested names (``body__quantile``).
 * :class:`SequenceRegressorMixin` — regressors whose inputs are batches of
   sequences, shape (n, k, d): ``n_features_in_`` is the token dimension d and
   the tags say the input is a 3-D array.
@@ -21,6 +24,9 @@ regressor.  The sparse-variables students are classifiers of ±1 bits
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -49,16 +55,70 @@ def store_parameters(estimator, parameters: dict) -> None:
             setattr(estimator, name, value)
 
 
+class Settings:
+    """Base of a frozen dataclass of settings that an estimator takes as one parameter.
+
+    scikit-learn's nested-parameter convention reaches each setting:
+    ``get_params(deep=True)`` of the estimator lists ``body__quantile`` for
+    the ``quantile`` of its ``body`` parameter, and
+    ``set_params(body__quantile=0.02)`` replaces ``body`` with a copy that
+    holds the new value (the object itself is frozen: a default shared by
+    every estimator is never changed).  ``clone`` keeps the object, which
+    no one can change.  Subclasses check their values in ``__post_init__``.
+    """
+
+    def get_params(self, deep: bool = True) -> dict:
+        """Every setting by name (``deep`` is scikit-learn's and changes nothing: settings hold no estimator)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def replace(self, **changes) -> Settings:
+        """A copy with ``changes`` (checked as when made); ``ValueError`` naming a setting that does not exist."""
+        unknown = sorted(set(changes) - {field.name for field in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: expected settings among "
+                             f"{[field.name for field in dataclasses.fields(self)]}, received {unknown}")
+        return dataclasses.replace(self, **changes)
+
+    def __sklearn_clone__(self) -> Settings:
+        return self
+
+    def __repr__(self) -> str:
+        # Only the settings that differ from their defaults, as scikit-learn prints an estimator.
+        changed = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in dataclasses.fields(self)
+                            if getattr(self, field.name) != field.default)
+        return f"{type(self).__name__}({changed})"
+
+
 class Estimator(BaseEstimator):
     """Base of every mhalearn estimator (see the module docstring).
 
     Subclasses declare ``_parameter_constraints`` (name → list of allowed
     constraints from :mod:`mhalearn._validation`) for every constructor
     argument, call :meth:`_check_params` first thing in ``fit`` and set
-    ``n_features_in_`` last.
+    ``n_features_in_`` last.  A parameter holding :class:`Settings` is set
+    by nested names, ``set_params(body__quantile=0.02)``.
     """
 
     _parameter_constraints: dict = {}
+
+    def set_params(self, **params) -> Estimator:
+        """Set parameters as scikit-learn does; ``NAME__SETTING`` replaces the :class:`Settings` held by
+        ``NAME`` with a copy holding the new value (plain names are set first)."""
+        nested, plain = defaultdict(dict), {}
+        for key, value in params.items():
+            name, nesting, setting = key.partition("__")
+            if nesting:
+                nested[name][setting] = value
+            else:
+                plain[key] = value
+        super().set_params(**plain)
+        parameters = self.get_params(deep=False)
+        for name, changes in nested.items():
+            if isinstance(parameters.get(name), Settings):
+                setattr(self, name, parameters[name].replace(**changes))
+            else:
+                super().set_params(**{f"{name}__{setting}": value for setting, value in changes.items()})
+        return self
 
     def _check_params(self) -> None:
         """Check every hyper-parameter against ``_parameter_constraints`` (``ValueError`` naming it)."""
@@ -113,5 +173,5 @@ class SequenceRegressorMixin(RegressorMixin):
         return tags
 
 
-__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "check_fitted", "pooled_r2",
+__all__ = ["FITTED_ATTRIBUTE", "Estimator", "SequenceRegressorMixin", "Settings", "check_fitted", "pooled_r2",
            "store_parameters"]

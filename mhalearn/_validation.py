@@ -289,6 +289,19 @@ class PathLike:
         return "a path (str or os.PathLike)"
 
 
+class Instance:
+    """Constraint: an instance of a class (a settings object, :class:`mhalearn._estimator.Settings`)."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+
+    def holds(self, value) -> bool:
+        return isinstance(value, self.cls)
+
+    def __str__(self) -> str:
+        return f"a {self.cls.__name__}"
+
+
 class RealSequence:
     """Constraint: a non-empty list or tuple whose every entry satisfies ``entry`` (a :class:`Real`)."""
 

@@ -1,6 +1,6 @@
 """The parts benchmarks find the kernel text they leave out.
 
-``bench/forward_parts.py`` and ``bench/decoder_parts.py`` time a kernel
+``runs/generated-pass/forward_parts.py`` and ``runs/generated-pass/decoder_parts.py`` time a kernel
 against copies of it with one step replaced; each step is found by its source
 text.  A kernel rewritten without its benchmark stops that benchmark, so
 every text must still occur in the kernel's file, once.
@@ -12,12 +12,16 @@ import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+#: The parts benchmarks are studies of the generated pass's kernels, kept beside their rows.
+STUDY = os.path.join(ROOT, "runs", "generated-pass")
 
 
 @pytest.fixture
 def bench_module(monkeypatch):
     monkeypatch.syspath_prepend(BENCH)
+    monkeypatch.syspath_prepend(STUDY)
 
     def load(name):
         sys.modules.pop(name, None)

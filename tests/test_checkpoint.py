@@ -25,7 +25,8 @@ pytestmark = pytest.mark.xdist_group("checkpoint")
 
 HEADS, DIM, LENGTH, SAMPLES = 2, 8, 3, 12_000
 # Small budgets keep each fit to a second or two; the phases and the route logic are the ones of the defaults.
-SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0, random_state=3)
+SMALL = dict(body=BodySettings(refit_iterations=10, compare_routes_above=0.0),
+             search=mhalearn.SearchSettings(max_candidates=3000, refine_iter=50), random_state=3)
 
 
 class StopAfter:
@@ -95,14 +96,14 @@ def test_other_data_or_body_settings_do_not_reuse_a_checkpoint(data, kept):
     flipped = X.copy()
     flipped[0, 0, 0] *= -1
     assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **SMALL).fit(flipped, Y).report_.resumed == ()
-    assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **{**SMALL, "max_rows": 5000}
+    assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **{**SMALL, "body": SMALL["body"].replace(max_rows=5000)}
                                   ).fit(X, Y).report_.resumed == ()
     assert mhalearn.SculptLearner(HEADS, checkpoint=kept, **{**SMALL, "random_state": 4}
                                   ).fit(X, Y).report_.resumed == ()
 
 
 def test_other_net_settings_reuse_phases_1_to_4(data, kept):
-    settings = {**SMALL, "max_candidates": 1000}
+    settings = {**SMALL, "search": SMALL["search"].replace(max_candidates=1000)}
     resumed = mhalearn.SculptLearner(HEADS, checkpoint=kept, **settings).fit(*data)
     assert "4_span" in resumed.report_.resumed
     _same_fit(resumed, mhalearn.SculptLearner(HEADS, **settings).fit(*data))
@@ -401,6 +402,31 @@ def test_rows_known_by_their_tokens_codes_are_kept_as_codes_and_read_back_to_the
         read_kept(path)
 
 
+
+def test_phase_files_keep_and_rebuild_registered_classes_only(tmp_path, monkeypatch):
+    # A phase file names its classes; reading rebuilds only those registered (register_kept), imports nothing.
+    import dataclasses
+
+    from mhalearn.data import phase_files
+    from mhalearn.learners.chen_li.phase1_crude_sum import CrudeSum
+
+    @dataclasses.dataclass
+    class Unregistered:
+        value: float
+
+    with pytest.raises(TypeError, match=r"\['rows'\]\[0\]: a .*Unregistered cannot be kept .* not registered"):
+        phase_files.write_kept(tmp_path / "no.npz", {"rows": [Unregistered(1.0)]})
+    assert phase_files.KEPT_CLASSES["mhalearn.learners.chen_li.phase1_crude_sum:CrudeSum"] is CrudeSum  # a PhaseResult
+    registered = phase_files.register_kept(dataclasses.make_dataclass("Kept", [("value", float)]))
+    path = tmp_path / "kept.npz"
+    with open(path, "wb") as handle:
+        phase_files.write_kept(handle, {"kept": registered(2.5)})
+    assert read_kept(path)["kept"] == registered(2.5)
+    monkeypatch.delitem(phase_files.KEPT_CLASSES, phase_files._class_name(registered))
+    with pytest.raises(phase_files.BadPhaseFile, match=r"the class '.*Kept' is not a dataclass that phase files keep"):
+        read_kept(path)
+
+
 class StopInsidePass:
     """A callback that interrupts the fit inside phase 3's candidate pass, once it has read ``blocks`` blocks."""
 
@@ -427,7 +453,7 @@ def test_a_fit_interrupted_inside_a_pass_resumes_there_to_the_same_bits(tmp_path
     def lazy():
         return da.from_array(X, chunks=(1000, -1, -1)), da.from_array(Y, chunks=(1000, -1, -1))
 
-    settings = dict(prefix_samples=3000, span_route="body", **SMALL)
+    settings = {**SMALL, "body": SMALL["body"].replace(prefix_samples=3000), "span_route": "body"}
     whole = mhalearn.SculptLearner(HEADS, **settings).fit(*lazy())
     assert whole.report_.refined_sum.steps[-1].name == "whole-stream refit (ours)"  # the pass ran
     with pytest.raises(KeyboardInterrupt):

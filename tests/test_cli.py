@@ -13,7 +13,8 @@ from toy_experiments import toy_experiment as make_toy_experiment
 from mhalearn import MultiHeadAttention, cli
 from mhalearn._progress import ProgressLines, StepProgress
 from mhalearn.cli import commands, main
-from mhalearn.cli.parser import _parameter_help, build_parser, learner_hyperparameters
+from mhalearn.cli.parser import _parameter_help, build_parser
+from mhalearn.cli.settings import learner_hyperparameters
 from mhalearn.experiments import EXPERIMENTS
 from mhalearn.experiments.store import ResultStore
 from mhalearn.learners import LEARNERS
@@ -108,7 +109,8 @@ def test_learn_takes_the_learners_hyperparameters_as_flags_and_saves_the_model(c
 
 @pytest.mark.parametrize("learner", ["moment", "gradient"])
 def test_learn_prints_the_learners_phase_table(capsys, tmp_path, learner):
-    flags = {"moment": ["--max-candidates", "2000", "--refine-iter", "50"], "gradient": ["--max-iter", "50"]}[learner]
+    flags = {"moment": ["--set", "search.max_candidates=2000", "--set", "search.refine_iter=50"],
+             "gradient": ["--max-iter", "50"]}[learner]
     code, out, _ = run(capsys, "learn", "--learner", learner, "-m", "1", "-d", "4", "-k", "3", "-n", "300",
                        *flags, "--out", str(tmp_path / "model.npz"))
     assert code == 0 and "phase         seconds  figures" in out
@@ -305,28 +307,61 @@ def test_learn_help_describes_every_hyperparameter_of_the_sculpt_learner(capsys)
     assert helps["checkpoint"].startswith("A directory where phases 1–4")
 
 
-def test_learn_help_prints_every_hyperparameter_of_the_sculpt_learner(capsys):
+def test_learn_help_fits_two_screens_and_points_to_the_grouped_settings(capsys):
     # Help texts holding "%" (a share of rows) must reach argparse escaped.
     with pytest.raises(SystemExit) as stop:
         main(["learn", "--learner", "sculpt", "--help"])
     assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) <= 80, len(out.splitlines())
+    text = " ".join(out.split())
+    assert "--set GROUP.NAME=VALUE one setting of the groups body, search" in text
+    assert "--help-settings GROUP" in text and "--span-route SPAN_ROUTE" in text and "--quantile" not in text
+
+
+@pytest.mark.parametrize("learner, group, fragments", [
+    ("sculpt", "body", ["body.quantile (default: None)", "agreement rows are 1–4 % of all rows",
+                        "body.hull_trim (default: 3.0)"]),
+    ("sculpt", "search", ["search.net_slab (default: 0.05) On the body's route, the net keeps only its points"]),
+    ("moment", "search", ["search.max_candidates (default: 200000) Budget of candidate tuples scored."]),
+])
+def test_help_settings_lists_a_groups_settings_with_their_defaults(capsys, learner, group, fragments):
+    with pytest.raises(SystemExit) as stop:
+        main(["learn", "--learner", learner, "--help-settings", group])
+    assert stop.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "agreement rows are 1–4 % of all rows" in text
-    assert "--net-slab NET_SLAB On the body's route, the net keeps only its points" in text
+    for fragment in fragments:
+        assert fragment in text
 
 
-def test_a_hyperparameter_that_may_be_none_takes_none_on_the_command_line():
-    args = build_parser("sculpt").parse_args(["learn", "--learner", "sculpt", "--net-slab", "None"])
-    assert args.hp_net_slab is None
-    args = build_parser("sculpt").parse_args(["learn", "--learner", "sculpt", "--net-slab", "0.1"])
-    assert args.hp_net_slab == 0.1
+def test_set_takes_a_setting_as_a_python_literal_by_either_spelling():
+    from mhalearn.cli.settings import parse_setting
+
+    groups = ("body", "search")
+    assert parse_setting("search.net_slab=None", groups) == ("search__net_slab", None)
+    assert parse_setting("search__net_slab=0.1", groups) == ("search__net_slab", 0.1)
+    assert parse_setting("body.estimate_noise=false", groups) == ("body__estimate_noise", False)
+    assert parse_setting("body.span_point=min_norm", groups) == ("body__span_point", "min_norm")
+    for bad in ("quantile=0.1", "body.quantile", "net.kept_candidates=2"):
+        with pytest.raises(ValueError, match=r"^set: expected GROUP.NAME=VALUE with GROUP one of \['body', 'search'\]"):
+            parse_setting(bad, groups)
 
 
-def test_learn_help_describes_the_moment_learners_shared_hyperparameters(capsys):
-    with pytest.raises(SystemExit):
-        main(["learn", "--learner", "moment", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--max-candidates MAX_CANDIDATES Budget of candidate tuples scored." in text
+def test_learn_reaches_a_grouped_setting_and_refuses_a_bad_one_before_work(capsys, tmp_path):
+    common = ["learn", "--learner", "moment", "-m", "1", "-d", "4", "-k", "3", "-n", "300",
+              "--set", "search.refine=none", "--out", str(tmp_path / "model.npz"), "--quiet"]
+    scored = []
+    for extra in ([], ["--set", "search.max_candidates=5"]):
+        code, out, _ = run(capsys, *common, *extra)
+        assert code == 0, out
+        scored.append(int(out.split(" candidates scored")[0].rsplit(", ", 1)[1]))
+    assert scored[1] <= 5 < scored[0]
+    code, out, err = run(capsys, *common, "--set", "search.kept_candidates=0")
+    assert code == 2 and out == ""
+    assert err == "mhalearn: error: kept_candidates: expected an integer in [1, 1000], received 0\n"
+    code, _, err = run(capsys, *common, "--set", "body.quantile=0.1")
+    assert code == 2 and "set: expected GROUP.NAME=VALUE with GROUP one of ['search']" in err
+
 
 
 # ------------------------------------------- messages that name the argument

@@ -29,7 +29,7 @@ from mhalearn.data.sources import BLOCK_SIZE, ArraySource, CodedTokens, held_out
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, phase1_crude_sum, phase3_refine_sum
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
-from mhalearn.learners.chen_li.settings import BodySettings, settings_from
+from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.seeding import draw_seed
 
 # One xdist worker runs this module: the process pool and the synchronous reference fit are module fixtures.
@@ -129,7 +129,9 @@ def test_sculpt_span_same_on_dask_and_teacher_source(teacher):
 
 
 def _fit_figures(X, Y) -> dict:
-    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    learner = mhalearn.SculptLearner(1, body=mhalearn.BodySettings(refit_iterations=8),
+                                     search=mhalearn.SearchSettings(refine_iter=30, max_candidates=2000),
+                                     random_state=0)
     learner.fit(X, Y)
     report = learner.report_
     return {"basis": report.span.basis, "w_sum": report.refined_sum.w_sum, "thetas": learner.model_.thetas,
@@ -180,7 +182,9 @@ def test_fit_same_bits_on_a_local_cluster(one_head_data, sync_fit):
 def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
     # The learner's phases 1–4 are sculpt_span on the training rows of its per-block split.
     _, X, Y = one_head_data
-    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    learner = mhalearn.SculptLearner(1, body=mhalearn.BodySettings(refit_iterations=8),
+                                     search=mhalearn.SearchSettings(refine_iter=30, max_candidates=2000),
+                                     random_state=0)
     with dask.config.set(scheduler="threads"):
         learner.fit(X, Y)
     rng = np.random.default_rng(0)
@@ -191,7 +195,7 @@ def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
     assert learner.report_.x_scale == 1.0 and len(X_train) == 3200 and X_val.shape[0] == 800
     with threadpool_limits(limits=1, user_api="blas"):
         phases = sculpt_span(ArraySource(X_train, Y_train, block_size=800), 1,
-                             settings_from(BodySettings, learner), rng)
+                             learner.body, rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
 
@@ -200,7 +204,9 @@ def test_fit_on_numpy_reads_the_split_in_place(one_head_data):
     # On NumPy arrays the learner splits as on a Dask dataset of blocks of BLOCK_SIZE, and its
     # phases 1–4 read the training rows where they lie: the same bits as on a copy of them.
     _, X, Y = (part.compute() if hasattr(part, "compute") else part for part in one_head_data)
-    learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine_iter=30, max_candidates=2000)
+    learner = mhalearn.SculptLearner(1, body=mhalearn.BodySettings(refit_iterations=8),
+                                     search=mhalearn.SearchSettings(refine_iter=30, max_candidates=2000),
+                                     random_state=0)
     learner.fit(X, Y)
     rng = np.random.default_rng(0)
     held_out = [learner._validation_size(len(X))]
@@ -209,7 +215,7 @@ def test_fit_on_numpy_reads_the_split_in_place(one_head_data):
                                           held_out, draw_seed(rng))
     X_train, Y_train = dask.compute(X_train, Y_train, scheduler="sync")
     with threadpool_limits(limits=1, user_api="blas"):
-        phases = sculpt_span(ArraySource(X_train, Y_train), 1, settings_from(BodySettings, learner), rng)
+        phases = sculpt_span(ArraySource(X_train, Y_train), 1, learner.body, rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
 

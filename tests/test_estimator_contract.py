@@ -68,8 +68,10 @@ def _bits():
 CASES = [
     (mhalearn.GradientLearner(1, max_iter=20, random_state=0), _teacher_sequences),
     (mhalearn.GradientLearner(1, method="adam", max_iter=3, batch_size=16, random_state=0), _teacher_sequences),
-    (mhalearn.MomentLearner(1, max_candidates=50, refine_iter=20, random_state=0), _teacher_sequences),
-    (mhalearn.SculptLearner(1, max_candidates=50, refine_iter=20, random_state=0), _teacher_sequences),
+    (mhalearn.MomentLearner(1, search=mhalearn.SearchSettings(max_candidates=50, refine_iter=20), random_state=0),
+     _teacher_sequences),
+    (mhalearn.SculptLearner(1, search=mhalearn.SearchSettings(max_candidates=50, refine_iter=20), random_state=0),
+     _teacher_sequences),
     (mhalearn.RandomFeatureAttention(heads=4, random_state=0), _scalar_sequences),
     (mhalearn.RandomFeatureMLP(features=16, random_state=0), _scalar_sequences),
     (mhalearn.AttentionStudent(embedding_dim=4, hidden=4, steps=20, random_state=0), _bits),
@@ -284,23 +286,6 @@ def test_boolean_flags_take_numpy_booleans_but_not_integers(estimator, data):
         clone(estimator).set_params(**{name: np.bool_(value)})._check_params()
         with pytest.raises(ValueError, match=f"^{name}: expected True or False"):
             clone(estimator).set_params(**{name: int(value)})._check_params()
-
-
-@pytest.mark.parametrize("learner", [mhalearn.SculptLearner, mhalearn.MomentLearner])
-def test_learner_defaults_are_those_of_its_phase_settings(learner):
-    # The learners build BodySettings and SearchSettings from their own parameters, so a default
-    # changed on one side only would make the free phase functions and the estimator disagree.
-    import dataclasses
-    import inspect
-
-    from mhalearn.learners.chen_li.settings import BodySettings, SearchSettings
-
-    parameters = inspect.signature(learner).parameters
-    shared = [(field.name, field.default) for settings in (BodySettings, SearchSettings)
-              for field in dataclasses.fields(settings) if field.name in parameters]
-    assert len(shared) >= (10 if learner is mhalearn.MomentLearner else 30)
-    for name, default in shared:
-        assert parameters[name].default == default, name
 
 
 @pytest.mark.parametrize("bad", [0.5, 0.0, np.nan, np.inf, -1.0000000000000002])

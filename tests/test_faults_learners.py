@@ -8,12 +8,12 @@ import pytest
 from sklearn.exceptions import NotFittedError
 
 import mhalearn
-from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner, TeacherObserver
+from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner, SearchSettings, TeacherObserver
 
 LEARNERS = [
     lambda: GradientLearner(2, random_state=0),
-    lambda: MomentLearner(2, max_candidates=20_000, random_state=0),
-    lambda: SculptLearner(2, max_candidates=20_000, random_state=0),
+    lambda: MomentLearner(2, search=SearchSettings(max_candidates=20_000), random_state=0),
+    lambda: SculptLearner(2, search=SearchSettings(max_candidates=20_000), random_state=0),
 ]
 
 
@@ -76,13 +76,15 @@ def test_score_refuses_constant_labels():
 
 
 @pytest.mark.parametrize("params, name", [
-    (dict(span_route="moment", max_constraints="banana"), "max_constraints"),
-    (dict(net_radius=-1.0), "net_radius"),
-    (dict(net_radius=float("nan")), "net_radius"),
-    (dict(net_resolution=0.0), "net_resolution"),
+    (dict(span_route="moment", body__max_constraints="banana"), "max_constraints"),
+    (dict(search__net_radius=-1.0), "net_radius"),
+    (dict(search__net_radius=float("nan")), "net_radius"),
+    (dict(search__net_resolution=0.0), "net_resolution"),
     (dict(norm_bound=0.0), "norm_bound"),
-    (dict(refine="bfgs"), "refine"),
-    (dict(quantile=0.0), "quantile"),
+    (dict(search__refine="bfgs"), "refine"),
+    (dict(body__quantile=0.0), "quantile"),
+    (dict(body={"quantile": 0.02}), "body"),
+    (dict(search=None), "search"),
     (dict(random_state="seed"), "random_state"),
     (dict(allow_non_boolean=1), "allow_non_boolean"),
 ])
@@ -90,7 +92,7 @@ def test_every_hyperparameter_is_checked_before_any_work(params, name, monkeypat
     teacher, X, Y, _ = _instance(heads=1, samples=300)
     monkeypatch.setattr(SculptLearner, "_fit", lambda *args: pytest.fail("_fit ran with a bad hyper-parameter"))
     with pytest.raises(ValueError, match=f"^{name}: expected"):
-        SculptLearner(1, **params).fit(X, Y)
+        SculptLearner(1).set_params(**params).fit(X, Y)
 
 
 def test_gradient_learner_checks_its_hyperparameters():
@@ -104,11 +106,11 @@ def test_gradient_learner_checks_its_hyperparameters():
 def test_a_fine_net_resolution_respects_the_candidate_budget():
     # A user-given spacing is scored on at most max_candidates random tuples.
     teacher, X, Y, _ = _instance(heads=2, samples=600)
-    learner = MomentLearner(2, net_resolution=0.05, max_candidates=500, random_state=0).fit(X, Y)
+    learner = MomentLearner(2, search=SearchSettings(net_resolution=0.05, max_candidates=500), random_state=0).fit(X, Y)
     net = learner.report_.net
     assert net.net_points > 500 and net.candidates == 500
     with pytest.raises(ValueError, match="net_resolution"):
-        MomentLearner(2, net_resolution=1e-4, random_state=0).fit(X, Y)
+        MomentLearner(2, search=SearchSettings(net_resolution=1e-4), random_state=0).fit(X, Y)
 
 
 def test_shapes_the_maths_cannot_serve_are_refused_or_learned():
@@ -239,8 +241,8 @@ def _fit_under_a_3_gb_address_space(learner: str, heads: int, dim: int, length: 
 
 
 @pytest.mark.parametrize("learner, heads, dim, name", [
-    ("MomentLearner(2, net_resolution=0.005, random_state=0)", 2, 4, "net_resolution"),
-    ("MomentLearner(3, net_resolution=0.003, random_state=0)", 3, 6, "net_resolution"),
+    ("MomentLearner(2, search=mhalearn.SearchSettings(net_resolution=0.005), random_state=0)", 2, 4, "net_resolution"),
+    ("MomentLearner(3, search=mhalearn.SearchSettings(net_resolution=0.003), random_state=0)", 3, 6, "net_resolution"),
 ])
 def test_a_net_that_cannot_fit_is_refused_naming_its_parameter(learner, heads, dim, name):
     out = _fit_under_a_3_gb_address_space(learner, heads, dim, 5, 600)
@@ -251,7 +253,8 @@ def test_a_net_that_cannot_fit_is_refused_naming_its_parameter(learner, heads, d
 
 def test_a_huge_candidate_budget_is_held_to_the_memory_budget():
     out = _fit_under_a_3_gb_address_space(
-        "MomentLearner(2, max_candidates=10**9, refine='none', random_state=0)", 2, 4, 5, 600)
+        "MomentLearner(2, search=mhalearn.SearchSettings(max_candidates=10**9, refine='none'), random_state=0)",
+        2, 4, 5, 600)
     assert out.startswith("fitted: ") and "limited by memory budget" in out, out
 
 
@@ -261,12 +264,12 @@ def test_the_moment_route_refuses_a_gram_matrix_beyond_the_budget_naming_d():
     assert float(out.split("seconds ")[1]) < 30
 
 
-def test_keep_and_net_radius_are_bounded_before_any_work():
+def test_kept_candidates_and_net_radius_are_bounded_before_any_work():
     teacher, X, Y, _ = _instance(heads=1, samples=300)
-    with pytest.raises(ValueError, match=r"^keep: expected an integer in \[1, 1000\]"):
-        MomentLearner(1, keep=10**6).fit(X, Y)
-    with pytest.raises(ValueError, match="^net_radius: expected at most norm_bound = 12"):
-        MomentLearner(1, net_radius=1e300).fit(X, Y)
+    with pytest.raises(ValueError, match=r"^kept_candidates: expected an integer in \[1, 1000\]"):
+        MomentLearner(1, search=SearchSettings(kept_candidates=10**6)).fit(X, Y)
+    with pytest.raises(ValueError, match=r"^search.net_radius: expected at most norm_bound = 12"):
+        MomentLearner(1, search=SearchSettings(net_radius=1e300)).fit(X, Y)
 
 
 @pytest.mark.parametrize("learner", [SculptLearner, MomentLearner])
@@ -284,7 +287,7 @@ def test_heads_no_net_can_search_are_refused_before_any_phase(learner):
 
 
 @pytest.mark.parametrize("heads, params, message", [
-    (6, dict(search="multistart"), r"^search: 'multistart' .* use search='net', or give net_resolution, or at most 5"),
+    (6, dict(method="multistart"), r"^method: 'multistart' .* use method='net', or give net_resolution, or at most 5"),
     (6, dict(net_resolution=0.1), r"^net_resolution: a spacing of 0.1 .* leave net_resolution None"),
     (13, dict(max_candidates=10**9), r"^max_candidates: phase 5's coarsest net .* would take"),
 ])
@@ -292,7 +295,7 @@ def test_settings_no_net_can_serve_are_refused_before_any_phase(heads, params, m
     teacher, X, Y, _ = _instance(heads=2, dim=5, samples=600)
     monkeypatch.setattr(MomentLearner, "_fit", lambda *args: pytest.fail("_fit ran with a net that cannot be built"))
     with mhalearn.memory_budget("64MiB"), pytest.raises(ValueError, match=message):
-        MomentLearner(heads, random_state=0, **params).fit(X, Y)
+        MomentLearner(heads, search=SearchSettings(**params), random_state=0).fit(X, Y)
 
 
 def test_phase_6s_least_squares_beyond_the_budget_is_refused_before_any_phase(monkeypatch):

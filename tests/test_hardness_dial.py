@@ -90,7 +90,7 @@ def test_a_censored_teacher_is_fitted_on_the_ladder_and_its_row_keeps_the_condit
     assert sorted(int(n) for n in beyond) == [30, 60]
     assert row["polished_error_at_60"] == beyond["60"]["polished_error"] > 0
     teacher = mhalearn.make_teacher("cancelling-conditioned", 2, 6, hardness=1.0,
-                                    rng=mhalearn.evaluation.planted._streams("cancelling-conditioned", 2, 6, 2,
+                                    rng=mhalearn.evaluation.planted.instance_streams("cancelling-conditioned", 2, 6, 2,
                                                                              40, cell["seed"])[0])
     assert row["gram_ratio"] == mhalearn.nondegeneracy(teacher).gram_ratio
     assert row["inside_conditions"] == mhalearn.nondegeneracy(teacher).ok

@@ -1,5 +1,6 @@
 """The package's layout: Chen & Li's phases findable by name, no teacher inside them, no import cycle."""
 
+import ast
 import importlib.util
 import re
 import subprocess
@@ -37,14 +38,59 @@ def test_no_phase_module_and_no_data_module_knows_of_a_teacher():
     assert [path.name for path in paths if re.search("teacher", path.read_text(), flags=re.IGNORECASE)] == []
 
 
-def test_the_data_layer_imports_nothing_of_the_learners():
+def test_the_data_layer_imports_nothing_of_the_learners_nor_of_the_attention_layer():
+    # mhalearn.attention builds on the data layer (its generated streams are BlockSources), never the other way.
     tool = _tool("import_cycles")
     modules = tool.module_names(ROOT / "mhalearn")
     upward = {name: sorted(target for target in tool.imports_of(name, path, modules)
-                           if not target.startswith(("mhalearn.data", "mhalearn.attention", "mhalearn._"))
+                           if not target.startswith(("mhalearn.data", "mhalearn._"))
                            and target not in ("mhalearn.seeding", "mhalearn.provenance"))
               for name, path in modules.items() if name.startswith("mhalearn.data")}
     assert len(upward) >= 7 and {name: targets for name, targets in upward.items() if targets} == {}
+
+
+
+def _private_names(path: Path) -> list[str]:
+    """The private names of mhalearn a script imports or reaches from ``mhalearn``: a module or name whose
+    dotted path has a part starting with "_" (``mhalearn._memory``, ``planted._streams``)."""
+    private, tree = [], ast.parse(path.read_text(), filename=str(path))
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}  # a chain's prefixes
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "mhalearn":
+            private += [f"{node.module}.{alias.name}" for alias in node.names
+                        if any(part.startswith("_") for part in [*node.module.split("."), alias.name])]
+        elif isinstance(node, ast.Import):
+            private += [alias.name for alias in node.names if alias.name.split(".")[0] == "mhalearn"
+                        and any(part.startswith("_") for part in alias.name.split("."))]
+        elif isinstance(node, ast.Attribute) and id(node) not in inner:
+            chain, root = [node.attr], node.value
+            while isinstance(root, ast.Attribute):
+                chain, root = [root.attr, *chain], root.value
+            if isinstance(root, ast.Name) and root.id == "mhalearn" and any(
+                    part.startswith("_") and not part.startswith("__") for part in chain):
+                private.append(".".join(["mhalearn", *chain]))
+    return private
+
+
+def test_the_runs_scripts_import_public_names_only(tmp_path):
+    # A study's script reads the package as a user would: what it needs is exported, so that a change of
+    # the package's internals cannot break the scripts that regenerate the committed rows.
+    scripts = sorted((ROOT / "runs").rglob("*.py"))
+    assert len(scripts) > 30
+    assert {str(path.relative_to(ROOT)): names for path in scripts if (names := _private_names(path))} == {}
+    planted = tmp_path / "probe.py"
+    planted.write_text("import mhalearn._numba\nfrom mhalearn import _memory\n"
+                       "from mhalearn.evaluation.planted import _streams, plant_instance\n"
+                       "from mhalearn.kernels import one_thread\nmhalearn._validation.check\n")
+    assert _private_names(planted) == ["mhalearn._numba", "mhalearn._memory", "mhalearn.evaluation.planted._streams",
+                                       "mhalearn._validation.check"]
+
+
+
+def test_bench_holds_at_most_twelve_scripts():
+    # The benchmarks a user reruns; studies live beside their rows under runs/<study>/.
+    scripts = [path.name for path in (ROOT / "bench").glob("*.py") if not path.name.startswith("_")]
+    assert 6 <= len(scripts) <= 12, sorted(scripts)
 
 
 def test_the_walk_of_x_through_fit_stays_in_few_rooms():
@@ -52,9 +98,34 @@ def test_the_walk_of_x_through_fit_stays_in_few_rooms():
     assert walk["stays"] <= 12 and walk["returns"] <= 5, walk
 
 
-def test_the_package_import_graph_has_no_cycle():
+def test_the_package_import_graph_has_no_cycle_and_no_two_way_tie_between_folders():
     tool = _tool("import_cycles")
     assert tool.import_cycles(ROOT / "mhalearn") == []
+    assert tool.folder_ties(ROOT / "mhalearn") == []
+    assert tool.main(["import_cycles.py", str(ROOT / "mhalearn")]) == 0
+
+
+def test_the_tie_finder_finds_two_folders_importing_each_other(tmp_path, capsys):
+    # Folders tied through different modules, with no cycle between modules: a tie, refused by the tool.
+    package = tmp_path / "planted"
+    for folder in ("low", "high", "other"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "low" / "blocks.py").write_text("def f():\n    from ..high.model import Layer\n")
+    (package / "high" / "model.py").write_text("class Layer:\n    pass\n")
+    (package / "high" / "streams.py").write_text("from ..low import units\n")
+    (package / "low" / "units.py").write_text("")
+    (package / "other" / "user.py").write_text("from ..low import units\nfrom ..high import model\n")
+    (package / "top.py").write_text("from .high import streams\nfrom .low import blocks\n")
+    tool = _tool("import_cycles")
+    assert tool.import_cycles(package) == []
+    assert tool.folder_ties(package) == [("planted.high", "planted.low", ("planted.high.streams", "planted.low.units"),
+                                          ("planted.low.blocks", "planted.high.model"))]
+    assert tool.main(["import_cycles.py", str(package)]) == 1
+    assert "tie: planted.high <-> planted.low" in capsys.readouterr().out
+    (package / "low" / "blocks.py").write_text("")
+    assert tool.folder_ties(package) == [] and tool.main(["import_cycles.py", str(package)]) == 0
 
 
 def test_the_cycle_finder_finds_a_planted_cycle(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from sklearn.base import clone
 
 import mhalearn
-from mhalearn import GradientLearner, MomentLearner, SculptLearner
+from mhalearn import GradientLearner, MomentLearner, SculptLearner, SearchSettings
 from mhalearn.attention import kernels
 from mhalearn.evaluation import TeacherObserver, span_distance
 from mhalearn.learners import moment_route
@@ -84,15 +84,15 @@ def test_sculpt_learner_recovers_by_the_body_route_and_reports_every_phase():
 
 def test_refine_none_returns_the_least_squares_candidate():
     teacher, X, Y, _ = _data(1, 6, 3, 2000, 21)
-    learner = SculptLearner(1, refine="none", random_state=0).fit(X, Y)
+    learner = SculptLearner(1, search=SearchSettings(refine="none"), random_state=0).fit(X, Y)
     np.testing.assert_array_equal(learner.model_.ws, learner.least_squares_model_.ws)
     assert learner.report_.selection.val_polished is None
-    assert learner.report_.selection.certificate["hypotheses"] == learner.keep
+    assert learner.report_.selection.certificate["hypotheses"] == learner.search.kept_candidates
 
 
 def test_moment_learner_recovers_two_heads():
     teacher, X, Y, X_test = _data(2, 4, 5, 1000, 5)
-    learner = MomentLearner(2, max_candidates=20000, random_state=1).fit(X, Y)
+    learner = MomentLearner(2, search=SearchSettings(max_candidates=20000), random_state=1).fit(X, Y)
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     ran = [name for name, result in learner.report_.phases() if result is not None]
     assert ran == ["moment", "net", "selection"] and learner.report_.route == "moment"
@@ -111,20 +111,20 @@ def test_body_refuses_when_d_is_not_above_k():
 def test_solver_failure_falls_back_to_moment_route(monkeypatch):
     teacher, X, Y, X_test = _data(1, 6, 3, 2000, 8)
     monkeypatch.setattr(body.ConvexBody, "min_norm_point", lambda self: (None, {"solver_status": "infeasible"}))
-    learner = SculptLearner(1, span_point="min_norm", random_state=0).fit(X, Y)
+    learner = SculptLearner(1, body=BodySettings(span_point="min_norm"), random_state=0).fit(X, Y)
     assert "infeasible" in learner.report_.refined_sum.failure
     assert "infeasible" in learner.report_.span.refused
     assert learner.report_.route == "moment"
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
     with pytest.warns(RuntimeWarning, match="refused") as warned:
-        SculptLearner(1, span_point="min_norm", span_route="body", random_state=0).fit(X, Y)
+        SculptLearner(1, body=BodySettings(span_point="min_norm"), span_route="body", random_state=0).fit(X, Y)
     assert [record.filename for record in warned if "refused" in str(record.message)] == [__file__]
 
 
 def test_estimator_contract_and_reproducibility():
-    learner = SculptLearner(2, eta=0.1, random_state=3)
-    assert learner.get_params()["eta"] == 0.1
-    assert clone(learner).set_params(eta=0.2).eta == 0.2
+    learner = SculptLearner(2, body=BodySettings(certify_slack=0.1), random_state=3)
+    assert learner.get_params()["body__certify_slack"] == 0.1
+    assert clone(learner).set_params(body__certify_slack=0.2).body.certify_slack == 0.2
     teacher, X, Y, _ = _data(1, 4, 4, 300, 2)
     first = GradientLearner(1, random_state=7).fit(X, Y).model_
     second = GradientLearner(1, random_state=7).fit(X, Y).model_
@@ -225,11 +225,12 @@ def test_auto_route_runs_the_moment_route_beside_a_confident_body(monkeypatch):
         return dataclasses.replace(span, basis=wrong, estimated_error=1e-4, centre=wrong[0] * span.head_norm,
                                    point=wrong[0] * span.head_norm, long_directions=np.empty((0, 36)))
     monkeypatch.setattr(fit, "read_span", confident_wrong_span)
-    report = SculptLearner(1, refine="none", random_state=0).fit(X, Y).report_
+    report = SculptLearner(1, search=SearchSettings(refine="none"), random_state=0).fit(X, Y).report_
     assert report.moment is not None and report.compared_net is None
     assert report.route == "moment" and "not trusted" in report.fallback
     # span_route="body" skips the check: the wrong span is taken.
-    assert SculptLearner(1, refine="none", span_route="body", random_state=0).fit(X, Y).report_.route == "body"
+    unchecked = SculptLearner(1, search=SearchSettings(refine="none"), span_route="body", random_state=0).fit(X, Y)
+    assert unchecked.report_.route == "body"
 
 
 def test_span_route_takes_the_routes_a_request_can_name():
@@ -256,7 +257,8 @@ def test_route_rule_prefers_the_body_unless_refused_or_uncertain():
 
 def test_sculpt_learner_chooses_between_both_routes_on_held_out_data(monkeypatch):
     teacher, X, Y, X_test = _data(1, 6, 3, 2000, 21)
-    report = SculptLearner(1, compare_routes_above=0.0, refine="none", random_state=0).fit(X, Y).report_
+    report = SculptLearner(1, body=BodySettings(compare_routes_above=0.0), search=SearchSettings(refine="none"),
+                           random_state=0).fit(X, Y).report_
     # The body's span is exact here (m = 1): its candidate fits the held-out data better.
     assert report.moment is not None and report.compared_net is not None
     assert report.route == "body" and report.fallback is None and "held-out" in report.route_reason
@@ -272,7 +274,7 @@ def test_sculpt_learner_chooses_between_both_routes_on_held_out_data(monkeypatch
                                    long_directions=np.empty((0, 36)))
     monkeypatch.setattr(fit, "read_span", wrong_span)
     monkeypatch.setattr(fit, "sine_distance", lambda *args: 0.0)  # no contradiction: phase 6 must decide
-    learner = SculptLearner(1, compare_routes_above=0.0, random_state=0).fit(X, Y)
+    learner = SculptLearner(1, body=BodySettings(compare_routes_above=0.0), random_state=0).fit(X, Y)
     assert learner.report_.route == "moment" and "held-out" in learner.report_.fallback
     assert "span from the moment route" in learner.report_.table()
     assert mhalearn.relative_error(learner.model_, teacher, X_test) < 1e-6
@@ -347,7 +349,7 @@ def test_a_hull_slab_net_holds_the_ball_points_near_the_hull_only():
     X = mhalearn.boolean_inputs(300, 4, 3, rng=6)
     Y = rng.standard_normal(X.shape)
     radius = 1.5 * math.sqrt(3) * np.linalg.norm(point)
-    settings = mhalearn.learners.chen_li.SearchSettings(max_candidates=5000, keep=2, net_slab=0.1)
+    settings = mhalearn.learners.chen_li.SearchSettings(max_candidates=5000, kept_candidates=2, net_slab=0.1)
     slab = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0), hull=(point, long_directions))
     ball = net.search_net(X, Y, basis, 3, radius, settings, np.random.default_rng(0))
     assert slab.shape == "hull slab" and ball.shape == "ball"
@@ -427,7 +429,7 @@ def test_report_is_the_tuple_of_typed_phase_results():
 
 def test_every_attention_learner_prints_a_phase_table():
     teacher, X, Y, _ = _data(1, 4, 3, 300, 4)
-    moment = MomentLearner(1, max_candidates=2000, refine_iter=50, random_state=0).fit(X, Y)
+    moment = MomentLearner(1, search=SearchSettings(max_candidates=2000, refine_iter=50), random_state=0).fit(X, Y)
     table = moment.report_.table()
     assert "crude_sum           -  (not run)" in table and "span from the moment route" in table
     assert "certificate" in table

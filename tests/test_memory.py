@@ -232,7 +232,8 @@ def test_sculpt_learner_keeps_codes_and_training_rows_only_within_the_budget_and
     # The default budget; one the rows (8 bytes a training sequence) fit in but not the codes; one neither does.
     for limit in (None, X.nbytes + Y.nbytes + 8 * len(X), X.nbytes + Y.nbytes):
         with memory_budget(limit):
-            learner = mhalearn.SculptLearner(2, random_state=0, max_candidates=500, refine="none").fit(X, Y)
+            learner = mhalearn.SculptLearner(2, search=mhalearn.SearchSettings(max_candidates=500, refine="none"),
+                                             random_state=0).fit(X, Y)
         models.append(learner.model_)
     assert kept == [(True, True), (True, False), (False, False)]
     for model in models[1:]:

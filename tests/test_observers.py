@@ -15,7 +15,15 @@ import numpy as np
 import pytest
 
 import mhalearn
-from mhalearn import GradientLearner, MomentLearner, MultiHeadAttention, SculptLearner, TeacherObserver
+from mhalearn import (
+    BodySettings,
+    GradientLearner,
+    MomentLearner,
+    MultiHeadAttention,
+    SculptLearner,
+    SearchSettings,
+    TeacherObserver,
+)
 from mhalearn.evaluation import compare_moment_route, fit_timed
 from mhalearn.learners.report import Phase
 
@@ -35,15 +43,19 @@ def _assert_same_layers(first, second):
 
 CASES = [
     # (learner factory, heads, d, k, n, noise, seed)
-    pytest.param(lambda: SculptLearner(1, refine="none", max_candidates=5000, score_samples=64, keep=1,
-                                       random_state=0), 1, 8, 4, 4000, 0.05, seed, id=f"noisy-m1-seed{seed}")
+    pytest.param(lambda: SculptLearner(1, search=SearchSettings(refine="none", max_candidates=5000, score_samples=64,
+                                                                kept_candidates=1), random_state=0),
+                 1, 8, 4, 4000, 0.05, seed, id=f"noisy-m1-seed{seed}")
     for seed in range(4)
 ] + [
-    pytest.param(lambda: SculptLearner(1, max_candidates=2000, refine_iter=50, random_state=1), 1, 4, 5, 600, 0.0, 8,
+    pytest.param(lambda: SculptLearner(1, search=SearchSettings(max_candidates=2000, refine_iter=50), random_state=1),
+                 1, 4, 5, 600, 0.0, 8,
                  id="d<=k-moment-fallback"),
-    pytest.param(lambda: SculptLearner(2, quantile=0.05, max_candidates=3000, refine_iter=50, random_state=2), 2, 6,
-                 3, 6000, 0.0, 3, id="m2-body"),
-    pytest.param(lambda: MomentLearner(2, max_candidates=3000, refine_iter=50, random_state=0), 2, 4, 5, 800, 0.0, 5,
+    pytest.param(lambda: SculptLearner(2, body=BodySettings(quantile=0.05),
+                                       search=SearchSettings(max_candidates=3000, refine_iter=50), random_state=2),
+                 2, 6, 3, 6000, 0.0, 3, id="m2-body"),
+    pytest.param(lambda: MomentLearner(2, search=SearchSettings(max_candidates=3000, refine_iter=50), random_state=0),
+                 2, 4, 5, 800, 0.0, 5,
                  id="moment-learner"),
     pytest.param(lambda: GradientLearner(1, restarts=2, max_iter=50, random_state=0), 1, 4, 5, 300, 0.0, 11,
                  id="gradient-learner"),
@@ -65,7 +77,7 @@ def test_a_fit_is_bitwise_the_same_with_or_without_an_observer(make, heads, dim,
 def test_observer_figures_match_an_independent_computation():
     teacher, X, Y = _noisy_data(1, 6, 3, 2000, 21)
     observer = TeacherObserver(teacher)
-    learner = SculptLearner(1, refine="none", random_state=0).fit(X, Y, callback=observer)
+    learner = SculptLearner(1, search=SearchSettings(refine="none"), random_state=0).fit(X, Y, callback=observer)
     # The paper's output is off by ~1e-3, so the unit conversion's rounding is far below the tolerance.
     expected = mhalearn.parameter_error(learner.model_, teacher)["total"]
     assert expected > 1e-6
@@ -93,7 +105,7 @@ def test_stored_fit_time_excludes_the_observer(monkeypatch):
         self.seconds += jump
 
     monkeypatch.setattr(TeacherObserver, "__call__", slow_observer)
-    learner = SculptLearner(1, refine_iter=50, random_state=0)
+    learner = SculptLearner(1, search=SearchSettings(refine_iter=50), random_state=0)
     seconds, observer = fit_timed(learner, X, Y, teacher)
     assert observer.seconds >= jump * len(observer.records) and offset[0] >= jump * 3
     assert 0 < seconds < jump and 0 < learner.report_.total_seconds < jump
@@ -158,10 +170,13 @@ def test_a_phase_outside_the_names_is_refused_by_the_notifier_and_the_observer()
         TeacherObserver(teacher)("spam", None)
 
 
+SMALL_SEARCH = SearchSettings(max_candidates=2000, refine_iter=20)
+
+
 @pytest.mark.parametrize("make, heads, dim, length, samples", [
-    (lambda: SculptLearner(1, max_candidates=2000, refine_iter=20, random_state=1), 1, 6, 3, 1500),
-    (lambda: SculptLearner(1, max_candidates=2000, refine_iter=20, random_state=1), 1, 4, 5, 600),
-    (lambda: MomentLearner(1, max_candidates=2000, refine_iter=20, random_state=0), 1, 4, 5, 600),
+    (lambda: SculptLearner(1, search=SMALL_SEARCH, random_state=1), 1, 6, 3, 1500),
+    (lambda: SculptLearner(1, search=SMALL_SEARCH, random_state=1), 1, 4, 5, 600),
+    (lambda: MomentLearner(1, search=SMALL_SEARCH, random_state=0), 1, 4, 5, 600),
     (lambda: GradientLearner(1, restarts=2, max_iter=20, random_state=0), 1, 4, 5, 300),
 ], ids=["sculpt-body", "sculpt-d<=k", "moment", "gradient"])
 def test_what_a_fit_tells_is_recorded_under_its_phase(make, heads, dim, length, samples):
@@ -180,12 +195,13 @@ def test_the_observer_places_the_heads_hull_in_k_stars_spectrum():
     # At m ≥ 2 phase 4's figures include where the hull falls among K*'s d² directions (1 at best, at m = 2).
     teacher, X, Y = _noisy_data(2, 6, 3, 6000, 3, 0.0)
     observer = TeacherObserver(teacher)
-    SculptLearner(2, quantile=0.05, max_candidates=3000, refine_iter=50, random_state=2).fit(X, Y, callback=observer)
+    SculptLearner(2, body=BodySettings(quantile=0.05), search=SearchSettings(max_candidates=3000, refine_iter=50),
+                  random_state=2).fit(X, Y, callback=observer)
     rank = observer.figure("span", "hull_rank")
     assert rank == int(rank) and 0 <= rank < 36  # a count of K*'s d² = 36 eigenvalues (checked exactly below)
     one_head, X, Y = _noisy_data(1, 6, 3, 1500, 21)
     observer = TeacherObserver(one_head)
-    SculptLearner(1, refine_iter=50, random_state=0).fit(X, Y, callback=observer)
+    SculptLearner(1, search=SearchSettings(refine_iter=50), random_state=0).fit(X, Y, callback=observer)
     assert observer.figure("span", "hull_rank") is None  # no hull direction at m = 1
 
 

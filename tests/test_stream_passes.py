@@ -92,7 +92,7 @@ def test_a_blocks_needs_are_those_of_every_rows_reach(rng, heads, held_out):
             every_need = np.maximum(residuals - threshold, 0.0) / reach
         needed = (violations <= 10 * TOL) & np.isfinite(residuals) & (every_need <= radius)
         for covered in (radius, 0.5 * radius):
-            rows, need, found = agreement_passes._reachable_block(block_X, block_Y, sequences, centre, threshold,
+            rows, need, found = agreement_passes.reachable_block(block_X, block_Y, sequences, centre, threshold,
                                                                   radius, covered, TOL, scratch)
             sequence, query = np.nonzero(needed & (every_need <= covered))
             assert found == np.count_nonzero(needed) and len(sequence) > 10

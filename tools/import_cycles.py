@@ -9,8 +9,14 @@ any depth (imports inside functions count too).  Only edges between the
 package's own modules are kept.  A module is not made to depend on its
 parent packages by being imported: that is Python's loading order, not a
 dependency the code states.  The strongly connected components with more than
-one module (or a module importing itself) are the cycles; the script prints
-them and exits 1, or prints "no cycles" and exits 0.
+one module (or a module importing itself) are the cycles.
+
+It also refuses a two-way tie between the package's top-level folders
+(its subpackages, ``mhalearn.data`` and ``mhalearn.attention``): when a
+module of one imports a module of the other and the other way round, the
+two folders are one floor in fact, whatever their names say.  The script
+prints each cycle and tie and exits 1, or prints "no cycles, no ties" and
+exits 0.
 """
 
 from __future__ import annotations
@@ -90,13 +96,42 @@ def import_cycles(root: Path) -> list[list[str]]:
             if len(component) > 1 or component[0] in graph[component[0]]]
 
 
+def folder_of(name: str, root: Path) -> str | None:
+    """The top-level folder (subpackage) of the package that module ``name`` lies in, None for a module at
+    the package's top level (``mhalearn._validation``) or the package itself."""
+    parts = name.split(".")
+    if len(parts) < 2 or not (root / parts[1]).is_dir():
+        return None
+    return f"{parts[0]}.{parts[1]}"
+
+
+def folder_ties(root: Path) -> list[tuple[str, str, tuple[str, str], tuple[str, str]]]:
+    """The pairs of top-level folders that import each other: (folder, other, an import from folder into
+    other, an import back), each pair once, in order."""
+    modules = module_names(root)
+    crossing: dict[tuple[str, str], tuple[str, str]] = {}
+    for name, path in modules.items():
+        source = folder_of(name, root)
+        for target in sorted(imports_of(name, path, modules)):
+            destination = folder_of(target, root)
+            if source is not None and destination is not None and source != destination:
+                crossing.setdefault((source, destination), (name, target))
+    return [(first, second, crossing[first, second], crossing[second, first])
+            for first, second in sorted(crossing) if first < second and (second, first) in crossing]
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[1] if len(argv) > 1 else Path(__file__).resolve().parent.parent / "mhalearn")
-    cycles = import_cycles(root)
+    cycles, ties = import_cycles(root), folder_ties(root)
     for cycle in cycles:
         print("cycle: " + " <-> ".join(cycle))
-    print(f"{len(cycles)} cycles" if cycles else f"no cycles ({len(module_names(root))} modules)")
-    return 1 if cycles else 0
+    for first, second, forward, back in ties:
+        print(f"tie: {first} <-> {second} ({forward[0]} imports {forward[1]}; {back[0]} imports {back[1]})")
+    if cycles or ties:
+        print(f"{len(cycles)} cycles, {len(ties)} ties between folders")
+        return 1
+    print(f"no cycles, no ties ({len(module_names(root))} modules)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -184,8 +184,9 @@ def walk_of(learner_name: str, *, dask: bool) -> Walk:
 
     teacher = mhalearn.sample_teacher(2, 8, rng=4)
     X, Y = mhalearn.make_dataset(teacher, 4000, 3, rng=5, chunks=1000 if dask else None)
-    small = {"sculpt": dict(refit_iterations=2, max_candidates=200, refine_iter=5),
-             "moment": dict(max_candidates=200, refine_iter=5), "gradient": dict(max_iter=5)}[learner_name]
+    search = mhalearn.SearchSettings(max_candidates=200, refine_iter=5)
+    small = {"sculpt": dict(body=mhalearn.BodySettings(refit_iterations=2), search=search),
+             "moment": dict(search=search), "gradient": dict(max_iter=5)}[learner_name]
     learner = mhalearn.make_learner(learner_name, 2, random_state=0, **small)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

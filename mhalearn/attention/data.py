@@ -18,6 +18,7 @@ from .._validation import (
     check_positive_int,
     check_real,
 )
+from ..data.sources import MIN_BLOCK_SEQUENCES, warn_small_blocks
 from ..data.token_codes import BITS
 from ..seeding import draw_seed
 from .kernels import forward_into
@@ -28,25 +29,6 @@ INPUT_LAWS = ("boolean", "gaussian")
 #: it is computed (measured with make_dataset: computing its first block took 36 s at 10⁶ blocks and
 #: 384 s at 10⁷, with 4.5 GB resident).
 MAX_BLOCKS = 100_000
-#: Sequences per block below which a fit on a Dask dataset spends more time scheduling than computing:
-#: every pass runs one task per block, milliseconds each whatever its size (measured, SculptLearner(1)
-#: on 3500 sequences, d = 6, k = 4, threaded scheduler: 4.6 s in blocks of 500, 9.3 s in blocks of
-#: 100, 17 s in blocks of 50, 93 s in blocks of 7).
-MIN_BLOCK_SEQUENCES = 100
-
-
-def warn_small_blocks(samples: int, blocks: int, name: str, remedy: str) -> None:
-    """Warn (dask's ``PerformanceWarning``) when ``samples`` sequences in ``blocks`` blocks average fewer
-    than :data:`MIN_BLOCK_SEQUENCES` a block; ``remedy`` says how to make them larger."""
-    if blocks > 1 and samples < MIN_BLOCK_SEQUENCES * blocks:
-        import warnings
-
-        from dask.array.core import PerformanceWarning
-
-        warnings.warn(f"{name}: {blocks} blocks of {samples / blocks:.3g} sequences on average; every pass of a "
-                      f"fit runs a Dask task per block, milliseconds each whatever its size (measured: a fit of "
-                      f"3500 sequences took 93 s in blocks of 7, 4.6 s in blocks of 500): {remedy}",
-                      PerformanceWarning, stacklevel=3)
 
 
 def _check_sequences_memory(bytes_per_entry: int, samples: int, length: int, dim: int, what: str,
@@ -308,7 +290,7 @@ def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",
     are different draws of the same law.
 
     Lazily, at most :data:`MAX_BLOCKS` blocks (more raise ``ValueError``
-    naming ``chunks``), and blocks of fewer than :data:`MIN_BLOCK_SEQUENCES`
+    naming ``chunks``), and blocks of fewer than :data:`~mhalearn.data.sources.MIN_BLOCK_SEQUENCES`
     sequences warn: a fit on them spends its time scheduling tasks.
 
     Raises ``MemoryError`` naming ``samples`` (``chunks`` for Dask arrays),

@@ -11,7 +11,8 @@ Subcommands::
     mhalearn bench [SCRIPT ...]       run the benchmark scripts in bench/
 
 ``mhalearn learn --learner NAME --help`` lists that learner's hyper-parameters
-as flags.  Every subcommand takes ``--quiet`` (no progress bars, only the
+as flags, ``--help-settings GROUP`` its grouped settings (``body``, ``search``),
+which ``--set GROUP.NAME=VALUE`` sets.  Every subcommand takes ``--quiet`` (no progress bars, only the
 results).  Bad input (unknown experiment, learner or family names, sizes,
 seeds or hyper-parameters out of range, a file that is not a results file
 or a damaged one, an output path that cannot be written, a missing optional

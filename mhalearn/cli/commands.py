@@ -52,13 +52,14 @@ def _format_metrics(metrics: dict) -> str:
     return ", ".join(parts)
 
 
-def checked_learner(setting: dict, hyperparams: dict):
+def checked_learner(setting: dict, hyperparams: dict, settings: dict | None = None):
     """The unfitted learner of a ``demo`` or ``learn`` setting, once every argument is checked.
 
     Checks the numbers of the setting (:data:`SETTING_CONSTRAINTS`), the
-    teacher family, the learner's hyper-parameters and the shapes the
-    learner can serve, so that bad input is reported before a teacher is
-    planted or anything is printed.
+    teacher family, the learner's hyper-parameters, its grouped ``settings``
+    (nested names, ``{"body__quantile": 0.02}``) and the shapes the learner
+    can serve, so that bad input is reported before a teacher is planted or
+    anything is printed.
     """
     from ..attention.data import _check_sequences_memory
     from ..attention.teachers import get_family
@@ -71,6 +72,7 @@ def checked_learner(setting: dict, hyperparams: dict):
                                 name.replace("_", "-"))
     get_family(setting["family"])
     estimator = get_learner(setting["learner"])(setting["heads"], random_state=setting["seed"], **hyperparams)
+    estimator.set_params(**(settings or {}))
     estimator._check_params()
     estimator._check_shape(setting["samples"], setting["length"], setting["dim"])
     return estimator
@@ -166,10 +168,15 @@ def command_demo(args) -> int:
 
 def command_learn(args) -> int:
     """``mhalearn learn``: one learner, one planted instance, model saved."""
+    from ..learners import get_learner
+    from .settings import parse_setting, settings_groups
+
     hyperparams = {key[3:]: value for key, value in vars(args).items() if key.startswith("hp_")}
+    groups = settings_groups(get_learner(args.learner))
+    settings = dict(parse_setting(text, groups) for text in getattr(args, "settings", []))
     setting = dict(learner=args.learner, heads=args.heads, dim=args.dim, length=args.length, samples=args.samples,
                    family=args.family, noise=args.noise, seed=args.seed, test_samples=args.test_samples)
-    estimator = checked_learner(setting, hyperparams)
+    estimator = checked_learner(setting, hyperparams, settings)
     outputs = {"out": (args.out, "model")}
     if args.teacher_out is not None:
         if Path(args.teacher_out).resolve() == Path(args.out).resolve():

@@ -1,19 +1,24 @@
 """The ``mhalearn`` command line: its subcommands, their options, and a learner's hyper-parameters as flags.
 
 ``mhalearn learn --learner NAME`` gets one flag per keyword parameter of the
-learner's class, its help read from the class's NumPy docstring.
+learner's class, its help read from the class's NumPy docstring.  A
+parameter that holds settings (``SculptLearner``'s ``body`` and ``search``)
+gets no flag: ``--set body.quantile=0.02`` sets one of its settings (by
+scikit-learn's nested name, ``body__quantile``), and ``--help-settings body``
+lists them, their help read from the settings class's docstring.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
 import re
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
 from .commands import DEMO_SETTING
+from .settings import learner_hyperparameters, literal, settings_groups
 
 
 def _parameter_help(cls: type) -> dict[str, str]:
@@ -42,19 +47,26 @@ def _parameter_help(cls: type) -> dict[str, str]:
     return helps
 
 
-def _literal(text: str):
-    """Parse a flag value as a Python literal (number, None, tuple …), else keep the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+def settings_help(group: str, defaults) -> str:
+    """The settings of one group, a line each with its default and its help (``--help-settings``)."""
+    helps = _parameter_help(type(defaults))
+    lines = [f"settings of {group} ({type(defaults).__name__}); set one with --set {group}.NAME=VALUE:"]
+    for name, default in defaults.get_params().items():
+        lines.append(f"  {group}.{name} (default: {default!r})")
+        lines.extend(f"      {line}" for line in textwrap.wrap(helps.get(name, ""), 74))
+    return "\n".join(lines)
 
 
-def learner_hyperparameters(cls: type) -> list[inspect.Parameter]:
-    """Keyword hyper-parameters of a learner class (everything but ``heads`` and ``random_state``)."""
-    return [parameter for name, parameter in inspect.signature(cls.__init__).parameters.items()
-            if name not in ("self", "heads", "random_state")
-            and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
+class _SettingsHelp(argparse.Action):
+    """``--help-settings GROUP``: print the group's settings and exit, as ``--help`` does."""
+
+    def __init__(self, option_strings, dest, groups: dict, **kwargs):
+        self.groups = groups
+        super().__init__(option_strings, dest, choices=sorted(groups), **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(settings_help(values, self.groups[values]))
+        parser.exit()
 
 
 def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> None:
@@ -67,7 +79,10 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
     for other in LEARNERS.values():
         helps = {**_parameter_help(other), **helps}
     group = parser.add_argument_group(f"hyper-parameters of the {learner!r} learner ({cls.__name__})")
+    groups = settings_groups(cls)
     for parameter in learner_hyperparameters(cls):
+        if parameter.name in groups:
+            continue
         flag = "--" + parameter.name.replace("_", "-")
         default = parameter.default
         description = helps.get(parameter.name, "").replace("%", "%%")  # argparse formats help with %
@@ -77,9 +92,16 @@ def _add_hyperparameter_flags(parser: argparse.ArgumentParser, learner: str) -> 
         else:
             # A parameter that may be None (net_slab: float | None) takes "None" as well as its type.
             optional = "None" in str(parameter.annotation)
-            kind = type(default) if isinstance(default, (int, float, str)) and not optional else _literal
+            kind = type(default) if isinstance(default, (int, float, str)) and not optional else literal
             group.add_argument(flag, dest=f"hp_{parameter.name}", type=kind, default=default,
                                metavar=parameter.name.upper(), help=f"{description} (default: {default!r})")
+    if groups:
+        names = ", ".join(groups)
+        group.add_argument("--set", dest="settings", action="append", default=[], metavar="GROUP.NAME=VALUE",
+                           help=f"one setting of the groups {names}, e.g. --set {next(iter(groups))}.NAME=0.5 "
+                                f"(repeatable; the value is a Python literal, or true, false, a word)")
+        group.add_argument("--help-settings", action=_SettingsHelp, groups=groups, metavar="GROUP",
+                           help=f"list a group's settings ({names}), their defaults and help, and exit")
 
 
 def build_parser(learner: str | None = None) -> argparse.ArgumentParser:

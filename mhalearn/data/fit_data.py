@@ -34,10 +34,9 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .._validation import check_pair
-from ..attention.data import MIN_BLOCK_SEQUENCES, warn_small_blocks
 from ..seeding import draw_seed
 from .dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION, DaskStatistics, prepare_dask_data
-from .sources import BLOCK_SIZE, Source, held_out_counts, split_in_place
+from .sources import BLOCK_SIZE, MIN_BLOCK_SEQUENCES, Source, held_out_counts, split_in_place, warn_small_blocks
 from .units import Units, check_representable_units
 
 
@@ -109,8 +108,8 @@ def check_dask_pair(X, Y):
 
     Computes nothing; raises ValueError naming X or Y otherwise (values are
     checked by :func:`~mhalearn.data.dask_data.dask_statistics`).  Warns when X's blocks average fewer than
-    :data:`~mhalearn.attention.data.MIN_BLOCK_SEQUENCES` sequences
-    (:func:`~mhalearn.attention.data.warn_small_blocks`).
+    :data:`~mhalearn.data.sources.MIN_BLOCK_SEQUENCES` sequences
+    (:func:`~mhalearn.data.sources.warn_small_blocks`).
     """
     import dask.array as da
 

@@ -4,8 +4,12 @@
 dataclasses of mhalearn, tuples, lists, dicts, numbers, strings, enums and
 NumPy arrays) in a file that loading cannot make run code: a JSON header
 that says what each value is, and the arrays beside it, read with
-``numpy.load(allow_pickle=False)``.  Only dataclasses and enums defined in
-mhalearn are rebuilt, field by field, never by calling code the file names.
+``numpy.load(allow_pickle=False)``.  Only the dataclasses and enums
+registered in :data:`KEPT_CLASSES` are kept and rebuilt, field by field,
+never by calling or importing code the file names: every phase result
+(:class:`~mhalearn.learners.report.PhaseResult` registers its subclasses)
+and the dataclasses they hold, each registered where it is defined
+(:func:`register_kept`).
 
 :func:`read_kept` checks what it reads and raises :class:`BadPhaseFile`
 saying what is wrong:
@@ -32,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import importlib
 import json
 import math
 import typing
@@ -123,7 +126,7 @@ def _encode(value, arrays: list, nonfinite: list, where: str):
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, enum.Enum):
-        return {"enum": _class_name(type(value)), "value": _encode(value.value, arrays, nonfinite, where)}
+        return {"enum": _registered(type(value), where), "value": _encode(value.value, arrays, nonfinite, where)}
     if isinstance(value, (int, np.integer)):
         return int(value)
     if isinstance(value, (float, np.floating)):
@@ -148,7 +151,7 @@ def _encode(value, arrays: list, nonfinite: list, where: str):
         return {"dict": [[_encode(key, arrays, nonfinite, f"{where} key"),
                           _encode(item, arrays, nonfinite, f"{where}[{key!r}]")] for key, item in value.items()]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"dataclass": _class_name(type(value)),
+        return {"dataclass": _registered(type(value), where),
                 "fields": {item.name: _encode(getattr(value, item.name), arrays, nonfinite, f"{where}.{item.name}")
                            for item in _kept_fields(type(value))}}
     raise TypeError(f"{where}: a {type(value).__name__} cannot be kept in a phase file")
@@ -179,9 +182,9 @@ def _decode(tree, arrays: list, nonfinite: list, where: str):
     elif "coded_tokens" in tree:
         return _coded_tokens(_decode(tree["coded_tokens"], arrays, nonfinite, where), tree.get("dim"), where)
     elif "enum" in tree:
-        return _mhalearn_class(tree["enum"], enum.Enum)(_decode(tree["value"], arrays, nonfinite, where))
+        return _kept_class(tree["enum"], enum.Enum)(_decode(tree["value"], arrays, nonfinite, where))
     elif "dataclass" in tree:
-        return _rebuilt(_mhalearn_class(tree["dataclass"], None), tree["fields"], arrays, nonfinite, where)
+        return _rebuilt(_kept_class(tree["dataclass"], None), tree["fields"], arrays, nonfinite, where)
     else:
         raise BadPhaseFile(f"{where}: unknown value kind {kind!r}")
     if not _finite(value):
@@ -198,18 +201,38 @@ def _coded_tokens(codes, dim, where: str) -> CodedTokens:
     return CodedTokens(None, codes, dim)
 
 
+#: The classes a phase file may hold, by ``module:qualname``: filled by :func:`register_kept`.
+KEPT_CLASSES: dict[str, type] = {}
+
+
+def register_kept(cls: type) -> type:
+    """Let phase files keep and rebuild instances of ``cls``, a dataclass or an enum; returns ``cls``
+    (a class decorator)."""
+    if not (dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum)):
+        raise TypeError(f"{cls.__qualname__}: phase files keep dataclasses and enums only")
+    KEPT_CLASSES[_class_name(cls)] = cls
+    return cls
+
+
 def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _mhalearn_class(name: str, base: type | None) -> type:
-    """The class ``module:qualname`` of mhalearn (a dataclass, or a subclass of ``base``), else BadPhaseFile."""
-    module, _, qualname = str(name).partition(":")
-    if module.split(".")[0] != "mhalearn" or not qualname.isidentifier():
-        raise BadPhaseFile(f"the class {name!r} is not one of mhalearn's")
-    cls = getattr(importlib.import_module(module), qualname, None)
-    if not isinstance(cls, type) or not (issubclass(cls, base) if base else dataclasses.is_dataclass(cls)):
-        raise BadPhaseFile(f"{name!r} is not a {'dataclass' if base is None else base.__name__} of mhalearn")
+def _registered(cls: type, where: str) -> str:
+    """The name a phase file keeps ``cls`` by, or TypeError when it is not registered."""
+    name = _class_name(cls)
+    if KEPT_CLASSES.get(name) is not cls:
+        raise TypeError(f"{where}: a {cls.__qualname__} cannot be kept in a phase file: its class is not "
+                        f"registered (mhalearn.data.phase_files.register_kept)")
+    return name
+
+
+def _kept_class(name: str, base: type | None) -> type:
+    """The registered class ``module:qualname`` (a dataclass, or a subclass of ``base``), else BadPhaseFile."""
+    cls = KEPT_CLASSES.get(str(name))
+    if cls is None or not (issubclass(cls, base) if base else dataclasses.is_dataclass(cls)):
+        raise BadPhaseFile(f"the class {str(name)!r} is not a {'dataclass' if base is None else base.__name__} "
+                           f"that phase files keep")
     return cls
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..attention.model import MultiHeadAttention
-
 
 @dataclass(frozen=True, kw_only=True)
 class Units:
@@ -25,13 +23,15 @@ class Units:
     x_scale: float
     y_scale: float
 
-    def to_data_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
+    # The layer is made again by its own class (a MultiHeadAttention): the data layer imports nothing of
+    # mhalearn.attention, which builds on it.
+    def to_data_units(self, layer):
         """A layer fitted on X / x_scale, Y / y_scale as the layer of X and Y (Θ / x_scale², W · y_scale / x_scale)."""
-        return MultiHeadAttention(layer.thetas / self.x_scale ** 2, layer.ws * (self.y_scale / self.x_scale))
+        return type(layer)(layer.thetas / self.x_scale ** 2, layer.ws * (self.y_scale / self.x_scale))
 
-    def to_fit_units(self, layer: MultiHeadAttention) -> MultiHeadAttention:
+    def to_fit_units(self, layer):
         """A layer of X and Y as the layer of X / x_scale, Y / y_scale (the inverse of :meth:`to_data_units`)."""
-        return MultiHeadAttention(layer.thetas * self.x_scale ** 2, layer.ws * (self.x_scale / self.y_scale))
+        return type(layer)(layer.thetas * self.x_scale ** 2, layer.ws * (self.x_scale / self.y_scale))
 
 
 #: The root mean square of X the learners accept: Θ is returned as Θ / rms(X)², which must stay finite

@@ -28,9 +28,10 @@ from .observer import (
     teacher_feasible_rows,
     w_sum_error,
 )
-from .planted import TEST_SAMPLES, fit_timed, learn_planted, measure, plant_instance
+from .planted import TEST_SAMPLES, fit_timed, instance_streams, learn_planted, measure, plant_instance
 
 __all__ = ["TEST_SAMPLES", "TeacherObserver", "agreeing_rows", "agreement_precision", "certification_precision",
-           "compare_moment_route", "hull_direction_ranks", "log_ratio_disagreement", "fit_timed", "learn_planted",
+           "compare_moment_route", "hull_direction_ranks", "log_ratio_disagreement", "fit_timed", "instance_streams",
+           "learn_planted",
            "measure", "plant_instance", "seeded_rng", "span_distance", "teacher_feasible_fraction",
            "teacher_feasible_rows", "w_sum_error"]

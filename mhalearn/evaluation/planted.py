@@ -34,7 +34,7 @@ from .observer import TeacherObserver
 TEST_SAMPLES = 1000
 
 
-def _streams(family: str, heads: int, dim: int, length: int, samples: int, seed: int):
+def instance_streams(family: str, heads: int, dim: int, length: int, samples: int, seed: int):
     """Independent generators for the teacher, the training set and the test set.
 
     The teacher's and the test set's depend on (family, m, d, k, seed) only,
@@ -82,7 +82,7 @@ def plant_instance(*, heads: int, dim: int, length: int, samples: int, family: s
     noise = check_real(noise, "noise", low=0.0)
     seed = check_positive_int(seed, "seed", minimum=0)
     law = get_family(family).law
-    teacher_rng, train_rng, test_rng = _streams(family, heads, dim, length, samples, seed)
+    teacher_rng, train_rng, test_rng = instance_streams(family, heads, dim, length, samples, seed)
     teacher = make_teacher(family, heads, dim, teacher_rng, **(family_params or {}))
     X, Y = make_dataset(teacher, samples, length, law=law, noise=noise, rng=train_rng)
     return teacher, X, Y, draw_inputs(law, test_samples, length, dim, test_rng)

@@ -9,8 +9,11 @@ packaged experiment in it (and those registered since).
 """
 
 from .registry import Experiment, get_experiment, load_experiments, register_experiment
+from .runner import SweepSummary, run_sweep
+from .store import ResultStore
 
-__all__ = ["EXPERIMENTS", "Experiment", "get_experiment", "load_experiments", "register_experiment"]
+__all__ = ["EXPERIMENTS", "Experiment", "ResultStore", "SweepSummary", "get_experiment", "load_experiments",
+           "register_experiment", "run_sweep"]
 
 
 def __getattr__(name: str):

@@ -64,19 +64,20 @@ def queries_to_eps_cells(table: dict) -> list[dict]:
                        constraints=constraints)
 
 
-def _learner(cell: dict, oversample: float) -> QueryLearner:
+def cell_learner(cell: dict, oversample: float) -> QueryLearner:
     return QueryLearner(cell["heads"], length=cell["length"], distinct=cell["distinct"], oversample=oversample,
                         random_state=cell["seed"])
 
 
 def oversample_for(cell: dict, queries: int) -> float | None:
     """The largest oversampling whose planned queries are ≤ ``queries`` (None below the design at 1)."""
-    if _learner(cell, 1.0).planned_queries(cell["dim"]) > queries:
+    if cell_learner(cell, 1.0).planned_queries(cell["dim"]) > queries:
         return None
     low, high = 1.0, max(2.0, float(queries))
     for _ in range(60):  # planned_queries is non-decreasing in the oversampling: bisect
         middle = 0.5 * (low + high)
-        low, high = (middle, high) if _learner(cell, middle).planned_queries(cell["dim"]) <= queries else (low, middle)
+        fits = cell_learner(cell, middle).planned_queries(cell["dim"]) <= queries
+        low, high = (middle, high) if fits else (low, middle)
     return low
 
 
@@ -84,12 +85,12 @@ def run_queries_to_eps_cell(cell: dict) -> dict:
     """Search one teacher's q* for the query learner at the cell's noise and ε."""
     teacher, _, _, X_test = plant_instance(heads=cell["heads"], dim=cell["dim"], length=cell["length"], samples=1,
                                            family=cell["family"], seed=cell["seed"])
-    minimum = _learner(cell, 1.0).planned_queries(cell["dim"])
+    minimum = cell_learner(cell, 1.0).planned_queries(cell["dim"])
     details = {}
 
     def error_at(queries: int) -> tuple[float, float]:
         oversample = oversample_for(cell, queries)
-        learner = _learner(cell, oversample or 1.0)
+        learner = cell_learner(cell, oversample or 1.0)
         probe = {"budget": queries, "oversample": oversample, "queries": 0, "error": None, "separable": None,
                  "queries_by_step": None, "fit_seconds": 0.0, "refused": None}
         oracle = QueryOracle(teacher, noise=cell["noise"], rng=cell["seed"])
@@ -126,7 +127,7 @@ def run_queries_to_eps_cell(cell: dict) -> dict:
 
 # -------------------------------------------------------------------- figure
 
-def _as_search_rows(rows: list[dict]) -> list[dict]:
+def as_search_rows(rows: list[dict]) -> list[dict]:
     """The query searches in the layout of ``samples-to-eps`` rows (learner "query", output "t=…" for the
     distinct tokens of a Θ-query: one curve per design), for its summaries."""
     return [{**row, "learner": "query", "output": f"t={row['distinct']}", "samples_needed": row["queries_needed"],
@@ -152,7 +153,7 @@ def plot_queries_to_eps(rows: list[dict], out_dir: Path, examples: list[dict] | 
     if not rows:
         raise ValueError("rows: expected stored results of queries-to-eps, received none (run the sweep first)")
     examples = _example_rows() if examples is None else examples
-    queried = samples_needed_table(_as_search_rows(rows))
+    queried = samples_needed_table(as_search_rows(rows))
     panels = sorted({(row["family"], row["dim"], row["length"]) for row in rows},
                     key=lambda panel: (panel[0] != "random", panel))
     beside = [entry for entry in samples_needed_table(examples)

@@ -14,6 +14,7 @@ import numpy as np
 from .._estimator import store_parameters
 from ..data.fit_data import FitData
 from .chen_li.fit import SpanSearchFit, search_and_select
+from .chen_li.settings import NORM_BOUND, SearchSettings
 from .moment_route import check_moment_memory, moment_span
 from .registry import register_learner
 from .report import Notifier, Phase, Route
@@ -30,11 +31,21 @@ class MomentLearner(SpanSearchLearner):
     the span is searched with W by least squares, the held-out best is
     certified and, with ``refine="lbfgs"``, polished.
 
-    Parameters are those of :class:`~mhalearn.SculptLearner` that concern phases 5–6:
-    ``search``, ``net_radius``, ``net_resolution``, ``max_candidates``,
-    ``score_samples``, ``keep``, ``refine``, ``refine_iter``, ``delta``,
-    ``norm_bound``, ``validation_fraction``, ``allow_non_boolean``,
-    ``random_state``.
+    Parameters
+    ----------
+    heads : int
+        Number of heads m.
+    search : SearchSettings
+        The settings of phases 5–6, as :class:`~mhalearn.SculptLearner`'s
+        (:class:`~mhalearn.learners.chen_li.SearchSettings`); ``net_slab``
+        is not read, since the moment route reads no hull.
+    norm_bound : float
+        An upper bound on every ‖Θ_i‖_F: the radius of the net.
+    validation_fraction : float
+        Share of examples held out for the selection and its certificate.
+    allow_non_boolean : bool
+        The phases assume Boolean tokens; set True to run on other inputs anyway.
+    random_state : None, int or Generator
 
     References
     ----------
@@ -42,15 +53,8 @@ class MomentLearner(SpanSearchLearner):
     """
 
     _parameter_constraints = dict(SEARCH_CONSTRAINTS)
-    # The moment route reads no hull, so the net has no slab around one.
-    _unused_search_settings = ("net_slab",)
 
-    # The defaults are the settings' (SEARCH): scikit-learn reads them off this signature.
-    def __init__(self, heads: int, *, search: str = SEARCH.search, net_radius: float | None = SEARCH.net_radius,
-                 net_resolution: float | None = SEARCH.net_resolution,
-                 max_candidates: int = SEARCH.max_candidates, score_samples: int = SEARCH.score_samples,
-                 keep: int = SEARCH.keep, refine: str = SEARCH.refine, refine_iter: int = SEARCH.refine_iter,
-                 delta: float = SEARCH.delta, norm_bound: float = SEARCH.norm_bound,
+    def __init__(self, heads: int, *, search: SearchSettings = SEARCH, norm_bound: float = NORM_BOUND,
                  validation_fraction: float = VALIDATION_FRACTION, allow_non_boolean: bool = False,
                  random_state=None):
         store_parameters(self, locals())

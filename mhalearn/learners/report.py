@@ -37,6 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ..attention.model import MultiHeadAttention
+from ..data.phase_files import register_kept
 from ..data.units import Units
 
 
@@ -186,9 +187,17 @@ def figures_text(figures: dict, keys) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class PhaseResult:
-    """The result of one phase: ``seconds``, its figures, and data fields (see :func:`data_field`)."""
+    """The result of one phase: ``seconds``, its figures, and data fields (see :func:`data_field`).
+
+    Every subclass may be kept in a checkpoint's phase files: defining one registers it
+    (:func:`~mhalearn.data.phase_files.register_kept`).
+    """
 
     seconds: float
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        register_kept(cls)
 
     #: The figures the phase table shows on the phase's line (all figures when empty).
     columns = ()

@@ -3,7 +3,7 @@
 :class:`SpanSearchLearner` is the base of :class:`~mhalearn.SculptLearner`
 and :class:`~mhalearn.MomentLearner`: both end with Chen & Li's phases 5–6
 (:func:`~mhalearn.learners.chen_li.search_and_select`).
-:data:`SEARCH_CONSTRAINTS` are the hyper-parameters of those phases, and
+:data:`SEARCH_CONSTRAINTS` are the hyper-parameters both learners share, and
 :func:`certificate_assumptions` the bounds phase 6's certificate assumes, read
 from every example: only these learners pay for that read.
 
@@ -15,26 +15,27 @@ from __future__ import annotations
 import numpy as np
 
 from .._memory import check_memory
-from .._validation import Boolean, Integer, Real, Seed
+from .._validation import Boolean, Instance, Integer, Real, Seed
 from ..data.dask_data import SAMPLE_TRAINING
 from ..data.fit_data import Examples, FitData
 from .base import AttentionLearner, FitResult
 from .chen_li.fit import SpanSearchFit, SpanSearchReport
 from .chen_li.phase5_net import check_net
 from .chen_li.phase6_select import certificate_bounds
-from .chen_li.settings import SEARCH_SETTING_CONSTRAINTS, SearchSettings, settings_from
+from .chen_li.settings import NORM_BOUND, SearchSettings
 from .least_squares import projections_memory
 from .report import Notifier
 
-#: Phases 5–6's default settings, whose values are the span-search learners' defaults.
+#: Phases 5–6's default settings, the span-search learners' default ``search``.
 SEARCH = SearchSettings()
 #: The share of examples the span-search learners hold out for phase 6's selection and its certificate.
 VALIDATION_FRACTION = 0.2
 
-#: The hyper-parameters of phases 5 and 6, shared by the sculpting and moment learners.
+#: The hyper-parameters shared by the sculpting and moment learners: phases 5–6's settings among them.
 SEARCH_CONSTRAINTS = {
     "heads": [Integer(1)],
-    **{name: rule for name, rule in SEARCH_SETTING_CONSTRAINTS.items() if name != "net_slab"},
+    "search": [Instance(SearchSettings)],
+    "norm_bound": [Real(0.0, low_open=True)],
     "validation_fraction": [Real(0.0, 0.9, low_open=True)],
     "allow_non_boolean": [Boolean()],
     "random_state": [Seed()],
@@ -47,9 +48,6 @@ class SpanSearchLearner(AttentionLearner):
     requires_boolean = True
     _layers = ("model", "least_squares_model")
     _report_class = SpanSearchReport
-    #: Search settings the learner has no parameter for: they keep their defaults
-    #: (:func:`~mhalearn.learners.chen_li.settings.settings_from`).
-    _unused_search_settings = ()
 
     def _check_shape(self, samples: int, length: int, dim: int) -> None:
         super()._check_shape(samples, length, dim)
@@ -62,20 +60,24 @@ class SpanSearchLearner(AttentionLearner):
         training = samples - self._validation_size(samples)
         if self.streams_dask:
             training = min(training, SAMPLE_TRAINING)
-        check_net(self.heads, dim, min(self.score_samples, training) * length, self._search_settings())
+        search = self._search_settings()
+        check_net(self.heads, dim, min(search.score_samples, training) * length, search)
         check_memory(projections_memory(training, length, self.heads, dim), "X",
                      f"phase 6's least squares for W on {training:,} training sequences of {length} × {dim} "
                      f"entries and {self.heads} heads", lower="the number of sequences")
 
     def _check_params(self) -> None:
         super()._check_params()
-        if self.net_radius is not None and self.net_radius > self.norm_bound:
-            raise ValueError(f"net_radius: expected at most norm_bound = {self.norm_bound:g} (every head has "
-                             f"‖Θ_i‖_F ≤ norm_bound, so the net need not reach further), received "
-                             f"{self.net_radius:g}")
+        check_norm_bound(self, "search")
+        net_radius = self.search.net_radius
+        if net_radius is not None and net_radius > self.norm_bound:
+            raise ValueError(f"search.net_radius: expected at most norm_bound = {self.norm_bound:g} (every head "
+                             f"has ‖Θ_i‖_F ≤ norm_bound, so the net need not reach further), received "
+                             f"{net_radius:g}")
 
     def _search_settings(self) -> SearchSettings:
-        return settings_from(SearchSettings, self, unused=self._unused_search_settings)
+        """The ``search`` settings with the learner's ``norm_bound``."""
+        return self.search.replace(norm_bound=self.norm_bound)
 
     def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
         fit = self._span_and_select(data, rng, notify, **certificate_assumptions(data.examples))
@@ -88,6 +90,15 @@ class SpanSearchLearner(AttentionLearner):
         ``token_norm``, as a :class:`~mhalearn.learners.chen_li.fit.SpanSearchFit`; every subclass
         implements it."""
         raise NotImplementedError
+
+
+def check_norm_bound(learner, name: str) -> None:
+    """Refuse settings ``name`` of ``learner`` whose ``norm_bound`` is neither the default nor the learner's:
+    the learner's ``norm_bound`` sets every settings' bound, so another value there would be ignored."""
+    bound = getattr(learner, name).norm_bound
+    if bound not in (NORM_BOUND, learner.norm_bound):
+        raise ValueError(f"{name}.norm_bound: expected the learner's norm_bound = {learner.norm_bound:g}, which "
+                         f"sets it, received {bound:g}; set norm_bound on the learner instead")
 
 
 def certificate_assumptions(examples: Examples) -> dict:
@@ -106,4 +117,5 @@ def certificate_assumptions(examples: Examples) -> dict:
     return certificate_bounds(examples.X, examples.Y, units.x_scale, units.y_scale, boolean=examples.boolean)
 
 
-__all__ = ["SEARCH", "SEARCH_CONSTRAINTS", "VALIDATION_FRACTION", "SpanSearchLearner", "certificate_assumptions"]
+__all__ = ["SEARCH", "SEARCH_CONSTRAINTS", "VALIDATION_FRACTION", "SpanSearchLearner", "certificate_assumptions",
+           "check_norm_bound"]

@@ -32,8 +32,8 @@ PY = f"{sys.executable} -c"
 FIT = textwrap.dedent("""
     import glob, os, pickle, sys, warnings
     import numpy as np, mhalearn
-    SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0,
-                 random_state=3)
+    SMALL = dict(body=mhalearn.BodySettings(refit_iterations=10, compare_routes_above=0.0),
+                 search=mhalearn.SearchSettings(max_candidates=3000, refine_iter=50), random_state=3)
     X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(2, 8, rng=4), 12000, 3, rng=5)
     def fit(directory="kept", data=None):
         with warnings.catch_warnings(record=True) as told:
@@ -84,8 +84,8 @@ DASK_CHANGED = textwrap.dedent("""
     import sys, numpy as np, dask.array as da, mhalearn
     from mhalearn.data import dask_data
     dask_data.in_memory_sample.__defaults__ = (2000, 1000)
-    SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0,
-                 random_state=3)
+    SMALL = dict(body=mhalearn.BodySettings(refit_iterations=10, compare_routes_above=0.0),
+                 search=mhalearn.SearchSettings(max_candidates=3000, refine_iter=50), random_state=3)
     X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(2, 8, rng=4), 8000, 3, rng=5)
     if STORE:
         import zarr
@@ -111,8 +111,8 @@ DASK_CHANGED = textwrap.dedent("""
 
 SHARDS = textwrap.dedent("""
     import numpy as np, mhalearn, os
-    SMALL = dict(refit_iterations=10, max_candidates=3000, refine_iter=50, compare_routes_above=0.0,
-                 random_state=3)
+    SMALL = dict(body=mhalearn.BodySettings(refit_iterations=10, compare_routes_above=0.0),
+                 search=mhalearn.SearchSettings(max_candidates=3000, refine_iter=50), random_state=3)
     X, Y = mhalearn.make_dataset(mhalearn.sample_teacher(2, 8, rng=4), 6000, 3, rng=5)
     os.mkdir("shards")
     for s in range(3):

@@ -3,7 +3,7 @@
 The block is bench/generated_pass.py's (65 536 sequences, the m = 4 teacher of seed 0, stream seed 12 345):
 its signs and codes drawn into reused arrays, the forward kernel on them, the block drawn and labelled as
 ``TeacherSource`` draws it (new arrays: their pages are faulted in), the decoder's residuals, and the
-candidate pass's step on the block (``_reachable_block``); then, for the cost of new pages, a block's
+candidate pass's step on the block (``reachable_block``); then, for the cost of new pages, a block's
 (2, n, k, d) array written once new and once reused.  Each figure is per sequence.
 
     python runs/generated-pass/block_steps.py > runs/generated-pass/block-steps-<commit>.txt
@@ -21,7 +21,7 @@ from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
 from mhalearn.data.token_codes import code_groups
 from mhalearn.learners.chen_li import BodySettings
-from mhalearn.learners.chen_li.agreement_passes import _reachable_block
+from mhalearn.learners.chen_li.agreement_passes import reachable_block
 from mhalearn.learners.chen_li.decoder import decoding_residuals
 from mhalearn.seeding import seeded_rng
 
@@ -49,7 +49,7 @@ def main():
         "forward kernel": lambda: forward_into(tokens, teacher.thetas, teacher.ws, labels),
         "block drawn, labelled": lambda: source._block(1),
         "decoder residuals": lambda: decoding_residuals(X, Y, w_sum),
-        "candidate step": lambda: _reachable_block(X, Y, None, w_sum, settings.residual_tol, radius, radius,
+        "candidate step": lambda: reachable_block(X, Y, None, w_sum, settings.residual_tol, radius, radius,
                                                    settings.simplex_tol),
         "block array, new": new_pages,
         "block array, reused": lambda: reused.fill(1.0),

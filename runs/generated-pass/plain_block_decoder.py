@@ -16,9 +16,9 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from _common import best_time  # noqa: E402
 
-from mhalearn._numba import one_thread
 from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher
+from mhalearn.kernels import one_thread
 from mhalearn.learners.chen_li.decoder import decoding_residuals
 from mhalearn.provenance import git_state
 from mhalearn.seeding import seeded_rng

@@ -75,7 +75,8 @@ def _timed(owner, name: str, label: str) -> None:
 def main():
     for name in ("map_blocks", "map_until"):
         _timed(teacher_source.DaskTeacherSource, name, f"the passes ({name})")
-    for module, name in [(agreement_passes, "_joined"), (agreement_passes, "_cut"), (phase2_sculpt, "slab_constraints"),
+    for module, name in [(agreement_passes, "joined_rows"), (agreement_passes, "_cut"),
+                         (phase2_sculpt, "slab_constraints"),
                          (phase2_sculpt, "estimate_tolerance"), (phase2_sculpt, "kstar_slab_rule"),
                          (phase3_refine_sum, "certify_rows"), (alternating_refit, "agreement_refit"),
                          (fit_module, "read_span")]:

@@ -71,7 +71,7 @@ from mhalearn.evaluation import (
     w_sum_error,
 )
 from mhalearn.learners.chen_li import BodySettings
-from mhalearn.learners.chen_li.agreement_passes import _joined, find_agreement_rows
+from mhalearn.learners.chen_li.agreement_passes import find_agreement_rows, joined_rows
 from mhalearn.learners.chen_li.fit import choose_route
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
@@ -94,7 +94,7 @@ def candidates_of(path):
     state, inputs = kept["state"], kept["inputs"]
     if state["next_block"] != inputs["blocks"]:  # complete only once the pass has read every block
         raise SystemExit(f"{path}: the pass stopped at block {state['next_block']} of {inputs['blocks']}")
-    return _joined(state["parts"], 0, state["found"]), inputs["w_sum"], state["covered"]
+    return joined_rows(state["parts"], 0, state["found"]), inputs["w_sum"], state["covered"]
 
 
 def learned_sum(path):

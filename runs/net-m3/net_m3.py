@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 import mhalearn
-from mhalearn._memory import MemoryBudgetError, peak_memory_mb, set_memory_budget
+from mhalearn import MemoryBudgetError, peak_memory_mb, set_memory_budget
 from mhalearn.attention.data import boolean_inputs
 from mhalearn.attention.model import MultiHeadAttention, relative_error
 from mhalearn.attention.teachers import sample_teacher

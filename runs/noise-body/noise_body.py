@@ -52,7 +52,8 @@ def fit(heads: int, sigma: float, samples: int, seed: int, estimate_noise: bool,
     start = time.perf_counter()
     if full:
         X, Y = make_dataset(teacher, samples, 4, noise=sigma, rng=seeded_rng(20_255, heads, seed))
-        learner = SculptLearner(heads, estimate_noise=estimate_noise, random_state=seed).fit(X, Y, callback=observer)
+        learner = SculptLearner(heads, body=BodySettings(estimate_noise=estimate_noise), random_state=seed)
+        learner.fit(X, Y, callback=observer)
         report = learner.report_
         span, final, route = report.span, report.sculpt[-1], str(report.route.value)
     else:

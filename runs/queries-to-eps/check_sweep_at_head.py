@@ -9,7 +9,7 @@ import json
 
 from mhalearn import QueryOracle, relative_error
 from mhalearn.evaluation import plant_instance
-from mhalearn.experiments.queries_to_eps import _learner, oversample_for
+from mhalearn.experiments.queries_to_eps import cell_learner, oversample_for
 from mhalearn.experiments.store import ResultStore
 
 with ResultStore("runs/queries-to-eps/queries-to-eps.db", readonly=True) as store:
@@ -23,7 +23,7 @@ for row in rows:
     cell = {key: row[key] for key in ("family", "dim", "length", "noise", "heads", "distinct", "eps", "budget", "seed")}
     teacher, _, _, X_test = plant_instance(heads=cell["heads"], dim=cell["dim"], length=cell["length"], samples=1,
                                            family=cell["family"], seed=cell["seed"])
-    learner = _learner(cell, oversample_for(cell, probe["budget"]) or 1.0)
+    learner = cell_learner(cell, oversample_for(cell, probe["budget"]) or 1.0)
     learner.fit(QueryOracle(teacher, noise=cell["noise"], rng=cell["seed"]))
     error = relative_error(learner.model_, teacher, X_test)
     ok = learner.report_.queries == probe["queries"] and (error <= cell["eps"]) == (probe["error"] <= cell["eps"])

@@ -11,7 +11,7 @@ than half the teachers were censored.
 from pathlib import Path
 
 from mhalearn.experiments.growth_laws import bounded_text, samples_needed_table
-from mhalearn.experiments.queries_to_eps import _as_search_rows
+from mhalearn.experiments.queries_to_eps import as_search_rows
 from mhalearn.experiments.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def rows(path: Path, experiment: str) -> list[dict]:
 
 
 def main() -> None:
-    queried = _as_search_rows(rows(ROOT / "runs" / "queries-to-eps" / "queries-to-eps.db", "queries-to-eps"))
+    queried = as_search_rows(rows(ROOT / "runs" / "queries-to-eps" / "queries-to-eps.db", "queries-to-eps"))
     examples = rows(ROOT / "runs" / "samples-to-eps" / "samples-to-eps.db", "samples-to-eps")
     table = [entry for entry in samples_needed_table(queried) + samples_needed_table(examples)
              if (entry["dim"], entry["length"], entry["noise"], entry["eps"]) == (12, 4, 0.0, 1e-6)]

@@ -40,7 +40,7 @@ from pathlib import Path
 from distributed import Client, LocalCluster
 
 import mhalearn
-from mhalearn._memory import peak_memory_mb
+from mhalearn import peak_memory_mb
 from mhalearn.attention.data import boolean_inputs
 from mhalearn.attention.model import relative_error
 from mhalearn.attention.teachers import sample_teacher
@@ -89,9 +89,10 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
     with cluster, (nullcontext() if workers is None else Client(cluster)) as client:
         start = time.perf_counter()
-        learner = mhalearn.SculptLearner(HEADS, random_state=seed, max_candidates=max_candidates,
-                                         net_slab=net_slab, span_route=span_route,
-                                         checkpoint=checkpoint).fit(X, Y, callback=observer)
+        learner = mhalearn.SculptLearner(HEADS, search=mhalearn.SearchSettings(max_candidates=max_candidates,
+                                                                               net_slab=net_slab),
+                                         random_state=seed, span_route=span_route, checkpoint=checkpoint)
+        learner.fit(X, Y, callback=observer)
         seconds = time.perf_counter() - start
         worker_memory = None if client is None else sorted(client.run(peak_memory_mb).values())
     X_test = boolean_inputs(4000, LENGTH, DIM, rng=seeded_rng(seed, "sculpt-m3-test"))
@@ -111,7 +112,7 @@ def fit_row(samples: int, seed: int, workers: int | None = None, max_candidates:
             "paper_output_error": relative_error(learner.least_squares_model_, teacher, X_test),
             "polished_error": relative_error(learner.model_, teacher, X_test),
             "seconds": seconds, "learner_seconds": report.total_seconds,
-            "candidate_passes": _stream_passes(report), "kstar_w_max": learner.kstar_w_max,
+            "candidate_passes": _stream_passes(report), "kstar_w_max": learner.body.kstar_w_max,
             "kstar_threshold": report.sculpt[-1].slab_threshold, "git_commit": git_state()[0],
             "peak_memory_mb": peak_memory_mb(), "workers": workers, "worker_peak_memory_mb": worker_memory}
 

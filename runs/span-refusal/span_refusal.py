@@ -2,7 +2,7 @@
 
 For each shape (d, k, n) and seed, plants a random teacher with
 ``evaluation.plant_instance`` (m = 2), fits
-``SculptLearner(2, refine="none")`` (its default net: when both routes are
+``SculptLearner(2, search=SearchSettings(refine="none"))`` (its default net: when both routes are
 compared, phase 6 chooses between their candidates) watched by a
 :class:`mhalearn.TeacherObserver`.  The
 moment route's span comes from the fit, which runs it beside the body in
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from mhalearn import SculptLearner
+from mhalearn import BodySettings, SculptLearner
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.evaluation.observer import span_distance
 from mhalearn.learners.chen_li import SearchSettings, certificate_bounds, route_net, search_and_select
@@ -78,8 +78,8 @@ def held_out_errors(X, Y, span, moment, seed) -> dict:
 def fit_row(dim, length, samples, seed, compare_above, nets=False):
     teacher, X, Y, _ = plant_instance(heads=2, dim=dim, length=length, samples=samples, seed=seed)
     observer = TeacherObserver(teacher)
-    options = {} if compare_above is None else {"compare_routes_above": compare_above}
-    learner = SculptLearner(2, refine="none", random_state=seed, **options).fit(
+    body = BodySettings() if compare_above is None else BodySettings(compare_routes_above=compare_above)
+    learner = SculptLearner(2, body=body, search=SearchSettings(refine="none"), random_state=seed).fit(
         X, Y, callback=observer)
     report = learner.report_
     moment = report.moment

@@ -1,7 +1,7 @@
 """The body's estimated span error against its true span error across shapes (d, k) and m.
 
 For each shape (d, k, n), m and seed, plants a random teacher with
-``evaluation.plant_instance``, fits ``SculptLearner(m, refine="none")``
+``evaluation.plant_instance``, fits ``SculptLearner(m, search=SearchSettings(refine="none"))``
 (its defaults otherwise) watched by a :class:`mhalearn.TeacherObserver` and
 records the body's true span error (``body_distance``, sin of the largest
 principal angle), its estimate (``estimated_error``, phase 4), whether phase
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mhalearn import SculptLearner
+from mhalearn import SculptLearner, SearchSettings
 from mhalearn.evaluation import TeacherObserver, plant_instance
 from mhalearn.learners.chen_li.phase4_span import bootstrap_span_error
 from mhalearn.learners.chen_li.settings import BodySettings
@@ -74,7 +74,7 @@ def fit_row(heads, dim, length, samples, seed, dump=None) -> dict:
     teacher, X, Y, _ = plant_instance(heads=heads, dim=dim, length=length, samples=samples, seed=seed)
     keeper = SpanKeeper(TeacherObserver(teacher))
     start = time.perf_counter()
-    learner = SculptLearner(heads, refine="none", random_state=seed).fit(X, Y, callback=keeper)
+    learner = SculptLearner(heads, search=SearchSettings(refine="none"), random_state=seed).fit(X, Y, callback=keeper)
     seconds = time.perf_counter() - start
     report, observer, span = learner.report_, keeper.observer, keeper.span
     if dump is not None and span.slabs is not None:

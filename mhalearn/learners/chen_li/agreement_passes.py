@@ -63,7 +63,7 @@ def find_agreement_rows(source, w_sum: np.ndarray, *, quantile: float | None = N
     rule = BlockRule(w_sum, quantile=quantile, residual_tol=residual_tol, simplex_tol=simplex_tol, share=share,
                      seed=seed)
     parts = source.map_blocks(_agreement_block, rule, ScratchArrays(), None, indexed=True)
-    return _joined(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
+    return joined_rows(parts, sum(p.scanned for p in parts), sum(p.found for p in parts))
 
 
 def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simplex_tol: float, max_rows: int,
@@ -86,11 +86,11 @@ def first_agreement_rows(source, w_sum: np.ndarray, *, residual_tol: float, simp
     rule = BlockRule(w_sum, quantile=None, residual_tol=residual_tol, simplex_tol=simplex_tol, share=None,
                      seed=draw_seed(rng))
     taken = source.map_until(max_rows, _agreement_block, rule, ScratchArrays(), indexed=True)
-    return _joined([block.subset(np.arange(take)) for block, take in taken],
+    return joined_rows([block.subset(np.arange(take)) for block, take in taken],
                    sum(block.scanned for block, _ in taken), sum(block.found for block, _ in taken))
 
 
-def _joined(parts: list, scanned: int, found: int) -> AgreementRows:
+def joined_rows(parts: list, scanned: int, found: int) -> AgreementRows:
     """The blocks' agreement rows in block order, as one AgreementRows with these counts."""
     fields = ("query", "label", "pattern", "spread", "residual", "violation")
     return AgreementRows(joined_tokens([p.tokens for p in parts]),
@@ -208,7 +208,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
         r(Ŵ'_Σ) ≥ r(Ŵ_Σ) − A · max_j ‖x_j‖ / ‖y_ℓ‖ · ‖Ŵ'_Σ − Ŵ_Σ‖₂,
 
     so the row is needed only from the radius (r(Ŵ_Σ) − ``threshold``) /
-    (A · max_j ‖x_j‖ / ‖y_ℓ‖) on (:func:`_reachable_block`), and every row
+    (A · max_j ‖x_j‖ / ‖y_ℓ‖) on (:func:`reachable_block`), and every row
     needed within ``radius`` is kept.  The simplex test is ten times looser
     than for acceptance, as the pools' is, since a pattern moves with Ŵ_Σ.
     One pass over the blocks, in waves of :data:`CANDIDATE_WAVE` × ``source.wave_blocks``; when more
@@ -241,7 +241,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
     scratch = ScratchArrays()  # a block's residuals and violations, in lent arrays rather than fresh pages
     for first in range(state["next_block"], source.block_count, wave_blocks):
         wave = range(first, min(first + wave_blocks, source.block_count))
-        for rows, need, needed in source.map_blocks(_reachable_block, w_sum, threshold, radius, covered,
+        for rows, need, needed in source.map_blocks(reachable_block, w_sum, threshold, radius, covered,
                                                      simplex_tol, scratch, blocks=wave):
             keep = need < covered if covered < radius else need <= radius  # the radius may have shrunk
             parts.append(rows.subset(keep))
@@ -260,7 +260,7 @@ def reachable_rows(source, w_sum: np.ndarray, *, threshold: float, radius: float
                                            "parts": parts, "needs": needs, "seconds": seconds})
         notify(Phase.PASS, PassPosition(Phase.REFINED_SUM, number, wave.stop, source.block_count,
                                         state["next_block"], seconds))
-    rows = _joined(parts, source.samples * source.length, found)
+    rows = joined_rows(parts, source.samples * source.length, found)
     return rows, covered
 
 
@@ -279,15 +279,15 @@ def _cut(parts: list, needs: list, max_rows: int) -> tuple[AgreementRows, np.nda
     order = np.argsort(joined, kind="stable")
     keep = np.zeros(len(joined), dtype=bool)
     keep[order[:max_rows]] = True  # every row needed below the radius covered is among them
-    return _joined(parts, 0, 0).subset(keep), joined[keep], float(joined[order[max_rows]])
+    return joined_rows(parts, 0, 0).subset(keep), joined[keep], float(joined[order[max_rows]])
 
 
 #: Relative slack of :func:`~mhalearn.learners.chen_li.agreement_rows.reachable_sequences`'s test over
-#: :func:`_reachable_block`'s: far above the rounding of two orders of summing 2d squares.
+#: :func:`reachable_block`'s: far above the rounding of two orders of summing 2d squares.
 _REACH_SLACK = 1e-9
 
 
-def _reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
+def reachable_block(X: np.ndarray, Y: np.ndarray, sequences: np.ndarray | None, w_sum: np.ndarray,
                      threshold: float, radius: float, covered: float, simplex_tol: float,
                      scratch: ScratchArrays | None = None) -> tuple[AgreementRows, np.ndarray, int]:
     """One block's rows needed within ``covered`` (:func:`reachable_rows`), decoded, the radius each is

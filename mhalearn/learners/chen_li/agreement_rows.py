@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ...data.phase_files import register_kept
 from ...data.sources import CodedTokens
 from ...data.token_codes import block_codes, code_groups
 from ..order_statistics import quantile_of_finite
@@ -30,6 +31,7 @@ from .decoder import decode_patterns, decoding_residuals
 _BOUND_SLACK = 1e-6
 
 
+@register_kept
 @dataclass
 class AgreementRows:
     """Labelled rows with their decoded patterns: candidates or accepted agreement rows.

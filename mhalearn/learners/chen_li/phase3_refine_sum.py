@@ -34,6 +34,7 @@ from numba import njit
 from ..._exp import exp_nonpositive
 from ..._numba import DISPATCH, chunk_count, new_counter, next_chunk, thread_driver
 from ...data.checkpoint import NoProgress
+from ...data.phase_files import register_kept
 from ...data.sources import kernel_tokens, stream_rows
 from ...data.token_codes import code_groups, sequence_codes
 from ..least_squares import least_squares
@@ -55,6 +56,7 @@ from .sign_tables import (
 
 # ------------------------------------------------------------ the paper's refit
 
+@register_kept
 @dataclass
 class MarginRows:
     """Rows to which an attention matrix gives one token j* a clear margin."""
@@ -349,12 +351,12 @@ class RefinedSum(PhaseResult):
 def _certified_refit(source, body: ConvexBody, theta_bar: np.ndarray, settings: BodySettings) -> CertifiedRefit:
     """The paper's refit: margin rows of Θ̄, certified by LP against the body, least squares on x_{j*}."""
     start = time.perf_counter()
-    candidates = margin_rows(source, theta_bar, settings.eta, settings.max_rows)
-    certified = certify_rows(body, candidates, certification_margin(settings.eta, source.length))
+    candidates = margin_rows(source, theta_bar, settings.certify_slack, settings.max_rows)
+    certified = certify_rows(body, candidates, certification_margin(settings.certify_slack, source.length))
     w_sum = certified_projection_sum(candidates, certified)
     return CertifiedRefit(seconds=time.perf_counter() - start, candidates=len(candidates),
                           certified=int(certified.sum()), refitted=w_sum is not None, margin=candidates,
-                          certified_mask=certified, eta=settings.eta, w_sum=w_sum)
+                          certified_mask=certified, eta=settings.certify_slack, w_sum=w_sum)
 
 
 def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.ndarray, settings: BodySettings,
@@ -368,7 +370,7 @@ def refine_projection_sum(source, heads: int, crude: SculptedBody, w_sum: np.nda
     crude : phase 2's result under the crude Ŵ_Σ (its slabs make the crude
         body; its pool starts our refit when the paper's did not refit).
     w_sum : the crude Ŵ_Σ of phase 1.
-    settings : phases 1–4's hyper-parameters (``eta``, ``max_rows``,
+    settings : phases 1–4's hyper-parameters (``certify_slack``, ``max_rows``,
         ``max_constraints``, ``norm_bound``, ``refit_iterations``, ...).
     rng : random generator (the subsets of constraints and of rows).
     """

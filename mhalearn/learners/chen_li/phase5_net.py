@@ -156,14 +156,14 @@ def check_net(heads: int, dim: int, score_rows: int, settings: SearchSettings) -
                              f"points, more than the {MAX_GRID_POINTS:,} a net may hold; leave net_resolution "
                              f"None (the finest spacing that fits, at most {coarsest:,} points) or use a coarser "
                              f"one")
-    elif settings.search == "multistart":
+    elif settings.method == "multistart":
         points = grid_size(heads, 1.0, MULTISTART_SPACING)
         if points > MAX_GRID_POINTS:
             allowed = max((m for m in range(1, heads) if grid_size(m, 1.0, MULTISTART_SPACING) <= MAX_GRID_POINTS),
                           default=0)
-            raise ValueError(f"search: 'multistart' starts from a net of spacing radius/8, {points:.2g} grid "
+            raise ValueError(f"method: 'multistart' starts from a net of spacing radius/8, {points:.2g} grid "
                              f"points in {heads} dimensions, more than the {MAX_GRID_POINTS:,} a net may hold; "
-                             f"use search='net', or give net_resolution, or at most {allowed} heads")
+                             f"use method='net', or give net_resolution, or at most {allowed} heads")
     candidates = min(math.comb(2 * heads, heads), settings.max_candidates)
     check_memory(net_memory(2 * heads, candidates, heads, score_rows, dim), "max_candidates",
                  f"phase 5's coarsest net (2m = {2 * heads} points) scored on {candidates:,} {heads}-tuples")
@@ -402,12 +402,12 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     """Phase 5: search the net of coefficient rows in the span, keep the best few.
 
     Every head is Θ_i = Σ_r C_ir B_r in the orthonormal ``basis`` (r, d²).
-    ``settings.search="net"`` scores every unordered m-tuple of grid points
+    ``settings.method="net"`` scores every unordered m-tuple of grid points
     of spacing ``net_resolution`` in the ball of ``radius`` (the finest
     spacing within ``max_candidates`` when None; cost ~ (net size)^m), a
     block of tuples at a time (:func:`best_of_net`);
     ``"multistart"`` scores ``max_candidates`` random tuples and runs local
-    descent inside the span from the best ``keep``.  A resolution whose
+    descent inside the span from the best ``kept_candidates``.  A resolution whose
     tuples exceed ``max_candidates`` is scored on ``max_candidates`` random
     tuples: the budget always holds.  Candidates are scored on
     ``score_samples`` sequences drawn with ``rng``.  The net's memory
@@ -439,7 +439,7 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
         return net_memory(points, min(math.comb(points, heads), settings.max_candidates), heads, score_rows, d)
 
     resolution, limited_by = settings.net_resolution, "net_resolution"
-    if resolution is None and settings.search == "net":
+    if resolution is None and settings.method == "net":
         resolution, limited_by = choose_resolution(dim2, heads, radius, settings.max_candidates,
                                                    fits=lambda points: budget is None or memory(points) <= budget,
                                                    slab=slab)
@@ -465,20 +465,20 @@ def search_net(X, Y, basis: np.ndarray, heads: int, radius: float, settings: Sea
     use = rng.permutation(X.shape[0])[:settings.score_samples]
     Xs, Ys = X[use], Y[use]
     if not sampled:
-        best, best_scores = best_of_net(Xs, Ys, points, heads, settings.keep)
+        best, best_scores = best_of_net(Xs, Ys, points, heads, settings.kept_candidates)
         scored = total
     else:
         scores = score_net(Xs, Ys, points, candidates)
-        order = np.argsort(scores, kind="stable")[:settings.keep]
+        order = np.argsort(scores, kind="stable")[:settings.kept_candidates]
         best, best_scores, scored = candidates[order], scores[order], len(candidates)
     kept = []
     for chosen in best:
-        if settings.search == "multistart":
+        if settings.method == "multistart":
             refined, _ = descend_in_span(Xs, Ys, basis, coefficients[chosen])
             kept.append(np.einsum("ir,rab->iab", refined, B))
         else:
             kept.append(points[chosen])
-    return NetSearch(seconds=time.perf_counter() - start, search=settings.search, shape=shape,
+    return NetSearch(seconds=time.perf_counter() - start, search=settings.method, shape=shape,
                      radius=float(radius), resolution=float(resolution), limited_by=limited_by,
                      net_points=int(len(points)), candidates=int(scored), score_samples=int(len(use)),
                      best_scores=[float(score) for score in best_scores], kept=tuple(kept))

@@ -21,10 +21,12 @@ from functools import cached_property
 
 import numpy as np
 
+from ...data.phase_files import register_kept
 from .agreement_rows import AgreementRows
 from .settings import BodySettings
 
 
+@register_kept
 @dataclass
 class SlabSystem:
     """Linear constraints on vec Θ from agreement rows.

@@ -4,7 +4,7 @@ The decoder's residual pass (``decoding_residuals`` on a block of Boolean
 tokens given by their codes, k = 4: the batched kernel
 ``_decode_residuals_batched_worker`` of ``learners/chen_li/decoder.py``) is
 what a pool draw and the candidate pass spend most of their time in after
-labelling.  As ``bench/forward_parts.py`` does for the forward kernel, this
+labelling.  As ``runs/generated-pass/forward_parts.py`` does for the forward kernel, this
 checkout's package is copied once per variant with one step of the kernel
 removed, every copy imported in this process, and each timed on one block
 drawn by ``TeacherSource`` (one thread, CPU time of the calling thread,
@@ -21,18 +21,21 @@ A variant computes garbage (that is not what it is for); the shares overlap
 makes of the rest moves with it).  The script stops with an error naming the
 text when the kernel's source no longer holds it.
 
-    python bench/decoder_parts.py [--rounds 9] [--heads 4]
+    python runs/generated-pass/decoder_parts.py [--rounds 9] [--heads 4]
 """
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
 import numba
 import numpy as np
-from _common import CHECKOUT, interleaved_best_times, package_variants
 from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from _common import CHECKOUT, interleaved_best_times, package_variants  # noqa: E402
 
 from mhalearn.attention.teacher_source import TeacherSource
 from mhalearn.attention.teachers import sample_teacher

@@ -11,18 +11,21 @@ computes garbage (that is not what it is for); the shares overlap a little
 their source lines: the script stops with an error naming the line when the
 kernel's source no longer holds it.
 
-    python bench/forward_parts.py [--rounds 5]
+    python runs/generated-pass/forward_parts.py [--rounds 5]
 """
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
 import numba
 import numpy as np
-from _common import interleaved_best_times, package_variants
 from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from _common import interleaved_best_times, package_variants  # noqa: E402
 
 #: Each variant: (source line, its replacement) in attention/forward_kernel.py.
 LEFT_OUT = {
