@@ -12,6 +12,7 @@ from mhalearn._validation import check_allowed
 from mhalearn.learners import chen_li
 from mhalearn.learners.chen_li.settings import (
     BODY_CONSTRAINTS,
+    BODY_SETTINGS_WITHOUT_PARAMETER,
     SEARCH_SETTING_CONSTRAINTS,
     BodySettings,
     SearchSettings,
@@ -21,7 +22,7 @@ from mhalearn.learners.chen_li.settings import (
 CONSTRAINTS = {**BODY_CONSTRAINTS, **SEARCH_SETTING_CONSTRAINTS}
 
 # Each learner, the settings it builds from its parameters and the settings it has no parameter for.
-LEARNER_SETTINGS = [(SculptLearner, (BodySettings, SearchSettings), ()),
+LEARNER_SETTINGS = [(SculptLearner, (BodySettings, SearchSettings), BODY_SETTINGS_WITHOUT_PARAMETER),
                     (MomentLearner, (SearchSettings,), ("net_slab",))]
 # The helper parameters that are a setting under the paper's name (BodySettings.slab_rule).
 PAPER_NAMES = {"kappa": "slab_width", "t_min": "slab_floor"}

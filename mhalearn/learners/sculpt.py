@@ -44,7 +44,13 @@ from .._estimator import store_parameters
 from .._validation import Options, PathLike, check_output_directory
 from ..data.fit_data import FitData
 from .chen_li.fit import SpanSearchFit, sculpt_fit
-from .chen_li.settings import BODY_CONSTRAINTS, SEARCH_SETTING_CONSTRAINTS, BodySettings, settings_from
+from .chen_li.settings import (
+    BODY_CONSTRAINTS,
+    BODY_SETTINGS_WITHOUT_PARAMETER,
+    SEARCH_SETTING_CONSTRAINTS,
+    BodySettings,
+    settings_from,
+)
 from .moment_route import check_moment_memory
 from .registry import register_learner
 from .report import Notifier
@@ -121,7 +127,9 @@ class SculptLearner(SpanSearchLearner):
     slab_floor : float
         t_min, the smallest half-width.
     max_rows : int
-        Agreement rows kept per sculpting round (a random share per block).
+        Agreement rows K keeps (a random share per block), and the rows of
+        K* that give half-spaces; K* reads the slabs of every row it found
+        (up to ``max_candidate_rows``, the rows a candidate pass holds).
     max_constraints : int
         Constraints passed to the convex solver (a random subset: fewer
         constraints give a superset of K, so certificates stay valid).
@@ -300,7 +308,7 @@ class SculptLearner(SpanSearchLearner):
 
     _parameter_constraints = {
         **SEARCH_CONSTRAINTS,
-        **BODY_CONSTRAINTS,
+        **{name: allowed for name, allowed in BODY_CONSTRAINTS.items() if name not in BODY_SETTINGS_WITHOUT_PARAMETER},
         "span_route": [Options("auto", "body", "moment")],
         "net_slab": SEARCH_SETTING_CONSTRAINTS["net_slab"],
         "checkpoint": [None, PathLike()],
@@ -344,13 +352,17 @@ class SculptLearner(SpanSearchLearner):
 
     def _check_params(self) -> None:
         super()._check_params()
-        settings_from(BodySettings, self)  # the settings' own checks: kstar_w_max against w_min
+        self._body_settings()  # the settings' own checks: kstar_w_max against w_min
         if self.checkpoint is not None:
             check_output_directory(self.checkpoint, "checkpoint")
+
+    def _body_settings(self) -> BodySettings:
+        """Phases 1–4's settings from the parameters (K*'s row choice and refusal at their defaults)."""
+        return settings_from(BodySettings, self, unused=BODY_SETTINGS_WITHOUT_PARAMETER)
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
                          token_norm: float) -> SpanSearchFit:
         return sculpt_fit(data.X_train, data.Y_train, data.X_val, data.Y_val, self.heads,
-                          body=settings_from(BodySettings, self), search=self._search_settings(),
+                          body=self._body_settings(), search=self._search_settings(),
                           span_route=self.span_route, rng=rng, label_bound=label_bound, token_norm=token_norm,
                           notify=notify, source=data.source, checkpoint_dir=self.checkpoint)

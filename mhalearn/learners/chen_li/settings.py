@@ -39,6 +39,7 @@ BODY_CONSTRAINTS = {
     "slab_width": [Real(0.0)],
     "slab_floor": [Real(0.0)],
     "max_rows": [Integer(1)],
+    "kstar_rows": [None, Integer(1)],
     "max_constraints": [Integer(1)],
     "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
     "refit_iterations": [Integer(0)],
@@ -61,6 +62,10 @@ BODY_CONSTRAINTS = {
     "span_point": [Options("centre", "min_norm")],
     "norm_bound": [Real(0.0, low_open=True)],
 }
+
+#: Settings of :class:`BodySettings` that :class:`~mhalearn.SculptLearner` has no parameter for, at their defaults
+#: in every fit (``settings_from``'s ``unused``).
+BODY_SETTINGS_WITHOUT_PARAMETER = ("kstar_rows",)
 
 #: What each of :class:`SearchSettings`' values may be (checked likewise; the learners' parameters of the
 #: same names share them).
@@ -100,6 +105,7 @@ class BodySettings:
     slab_width: float = 20.0
     slab_floor: float = 0.02
     max_rows: int = 20_000
+    kstar_rows: int | None = None
     max_constraints: int = 1500
     eta: float = 0.05
     refit_iterations: int = 100
@@ -111,7 +117,7 @@ class BodySettings:
     candidate_radius: float = 0.02
     max_candidate_rows: int = 2_000_000
     min_equalities: int | None = None
-    min_gap: float = 1.0
+    min_gap: float = 1.75
     hull_trim: float = 3.0
     hull_core: float = 1.0
     max_span_error: float = 0.15
@@ -156,6 +162,13 @@ class BodySettings:
         """The slab rule's parameters under the paper's names, those of phase 2's ``slab_constraints``:
         the one place ``slab_width`` becomes κ (``kappa``) and ``slab_floor`` becomes ``t_min``."""
         return {"w_min": self.w_min, "kappa": self.slab_width, "t_min": self.slab_floor}
+
+    def kstar_rows_cap(self) -> int:
+        """Rows K* reads at most: ``kstar_rows``, by default ``max_candidate_rows`` (every row the candidate
+        pass found within K*'s tolerance, since it holds no more than that many).  At m = 4, n = 5·10⁹ K* read
+        20 000 of 256 959 and 864 585 such rows when capped at ``max_rows``, and a span 0.06 off further than
+        all of them read (runs/sculpt-vs-m/README.md)."""
+        return self.kstar_rows if self.kstar_rows is not None else self.max_candidate_rows
 
     def kstar_slabs_for(self, dim: int) -> int:
         """Slabs K*'s weight threshold leaves at least: ``kstar_slabs``, by default four times

@@ -21,6 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..._memory import check_memory
 from .agreement_rows import AgreementRows
 from .settings import BodySettings
 
@@ -120,8 +121,23 @@ def kstar_slab_rule(accepted: AgreementRows, settings: BodySettings) -> dict:
     return {**settings.slab_rule(), "w_min": threshold}
 
 
-def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float) -> SlabSystem:
+def check_slab_memory(accepted: AgreementRows, w_min: float) -> None:
+    """Raise the memory budget's error (:func:`mhalearn.set_memory_budget`) before the slabs of ``accepted``
+    at the weight threshold ``w_min`` are built, when they exceed it: phase 4 holds their d² coefficients
+    three times (the slabs, scaled to unit width, and a weighted copy for each reading of the hull)."""
+    count = int(np.count_nonzero(top_differences(accepted)[2] & (accepted.pattern >= w_min)))
+    dim = accepted.tokens.shape[-1]
+    check_memory(3 * 8 * count * dim * dim, "kstar_rows", f"the {count} slabs of K*'s {len(accepted)} rows")
+
+
+def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float,
+                     halfspace_rows: int | None = None) -> SlabSystem:
     """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
+
+    ``halfspace_rows``: the half-spaces of the first that many rows only (None: of every row).  K* reads
+    hundreds of thousands of rows at m = 4, and a half-space is d² numbers for every negligible token of
+    every row (k − 1 of most rows), while phase 4 reads the slabs alone and the convex body's solver
+    takes a random ``max_constraints`` of them anyway.
 
     For accepted row ℓ with decoded pattern â and top token j₀, and every
     token j not identical to x_{j₀}:
@@ -143,6 +159,8 @@ def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_m
     queries = accepted.queries()
     slab_mask = distinct & (pattern >= w_min)
     half_mask = distinct & (pattern < w_min)
+    if halfspace_rows is not None:
+        half_mask[halfspace_rows:] = False
 
     def outer(mask):
         source_row, token = np.nonzero(mask)
