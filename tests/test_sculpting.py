@@ -274,24 +274,27 @@ def test_kstar_keeps_the_slabs_of_every_row_and_the_half_spaces_of_the_first():
     np.testing.assert_array_equal(capped.g, whole.g[of_first])
 
 
-def test_kstar_reads_every_candidate_row_found_and_checks_its_slabs_memory():
+def test_kstar_reads_every_candidate_row_found_up_to_its_slabs_and_checks_their_memory():
     rows = _two_head_agreement_rows()
+    eye = np.eye(rows.tokens.shape[-1])
     settings = BodySettings(max_rows=25, estimate_noise=False, residual_tol=1.0, simplex_tol=1.0)
-    body = sculpt_body(None, np.eye(rows.tokens.shape[-1]), 2, settings, np.random.default_rng(0), rule="absolute",
-                       candidates=rows)
+    body = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
     # Every candidate within the tolerance is read, far more than max_rows; only the first max_rows give
     # half-spaces.
-    accepted = rows.accepted_under(np.eye(rows.tokens.shape[-1]), residual_tol=1.0, simplex_tol=1.0,
-                                   max_rows=len(rows))
+    accepted = rows.accepted_under(eye, residual_tol=1.0, simplex_tol=1.0, max_rows=len(rows))
     assert body.accepted_rows == body.found_rows == len(accepted) > 4 * settings.max_rows
     assert body.slabs.halfspace_row.max() < settings.max_rows <= body.slabs.slab_row.max()
-    capped = sculpt_body(None, np.eye(rows.tokens.shape[-1]), 2, dataclasses.replace(settings, kstar_rows=30),
-                         np.random.default_rng(0), rule="absolute", candidates=rows)
-    assert capped.accepted_rows == 30 and capped.found_rows == len(accepted)
+    # A cap on the slabs: the longest prefix of the rows whose slabs fit, counted row by row here.
+    cap = body.equalities // 3
+    capped = sculpt_body(None, eye, 2, dataclasses.replace(settings, kstar_max_slabs=cap), np.random.default_rng(0),
+                         rule="absolute", candidates=rows)
+    per_row = np.bincount(body.slabs.slab_row, minlength=len(accepted))
+    prefix = next(count for count in range(len(accepted) + 1) if per_row[:count + 1].sum() > cap)
+    assert capped.accepted_rows == prefix and capped.found_rows == len(accepted)
+    assert capped.slab_threshold == body.slab_threshold and cap - per_row.max() < capped.equalities <= cap
     with mhalearn.memory_budget(1000):
-        with pytest.raises(MemoryError, match="kstar_rows"):
-            sculpt_body(None, np.eye(rows.tokens.shape[-1]), 2, settings, np.random.default_rng(0), rule="absolute",
-                        candidates=rows)
+        with pytest.raises(MemoryError, match="kstar_max_slabs"):
+            sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
 
 
 def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):

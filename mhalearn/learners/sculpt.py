@@ -128,8 +128,8 @@ class SculptLearner(SpanSearchLearner):
         t_min, the smallest half-width.
     max_rows : int
         Agreement rows K keeps (a random share per block), and the rows of
-        K* that give half-spaces; K* reads the slabs of every row it found
-        (up to ``max_candidate_rows``, the rows a candidate pass holds).
+        K* that give half-spaces; K* reads the slabs of every row it found,
+        up to 250 000 slabs (``BodySettings.kstar_max_slabs``).
     max_constraints : int
         Constraints passed to the convex solver (a random subset: fewer
         constraints give a superset of K, so certificates stay valid).
@@ -178,8 +178,11 @@ class SculptLearner(SpanSearchLearner):
         fewer than d²); with fewer the body refuses and the moment route is used.
     min_gap : float
         At m ≥ 2 the m − 1 long directions must be separated from the thin
-        ones by this ratio of singular values, or the body refuses (default
-        1: no refusal on the gap; ``max_span_error`` decides).
+        ones by this ratio of singular values, or the body refuses.  Rows
+        that are not agreement rows cut across aff{Θ_i} and close the gap
+        in a way every subsample shares, which the span error's estimate
+        cannot see: the committed m = 4 bodies 0.19–0.25 off had gaps of
+        1.36–1.59, every m = 2 and m = 3 body accepted 2.02 or more.
     hull_trim : float
         The affine hull is read again without the rows whose slabs disagree
         with it by more than this multiple of the median row's (a trimmed,

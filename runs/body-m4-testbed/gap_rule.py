@@ -65,7 +65,8 @@ def store_rows(path: str, settings=BodySettings()):
 
 def report(path: str) -> None:
     rows = [json.loads(line) for line in open(path)]
-    print(f"| reading | m | rows | span | median | gap | refused without the gap |\n| --- | --- | --- | --- | --- | --- | --- |")
+    print("| reading | m | rows | span | median | gap | refused without the gap |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         span = "—" if r["span_distance"] is None else f"{r['span_distance']:.3f}"
         median = "—" if r["median_error"] is None else f"{r['median_error']:.3f}"
@@ -83,7 +84,8 @@ def report(path: str) -> None:
             false_refusals += refused and r["span_distance"] <= 0.15
             false_acceptances += (not refused) and r["span_distance"] > 0.2
             middle += (not refused) and 0.15 < r["span_distance"] <= 0.2
-        print(f"| {gap} | {false_refusals} | {false_acceptances} | {middle} | {false_refusals + 3 * false_acceptances} |")
+        cost = false_refusals + 3 * false_acceptances
+        print(f"| {gap} | {false_refusals} | {false_acceptances} | {middle} | {cost} |")
 
 
 def main():

@@ -49,10 +49,13 @@ def load(path) -> tuple[StoredRows, Oracle]:
 
 
 def span_reading(rows: AgreementRows, heads: int, oracle: Oracle, settings: BodySettings = BodySettings(),
-                 seed: int = 0) -> dict:
-    """K*'s reading (its slab rule, phase 4) from ``rows``, scored against the oracle."""
+                 seed: int = 0, slab_rows: np.ndarray | None = None) -> dict:
+    """K*'s reading (its slab rule, phase 4) from ``rows``, scored against the oracle; ``slab_rows``: the rows
+    whose slabs K* keeps (None: every row's; the threshold is the rule's on all of ``rows``)."""
     rule = kstar_slab_rule(rows, settings)
-    slabs = slab_constraints(rows, **rule)
+    slabs = slab_constraints(rows, **rule, halfspace_rows=0)
+    if slab_rows is not None:
+        slabs = slabs.of_rows(slab_rows)
     reading = read_span(slabs, heads, settings, np.random.default_rng(seed))
     distance = None if reading.basis is None else span_distance(reading.basis, oracle.teacher)
     return {"rows": len(rows), "w_min": rule["w_min"], "equalities": int(slabs.equalities),

@@ -59,7 +59,8 @@ def main():
     source = TeacherSource(teacher, samples, LENGTH, seed=args.seed)
     rng = seeded_rng(args.seed, heads, samples)
     settings = BodySettings()
-    passes = StreamProgress(interval=300.0, lines=True, desc=f"testbed m = {heads}, seed {args.seed}, n = {samples:.0e}: ")
+    passes = StreamProgress(interval=300.0, lines=True,
+                            desc=f"testbed m = {heads}, seed {args.seed}, n = {samples:.0e}: ")
     start = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         checkpoint = open_checkpoint(args.checkpoints, source, heads, settings, rng)

@@ -31,7 +31,7 @@ from .agreement_passes import draw_pool, first_agreement_rows
 from .agreement_rows import AgreementRows
 from .noise import estimate_tolerance
 from .settings import BodySettings
-from .slabs import SlabSystem, check_slab_memory, kstar_slab_rule, slab_constraints
+from .slabs import SlabSystem, check_slab_memory, kstar_slab_rule, rows_within_slabs, slab_constraints
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,7 @@ class SculptedBody(PhaseResult):
     ``rule`` says how rows were accepted: ``"quantile"`` (the best share of
     every block, while Ŵ_Σ is crude) or ``"absolute"`` (relative residual ≤
     ``residual_tol``, once Ŵ_Σ is refined; the rows of K*).  ``found_rows``
-    passed the test before any cap (``max_rows`` for K, ``kstar_rows`` for K*);
+    passed the test before any cap (``max_rows`` for K, ``kstar_max_slabs`` for K*);
     ``accepted_rows`` were kept.  ``slab_threshold`` is the decoded weight at and above which a
     token gave a slab: ``w_min`` for K, raised for K* when its rows hold more
     slabs than it needs (:func:`~mhalearn.learners.chen_li.slabs.kstar_weight_threshold`).
@@ -82,15 +82,18 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
     Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, widened to the
     label noise estimated from the stream's head when ``estimate_noise``
-    (:func:`~mhalearn.learners.chen_li.noise.estimate_tolerance`), every one
-    found up to ``settings.kstar_rows_cap()``
+    (:func:`~mhalearn.learners.chen_li.noise.estimate_tolerance`), up to
+    ``max_candidate_rows`` found
     (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`)
     — the rows of K*; with ``candidates``, the rows of a candidate pass that
     hold every row Ŵ_Σ can accept
     (:class:`~mhalearn.learners.chen_li.alternating_refit.StreamRefit`), every
-    one of them that passes, found without reading the stream.  K* holds the
-    slabs of all its rows and the half-spaces of the first ``max_rows``; its
-    slabs are checked against the memory budget before they are built.
+    one of them that passes, found without reading the stream.  K* reads
+    them in order until their slabs at its threshold (the rule's on all of
+    them) reach ``kstar_max_slabs``
+    (:func:`~mhalearn.learners.chen_li.slabs.rows_within_slabs`); it holds
+    those rows' slabs, checked against the memory budget before they are
+    built, and the half-spaces of the first ``max_rows``.
     """
     start = time.perf_counter()
     pool, tolerance, noise, noise_samples = None, None, None, None
@@ -108,18 +111,19 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
                              simplex_tol=settings.simplex_tol)
     elif rule == "absolute" and candidates is not None:
         accepted = candidates.accepted_under(w_sum, residual_tol=tolerance, simplex_tol=settings.simplex_tol,
-                                             max_rows=settings.kstar_rows_cap())
+                                             max_rows=settings.max_candidate_rows)
     elif rule == "absolute":
         accepted = first_agreement_rows(source, w_sum, residual_tol=tolerance, simplex_tol=settings.simplex_tol,
-                                        max_rows=settings.kstar_rows_cap(), rng=rng)
+                                        max_rows=settings.max_candidate_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
     if rule == "quantile":
         slab_rule, halfspace_rows = settings.slab_rule(), None
     else:
-        # K* reads every row it found; phase 4 reads its slabs alone, so only the first max_rows rows
-        # give half-spaces (d² numbers for each of a row's negligible tokens).
+        # K* reads the rows it found until their slabs reach kstar_max_slabs; phase 4 reads its slabs alone,
+        # so only the first max_rows rows give half-spaces (d² numbers for each of a row's negligible tokens).
         slab_rule, halfspace_rows = kstar_slab_rule(accepted, settings), settings.max_rows
+        accepted = rows_within_slabs(accepted, slab_rule["w_min"], settings.kstar_max_slabs)
         check_slab_memory(accepted, slab_rule["w_min"])
     slabs = slab_constraints(accepted, **slab_rule, halfspace_rows=halfspace_rows)
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),

@@ -39,7 +39,7 @@ BODY_CONSTRAINTS = {
     "slab_width": [Real(0.0)],
     "slab_floor": [Real(0.0)],
     "max_rows": [Integer(1)],
-    "kstar_rows": [None, Integer(1)],
+    "kstar_max_slabs": [Integer(1)],
     "max_constraints": [Integer(1)],
     "eta": [Real(0.0, 0.5, low_open=True, high_open=True)],
     "refit_iterations": [Integer(0)],
@@ -65,7 +65,7 @@ BODY_CONSTRAINTS = {
 
 #: Settings of :class:`BodySettings` that :class:`~mhalearn.SculptLearner` has no parameter for, at their defaults
 #: in every fit (``settings_from``'s ``unused``).
-BODY_SETTINGS_WITHOUT_PARAMETER = ("kstar_rows",)
+BODY_SETTINGS_WITHOUT_PARAMETER = ("kstar_max_slabs",)
 
 #: What each of :class:`SearchSettings`' values may be (checked likewise; the learners' parameters of the
 #: same names share them).
@@ -105,7 +105,7 @@ class BodySettings:
     slab_width: float = 20.0
     slab_floor: float = 0.02
     max_rows: int = 20_000
-    kstar_rows: int | None = None
+    kstar_max_slabs: int = 250_000
     max_constraints: int = 1500
     eta: float = 0.05
     refit_iterations: int = 100
@@ -162,13 +162,6 @@ class BodySettings:
         """The slab rule's parameters under the paper's names, those of phase 2's ``slab_constraints``:
         the one place ``slab_width`` becomes κ (``kappa``) and ``slab_floor`` becomes ``t_min``."""
         return {"w_min": self.w_min, "kappa": self.slab_width, "t_min": self.slab_floor}
-
-    def kstar_rows_cap(self) -> int:
-        """Rows K* reads at most: ``kstar_rows``, by default ``max_candidate_rows`` (every row the candidate
-        pass found within K*'s tolerance, since it holds no more than that many).  At m = 4, n = 5·10⁹ K* read
-        20 000 of 256 959 and 864 585 such rows when capped at ``max_rows``, and a span 0.06 off further than
-        all of them read (runs/sculpt-vs-m/README.md)."""
-        return self.kstar_rows if self.kstar_rows is not None else self.max_candidate_rows
 
     def kstar_slabs_for(self, dim: int) -> int:
         """Slabs K*'s weight threshold leaves at least: ``kstar_slabs``, by default four times

@@ -121,13 +121,29 @@ def kstar_slab_rule(accepted: AgreementRows, settings: BodySettings) -> dict:
     return {**settings.slab_rule(), "w_min": threshold}
 
 
+def rows_within_slabs(accepted: AgreementRows, w_min: float, max_slabs: int) -> AgreementRows:
+    """The first rows of ``accepted``, in order, whose slabs at the weight threshold ``w_min`` number at most
+    ``max_slabs`` in all (every row when they do); ``found`` is kept.
+
+    Phase 4's memory and time grow with K*'s slabs, d² numbers each, read some 35 times: where agreement
+    rows are plentiful (m ≤ 2) a long stream gives millions, and a share of them reads the span as well.
+    """
+    slabs_per_row = np.count_nonzero(top_differences(accepted)[2] & (accepted.pattern >= w_min), axis=1)
+    count = int(np.searchsorted(np.cumsum(slabs_per_row), max_slabs, side="right"))
+    if count >= len(accepted):
+        return accepted
+    kept = accepted.subset(np.arange(count))
+    kept.found = accepted.found
+    return kept
+
+
 def check_slab_memory(accepted: AgreementRows, w_min: float) -> None:
     """Raise the memory budget's error (:func:`mhalearn.set_memory_budget`) before the slabs of ``accepted``
     at the weight threshold ``w_min`` are built, when they exceed it: phase 4 holds their d² coefficients
     three times (the slabs, scaled to unit width, and a weighted copy for each reading of the hull)."""
     count = int(np.count_nonzero(top_differences(accepted)[2] & (accepted.pattern >= w_min)))
     dim = accepted.tokens.shape[-1]
-    check_memory(3 * 8 * count * dim * dim, "kstar_rows", f"the {count} slabs of K*'s {len(accepted)} rows")
+    check_memory(3 * 8 * count * dim * dim, "kstar_max_slabs", f"the {count} slabs of K*'s {len(accepted)} rows")
 
 
 def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float,
