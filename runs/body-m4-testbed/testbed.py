@@ -49,11 +49,18 @@ def testbed_teacher(heads: int, seed: int):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--samples", type=float, required=True)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--samples", type=float)
     parser.add_argument("--checkpoints", help="resumable checkpoint directory")
-    parser.add_argument("--out", required=True, help="the npz to write")
+    parser.add_argument("--out", help="the npz to write")
+    parser.add_argument("--summary", help="append the store's summary as a JSON line here")
+    parser.add_argument("--report", help="print the table of a summary jsonl")
     args = parser.parse_args()
+    if args.report:
+        report(args.report)
+        return
+    if args.seed is None or args.samples is None or args.out is None:
+        parser.error("--seed, --samples and --out are required to write a store")
     heads, samples = args.heads, int(args.samples)
     teacher = testbed_teacher(heads, args.seed)
     source = TeacherSource(teacher, samples, LENGTH, seed=args.seed)
@@ -93,6 +100,22 @@ def main():
                "body_span_distance": distance, "body_estimate": span.estimated_error, "body_median": span.median_error,
                "body_refused": span.refused, "resumed": list(checkpoint.resumed), "seconds": seconds}
     print(json.dumps(summary), file=sys.stderr)
+    if args.summary:
+        with open(args.summary, "a") as handle:
+            print(json.dumps({"store": args.out, **summary}), file=handle)
+
+
+def report(path) -> None:
+    """The stores' table: rows found, their precision, K*'s tolerance and σ̂, and the body's own reading."""
+    print("| m | teacher | n | rows found | agreement rows | precision | K*'s tolerance (σ̂) | body: span | "
+          "estimate (median) | refused | hours |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for line in open(path):
+        r = json.loads(line)
+        print(f"| {r['heads']} | {r['seed']} | {r['samples']:.0e} | {r['rows']} | {r['oracle_agreement_rows']} | "
+              f"{r['precision']:.3f} | {r['tolerance']:.3f} ({r['noise']:.3f}) | {r['body_span_distance']:.3f} | "
+              f"{r['body_estimate']:.3f} ({r['body_median']:.3f}) | {'yes' if r['body_refused'] else 'no'} | "
+              f"{r['seconds'] / 3600:.2f} |")
 
 
 if __name__ == "__main__":

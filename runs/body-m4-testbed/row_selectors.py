@@ -16,8 +16,8 @@ rules, the gap's among them).  Rows:
 - ``residual``: the rows with the lowest residuals (a tighter decoding tolerance);
 - ``slab rows by motion``: every row, but only the share of rows with slabs of lowest motion keep theirs.
 
-    python runs/body-m4-testbed/selectors.py STORE.npz [...] --out runs/body-m4-testbed/selectors.jsonl
-    python runs/body-m4-testbed/selectors.py --report runs/body-m4-testbed/selectors.jsonl
+    python runs/body-m4-testbed/row_selectors.py STORE.npz [...] --out runs/body-m4-testbed/row_selectors.jsonl
+    python runs/body-m4-testbed/row_selectors.py --report runs/body-m4-testbed/row_selectors.jsonl
 """
 
 import argparse
