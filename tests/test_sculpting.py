@@ -274,7 +274,7 @@ def test_kstar_keeps_the_slabs_of_every_row_and_the_half_spaces_of_the_first():
     np.testing.assert_array_equal(capped.g, whole.g[of_first])
 
 
-def test_kstar_reads_every_candidate_row_found_up_to_its_slabs_and_checks_their_memory():
+def test_kstar_reads_every_candidate_row_found_up_to_its_slabs_within_the_memory_budget():
     rows = _two_head_agreement_rows()
     eye = np.eye(rows.tokens.shape[-1])
     settings = BodySettings(max_rows=25, estimate_noise=False, residual_tol=1.0, simplex_tol=1.0)
@@ -292,9 +292,16 @@ def test_kstar_reads_every_candidate_row_found_up_to_its_slabs_and_checks_their_
     prefix = next(count for count in range(len(accepted) + 1) if per_row[:count + 1].sum() > cap)
     assert capped.accepted_rows == prefix and capped.found_rows == len(accepted)
     assert capped.slab_threshold == body.slab_threshold and cap - per_row.max() < capped.equalities <= cap
-    with mhalearn.memory_budget(1000):
-        with pytest.raises(MemoryError, match="kstar_max_slabs"):
-            sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    # A memory budget whose quarter holds fewer slabs caps them there, never below the slabs K*'s rule wants.
+    wanted = settings.kstar_slabs_for(eye.shape[0])
+    assert wanted < cap
+    budget = 4 * 24 * eye.shape[0] ** 2 * (wanted + 10)
+    with mhalearn.memory_budget(budget):
+        tight = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    assert tight.accepted_rows < capped.accepted_rows and wanted < tight.equalities <= wanted + 10
+    with mhalearn.memory_budget(1):
+        floor = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    assert wanted - per_row.max() < floor.equalities <= wanted
 
 
 def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):

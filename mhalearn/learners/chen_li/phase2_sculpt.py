@@ -31,7 +31,7 @@ from .agreement_passes import draw_pool, first_agreement_rows
 from .agreement_rows import AgreementRows
 from .noise import estimate_tolerance
 from .settings import BodySettings
-from .slabs import SlabSystem, check_slab_memory, kstar_slab_rule, rows_within_slabs, slab_constraints
+from .slabs import SlabSystem, kstar_slab_cap, kstar_slab_rule, rows_within_slabs, slab_constraints
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,10 +90,10 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     (:class:`~mhalearn.learners.chen_li.alternating_refit.StreamRefit`), every
     one of them that passes, found without reading the stream.  K* reads
     them in order until their slabs at its threshold (the rule's on all of
-    them) reach ``kstar_max_slabs``
-    (:func:`~mhalearn.learners.chen_li.slabs.rows_within_slabs`); it holds
-    those rows' slabs, checked against the memory budget before they are
-    built, and the half-spaces of the first ``max_rows``.
+    them) reach ``kstar_max_slabs``, or what a quarter of the memory budget
+    holds (:func:`~mhalearn.learners.chen_li.slabs.kstar_slab_cap`,
+    :func:`~mhalearn.learners.chen_li.slabs.rows_within_slabs`); it holds
+    those rows' slabs and the half-spaces of the first ``max_rows``.
     """
     start = time.perf_counter()
     pool, tolerance, noise, noise_samples = None, None, None, None
@@ -123,8 +123,7 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
         # K* reads the rows it found until their slabs reach kstar_max_slabs; phase 4 reads its slabs alone,
         # so only the first max_rows rows give half-spaces (d² numbers for each of a row's negligible tokens).
         slab_rule, halfspace_rows = kstar_slab_rule(accepted, settings), settings.max_rows
-        accepted = rows_within_slabs(accepted, slab_rule["w_min"], settings.kstar_max_slabs)
-        check_slab_memory(accepted, slab_rule["w_min"])
+        accepted = rows_within_slabs(accepted, slab_rule["w_min"], kstar_slab_cap(settings, accepted.tokens.shape[-1]))
     slabs = slab_constraints(accepted, **slab_rule, halfspace_rows=halfspace_rows)
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),

@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..._memory import check_memory
+from ..._memory import get_memory_budget
 from .agreement_rows import AgreementRows
 from .settings import BodySettings
 
@@ -137,13 +137,20 @@ def rows_within_slabs(accepted: AgreementRows, w_min: float, max_slabs: int) -> 
     return kept
 
 
-def check_slab_memory(accepted: AgreementRows, w_min: float) -> None:
-    """Raise the memory budget's error (:func:`mhalearn.set_memory_budget`) before the slabs of ``accepted``
-    at the weight threshold ``w_min`` are built, when they exceed it: phase 4 holds their d² coefficients
-    three times (the slabs, scaled to unit width, and a weighted copy for each reading of the hull)."""
-    count = int(np.count_nonzero(top_differences(accepted)[2] & (accepted.pattern >= w_min)))
-    dim = accepted.tokens.shape[-1]
-    check_memory(3 * 8 * count * dim * dim, "kstar_max_slabs", f"the {count} slabs of K*'s {len(accepted)} rows")
+#: Share of the memory budget K*'s slabs may take (phase 4 holds their d² coefficients three times: the slabs,
+#: scaled to unit width, and a weighted copy for each reading of the hull).
+KSTAR_BUDGET_SHARE = 0.25
+
+
+def kstar_slab_cap(settings: BodySettings, dim: int) -> int:
+    """Slabs K* reads at most: ``kstar_max_slabs``, fewer when a quarter of the memory budget
+    (:func:`mhalearn.set_memory_budget`) holds fewer, never fewer than the ``kstar_slabs_for`` its
+    threshold rule wants."""
+    budget = get_memory_budget()
+    cap = settings.kstar_max_slabs
+    if budget is not None:
+        cap = min(cap, int(KSTAR_BUDGET_SHARE * budget) // (3 * 8 * dim * dim))
+    return max(cap, settings.kstar_slabs_for(dim))
 
 
 def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float,
