@@ -29,7 +29,7 @@ from mhalearn.data.sources import BLOCK_SIZE, ArraySource, CodedTokens, held_out
 from mhalearn.learners.chen_li import agreement_passes, agreement_rows, decoder, phase1_crude_sum, phase3_refine_sum
 from mhalearn.learners.chen_li.fit import sculpt_span
 from mhalearn.learners.chen_li.phase6_select import certificate_bounds
-from mhalearn.learners.chen_li.settings import BodySettings, settings_from
+from mhalearn.learners.chen_li.settings import BODY_SETTINGS_WITHOUT_PARAMETER, BodySettings, settings_from
 from mhalearn.seeding import draw_seed
 
 # One xdist worker runs this module: the process pool and the synchronous reference fit are module fixtures.
@@ -191,7 +191,7 @@ def test_fit_on_dask_streams_the_training_blocks_of_the_split(one_head_data):
     assert learner.report_.x_scale == 1.0 and len(X_train) == 3200 and X_val.shape[0] == 800
     with threadpool_limits(limits=1, user_api="blas"):
         phases = sculpt_span(ArraySource(X_train, Y_train, block_size=800), 1,
-                             settings_from(BodySettings, learner), rng)
+                             settings_from(BodySettings, learner, unused=BODY_SETTINGS_WITHOUT_PARAMETER), rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
 
@@ -209,7 +209,8 @@ def test_fit_on_numpy_reads_the_split_in_place(one_head_data):
                                           held_out, draw_seed(rng))
     X_train, Y_train = dask.compute(X_train, Y_train, scheduler="sync")
     with threadpool_limits(limits=1, user_api="blas"):
-        phases = sculpt_span(ArraySource(X_train, Y_train), 1, settings_from(BodySettings, learner), rng)
+        phases = sculpt_span(ArraySource(X_train, Y_train), 1,
+                             settings_from(BodySettings, learner, unused=BODY_SETTINGS_WITHOUT_PARAMETER), rng)
     np.testing.assert_array_equal(phases.span.basis, learner.report_.span.basis)
     np.testing.assert_array_equal(phases.refined_sum.w_sum, learner.report_.refined_sum.w_sum)
 
