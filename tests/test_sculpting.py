@@ -1,5 +1,7 @@
 """The sculpting phases of Chen & Li's learner, each against an independent reference."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -26,6 +28,7 @@ from mhalearn.learners.chen_li import (
     phase4_span,
 )
 from mhalearn.learners.chen_li import phase3_refine_sum as projection_sum
+from mhalearn.learners.chen_li.phase2_sculpt import sculpt_body
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import (
     SlabSystem,
@@ -254,6 +257,51 @@ def test_kstar_threshold_keeps_the_slabs_wanted_of_largest_weight():
     assert kstar_weight_threshold(rows, w_min=0.02, slabs_wanted=100, w_max=0.03) == 0.03
     rule = kstar_slab_rule(rows, BodySettings(kstar_slabs=300, kstar_w_max=0.99))
     assert rule == {**BodySettings().slab_rule(), "w_min": weights[299]}
+
+
+def test_kstar_keeps_the_slabs_of_every_row_and_the_half_spaces_of_the_first():
+    rows = _two_head_agreement_rows()
+    whole = slab_constraints(rows, w_min=0.05, kappa=KAPPA, t_min=T_MIN)
+    first = 40
+    capped = slab_constraints(rows, w_min=0.05, kappa=KAPPA, t_min=T_MIN, halfspace_rows=first)
+    for name in ("E", "b", "t", "slab_row"):
+        np.testing.assert_array_equal(getattr(capped, name), getattr(whole, name))
+    # The half-spaces are exactly those of the first rows, as the uncapped system gives them.
+    of_first = whole.halfspace_row < first
+    assert 0 < of_first.sum() < len(whole.g)
+    np.testing.assert_array_equal(capped.halfspace_row, whole.halfspace_row[of_first])
+    np.testing.assert_array_equal(capped.H, whole.H[of_first])
+    np.testing.assert_array_equal(capped.g, whole.g[of_first])
+
+
+def test_kstar_reads_every_candidate_row_found_up_to_its_slabs_within_the_memory_budget():
+    rows = _two_head_agreement_rows()
+    eye = np.eye(rows.tokens.shape[-1])
+    settings = BodySettings(max_rows=25, estimate_noise=False, residual_tol=1.0, simplex_tol=1.0)
+    body = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    # Every candidate within the tolerance is read, far more than max_rows; only the first max_rows give
+    # half-spaces.
+    accepted = rows.accepted_under(eye, residual_tol=1.0, simplex_tol=1.0, max_rows=len(rows))
+    assert body.accepted_rows == body.found_rows == len(accepted) > 4 * settings.max_rows
+    assert body.slabs.halfspace_row.max() < settings.max_rows <= body.slabs.slab_row.max()
+    # A cap on the slabs: the longest prefix of the rows whose slabs fit, counted row by row here.
+    cap = body.equalities // 3
+    capped = sculpt_body(None, eye, 2, dataclasses.replace(settings, kstar_max_slabs=cap), np.random.default_rng(0),
+                         rule="absolute", candidates=rows)
+    per_row = np.bincount(body.slabs.slab_row, minlength=len(accepted))
+    prefix = next(count for count in range(len(accepted) + 1) if per_row[:count + 1].sum() > cap)
+    assert capped.accepted_rows == prefix and capped.found_rows == len(accepted)
+    assert capped.slab_threshold == body.slab_threshold and cap - per_row.max() < capped.equalities <= cap
+    # A memory budget whose quarter holds fewer slabs caps them there, never below the slabs K*'s rule wants.
+    wanted = settings.kstar_slabs_for(eye.shape[0])
+    assert wanted < cap
+    budget = 4 * 24 * eye.shape[0] ** 2 * (wanted + 10)
+    with mhalearn.memory_budget(budget):
+        tight = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    assert tight.accepted_rows < capped.accepted_rows and wanted < tight.equalities <= wanted + 10
+    with mhalearn.memory_budget(1):
+        floor = sculpt_body(None, eye, 2, settings, np.random.default_rng(0), rule="absolute", candidates=rows)
+    assert wanted - per_row.max() < floor.equalities <= wanted
 
 
 def test_hull_direction_ranks_place_the_heads_in_the_spectrum(rng):

@@ -31,7 +31,7 @@ from .agreement_passes import draw_pool, first_agreement_rows
 from .agreement_rows import AgreementRows
 from .noise import estimate_tolerance
 from .settings import BodySettings
-from .slabs import SlabSystem, kstar_slab_rule, slab_constraints
+from .slabs import SlabSystem, kstar_slab_cap, kstar_slab_rule, rows_within_slabs, slab_constraints
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +41,8 @@ class SculptedBody(PhaseResult):
     ``rule`` says how rows were accepted: ``"quantile"`` (the best share of
     every block, while Ŵ_Σ is crude) or ``"absolute"`` (relative residual ≤
     ``residual_tol``, once Ŵ_Σ is refined; the rows of K*).  ``found_rows``
-    passed the test before the cap of ``max_rows``; ``accepted_rows`` were
-    kept.  ``slab_threshold`` is the decoded weight at and above which a
+    passed the test before any cap (``max_rows`` for K, ``kstar_max_slabs`` for K*);
+    ``accepted_rows`` were kept.  ``slab_threshold`` is the decoded weight at and above which a
     token gave a slab: ``w_min`` for K, raised for K* when its rows hold more
     slabs than it needs (:func:`~mhalearn.learners.chen_li.slabs.kstar_weight_threshold`).
     ``residual_tol`` is the tolerance K*'s rows were accepted with and
@@ -82,13 +82,18 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
     rows, the share ``quantile`` of all rows.  ``rule="absolute"`` (refined
     Ŵ_Σ): rows whose relative residual is ≤ ``residual_tol``, widened to the
     label noise estimated from the stream's head when ``estimate_noise``
-    (:func:`~mhalearn.learners.chen_li.noise.estimate_tolerance`), the first
-    ``max_rows`` found
-    (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`:
-    a pass that stops once it has them) — the rows of K*; with
-    ``candidates``, the rows of a candidate pass that hold every row Ŵ_Σ can
-    accept (:class:`~mhalearn.learners.chen_li.alternating_refit.StreamRefit`),
-    the first ``max_rows`` of them that pass, found without reading the stream.
+    (:func:`~mhalearn.learners.chen_li.noise.estimate_tolerance`), up to
+    ``max_candidate_rows`` found
+    (:func:`~mhalearn.learners.chen_li.agreement_passes.first_agreement_rows`)
+    — the rows of K*; with ``candidates``, the rows of a candidate pass that
+    hold every row Ŵ_Σ can accept
+    (:class:`~mhalearn.learners.chen_li.alternating_refit.StreamRefit`), every
+    one of them that passes, found without reading the stream.  K* reads
+    them in order until their slabs at its threshold (the rule's on all of
+    them) reach ``kstar_max_slabs``, or what a quarter of the memory budget
+    holds (:func:`~mhalearn.learners.chen_li.slabs.kstar_slab_cap`,
+    :func:`~mhalearn.learners.chen_li.slabs.rows_within_slabs`); it holds
+    those rows' slabs and the half-spaces of the first ``max_rows``.
     """
     start = time.perf_counter()
     pool, tolerance, noise, noise_samples = None, None, None, None
@@ -105,15 +110,21 @@ def sculpt_body(source, w_sum: np.ndarray, heads: int, settings: BodySettings, r
         accepted = pool.best(min(math.ceil(quantile * pool.scanned), settings.max_rows),
                              simplex_tol=settings.simplex_tol)
     elif rule == "absolute" and candidates is not None:
-        accepted = candidates.accepted_under(w_sum, residual_tol=tolerance,
-                                             simplex_tol=settings.simplex_tol, max_rows=settings.max_rows)
+        accepted = candidates.accepted_under(w_sum, residual_tol=tolerance, simplex_tol=settings.simplex_tol,
+                                             max_rows=settings.max_candidate_rows)
     elif rule == "absolute":
-        accepted = first_agreement_rows(source, w_sum, residual_tol=tolerance,
-                                        simplex_tol=settings.simplex_tol, max_rows=settings.max_rows, rng=rng)
+        accepted = first_agreement_rows(source, w_sum, residual_tol=tolerance, simplex_tol=settings.simplex_tol,
+                                        max_rows=settings.max_candidate_rows, rng=rng)
     else:
         raise ValueError(f"rule: expected 'quantile' or 'absolute', received {rule!r}")
-    slab_rule = settings.slab_rule() if rule == "quantile" else kstar_slab_rule(accepted, settings)
-    slabs = slab_constraints(accepted, **slab_rule)
+    if rule == "quantile":
+        slab_rule, halfspace_rows = settings.slab_rule(), None
+    else:
+        # K* reads the rows it found until their slabs reach kstar_max_slabs; phase 4 reads its slabs alone,
+        # so only the first max_rows rows give half-spaces (d² numbers for each of a row's negligible tokens).
+        slab_rule, halfspace_rows = kstar_slab_rule(accepted, settings), settings.max_rows
+        accepted = rows_within_slabs(accepted, slab_rule["w_min"], kstar_slab_cap(settings, accepted.tokens.shape[-1]))
+    slabs = slab_constraints(accepted, **slab_rule, halfspace_rows=halfspace_rows)
     return SculptedBody(seconds=time.perf_counter() - start, rule=rule, accepted_rows=len(accepted),
                         found_rows=int(accepted.found), accepted_fraction=float(accepted.fraction),
                         slab_threshold=slab_rule["w_min"], equalities=slabs.equalities, halfspaces=len(slabs.g),

@@ -42,6 +42,7 @@ BODY_CONSTRAINTS = {
     "slab_width": [Real(0.0)],
     "slab_floor": [Real(0.0)],
     "max_rows": [Integer(1)],
+    "kstar_max_slabs": [Integer(1)],
     "max_constraints": [Integer(1)],
     "certify_slack": [Real(0.0, 0.5, low_open=True, high_open=True)],
     "refit_iterations": [Integer(0)],
@@ -137,7 +138,13 @@ class BodySettings(Settings):
     slab_floor : float
         t_min, the smallest half-width.
     max_rows : int
-        Agreement rows kept per sculpting round (a random share per block).
+        Agreement rows K keeps (a random share per block), and the rows of
+        K* that give half-spaces; K* reads the slabs of every row it found,
+        up to ``kstar_max_slabs``.
+    kstar_max_slabs : int
+        Slabs K* reads at most: the rows it found, in stream order, until
+        their slabs reach this many (fewer when a quarter of the memory
+        budget holds fewer, never fewer than K*'s threshold rule wants).
     max_constraints : int
         Constraints passed to the convex solver (a random subset: fewer
         constraints give a superset of K, so certificates stay valid).
@@ -187,8 +194,11 @@ class BodySettings(Settings):
         fewer than d²); with fewer the body refuses and the moment route is used.
     min_gap : float
         At m ≥ 2 the m − 1 long directions must be separated from the thin
-        ones by this ratio of singular values, or the body refuses (default
-        1: no refusal on the gap; ``max_span_error`` decides).
+        ones by this ratio of singular values, or the body refuses.  Rows
+        that are not agreement rows cut across aff{Θ_i} and close the gap
+        in a way every subsample shares, which the span error's estimate
+        cannot see: the committed m = 4 bodies 0.19–0.25 off had gaps of
+        1.36–1.59, every m = 2 and m = 3 body accepted 2.02 or more.
     hull_trim : float
         The affine hull is read again without the rows whose slabs disagree
         with it by more than this multiple of the median row's (a trimmed,
@@ -249,6 +259,7 @@ class BodySettings(Settings):
     slab_width: float = 20.0
     slab_floor: float = 0.02
     max_rows: int = 20_000
+    kstar_max_slabs: int = 250_000
     max_constraints: int = 1500
     certify_slack: float = 0.05
     refit_iterations: int = 100
@@ -260,7 +271,7 @@ class BodySettings(Settings):
     candidate_radius: float = 0.02
     max_candidate_rows: int = 2_000_000
     min_equalities: int | None = None
-    min_gap: float = 1.0
+    min_gap: float = 1.75
     hull_trim: float = 3.0
     hull_core: float = 1.0
     max_span_error: float = 0.15

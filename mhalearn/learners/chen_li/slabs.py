@@ -21,6 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..._memory import get_memory_budget
 from ...data.phase_files import register_kept
 from .agreement_rows import AgreementRows
 from .settings import BodySettings
@@ -122,8 +123,46 @@ def kstar_slab_rule(accepted: AgreementRows, settings: BodySettings) -> dict:
     return {**settings.slab_rule(), "w_min": threshold}
 
 
-def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float) -> SlabSystem:
+def rows_within_slabs(accepted: AgreementRows, w_min: float, max_slabs: int) -> AgreementRows:
+    """The first rows of ``accepted``, in order, whose slabs at the weight threshold ``w_min`` number at most
+    ``max_slabs`` in all (every row when they do); ``found`` is kept.
+
+    Phase 4's memory and time grow with K*'s slabs, d² numbers each, read some 35 times: where agreement
+    rows are plentiful (m ≤ 2) a long stream gives millions, and a share of them reads the span as well.
+    """
+    slabs_per_row = np.count_nonzero(top_differences(accepted)[2] & (accepted.pattern >= w_min), axis=1)
+    count = int(np.searchsorted(np.cumsum(slabs_per_row), max_slabs, side="right"))
+    if count >= len(accepted):
+        return accepted
+    kept = accepted.subset(np.arange(count))
+    kept.found = accepted.found
+    return kept
+
+
+#: Share of the memory budget K*'s slabs may take (phase 4 holds their d² coefficients three times: the slabs,
+#: scaled to unit width, and a weighted copy for each reading of the hull).
+KSTAR_BUDGET_SHARE = 0.25
+
+
+def kstar_slab_cap(settings: BodySettings, dim: int) -> int:
+    """Slabs K* reads at most: ``kstar_max_slabs``, fewer when a quarter of the memory budget
+    (:func:`mhalearn.set_memory_budget`) holds fewer, never fewer than the ``kstar_slabs_for`` its
+    threshold rule wants."""
+    budget = get_memory_budget()
+    cap = settings.kstar_max_slabs
+    if budget is not None:
+        cap = min(cap, int(KSTAR_BUDGET_SHARE * budget) // (3 * 8 * dim * dim))
+    return max(cap, settings.kstar_slabs_for(dim))
+
+
+def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_min: float,
+                     halfspace_rows: int | None = None) -> SlabSystem:
     """The slabs and half-spaces that every Θ_i satisfies on the ``accepted`` agreement rows.
+
+    ``halfspace_rows``: the half-spaces of the first that many rows only (None: of every row).  K* reads
+    hundreds of thousands of rows at m = 4, and a half-space is d² numbers for every negligible token of
+    every row (k − 1 of most rows), while phase 4 reads the slabs alone and the convex body's solver
+    takes a random ``max_constraints`` of them anyway.
 
     For accepted row ℓ with decoded pattern â and top token j₀, and every
     token j not identical to x_{j₀}:
@@ -145,6 +184,8 @@ def slab_constraints(accepted: AgreementRows, *, w_min: float, kappa: float, t_m
     queries = accepted.queries()
     slab_mask = distinct & (pattern >= w_min)
     half_mask = distinct & (pattern < w_min)
+    if halfspace_rows is not None:
+        half_mask[halfspace_rows:] = False
 
     def outer(mask):
         source_row, token = np.nonzero(mask)

@@ -1,0 +1,63 @@
+"""Read a test bed's stored rows (``testbed.py``) back, and the span K* reads from any subset of them.
+
+The learner's side (``learner_rows``) and the oracle's (``Oracle``) are returned apart: a selector is given
+the first alone, and the second only scores what it kept.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mhalearn.attention.model import MultiHeadAttention
+from mhalearn.evaluation.observer import span_distance
+from mhalearn.learners.chen_li import BodySettings
+from mhalearn.learners.chen_li.agreement_rows import AgreementRows
+from mhalearn.learners.chen_li.phase4_span import read_span
+from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints
+
+
+@dataclass
+class Oracle:
+    """What only the teacher knows: which stored rows are agreement rows, and the span."""
+
+    agreement: np.ndarray
+    teacher: MultiHeadAttention
+
+
+@dataclass
+class StoredRows:
+    rows: AgreementRows
+    w_sum: np.ndarray
+    tolerance: float
+    heads: int
+    seed: int
+    samples: int
+    body: dict
+
+
+def load(path) -> tuple[StoredRows, Oracle]:
+    """The learner's rows and the oracle's flags of one test bed file."""
+    z = np.load(path)
+    rows = AgreementRows(z["tokens"].astype(np.float64), z["query"], z["label"], z["pattern"], z["spread"],
+                         z["residual"], z["violation"], int(z["scanned"]))
+    thetas = z["oracle_thetas"]
+    teacher = MultiHeadAttention(thetas, np.zeros_like(thetas))
+    body = {key[5:]: z[key].item() for key in z.files if key.startswith("body_")}
+    stored = StoredRows(rows, z["w_sum"], float(z["tolerance"]), int(z["heads"]), int(z["seed"]), int(z["samples"]),
+                        body)
+    return stored, Oracle(z["oracle_agreement"].astype(bool), teacher)
+
+
+def span_reading(rows: AgreementRows, heads: int, oracle: Oracle, settings: BodySettings = BodySettings(),
+                 seed: int = 0, slab_rows: np.ndarray | None = None) -> dict:
+    """K*'s reading (its slab rule, phase 4) from ``rows``, scored against the oracle; ``slab_rows``: the rows
+    whose slabs K* keeps (None: every row's; the threshold is the rule's on all of ``rows``)."""
+    rule = kstar_slab_rule(rows, settings)
+    slabs = slab_constraints(rows, **rule, halfspace_rows=0)
+    if slab_rows is not None:
+        slabs = slabs.of_rows(slab_rows)
+    reading = read_span(slabs, heads, settings, np.random.default_rng(seed))
+    distance = None if reading.basis is None else span_distance(reading.basis, oracle.teacher)
+    return {"rows": len(rows), "w_min": rule["w_min"], "equalities": int(slabs.equalities),
+            "span_distance": distance, "median": reading.median_error, "estimate": reading.estimated_error,
+            "refused": reading.refused, "reading": reading}
