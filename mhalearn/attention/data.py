@@ -272,8 +272,16 @@ def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, se
                           meta=np.empty((0, 0, 0, 0)), teacher=teacher, length=length, law=law, noise=noise,
                           seed=seed, samples=samples, chunk=chunk, name=f"labelled-blocks-{token}")
     # Blockwise over the pair axis without concatenating its one block (drop_axis would copy it).
-    return tuple(da.blockwise(_member, "nkd", pairs, "pnkd", which, None, concatenate=False, dtype=np.float64,
-                              meta=np.empty((0, 0, 0))) for which in (0, 1))
+    X, Y = (da.blockwise(_member, "nkd", pairs, "pnkd", which, None, concatenate=False, dtype=np.float64,
+                         meta=np.empty((0, 0, 0))) for which in (0, 1))
+    if law == "boolean":
+        from ..data.dask_data import register_stream
+        from .teacher_source import TeacherSource
+
+        # A fit reads the stream these blocks are: the same bits, its labels kept across passes.
+        register_stream(X, Y, TeacherSource(teacher, samples, length, seed=seed, noise=noise,
+                                            block_size=chunk).as_dask())
+    return X, Y
 
 
 def make_dataset(teacher, samples: int, length: int, *, law: str = "boolean",

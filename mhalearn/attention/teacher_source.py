@@ -29,7 +29,17 @@ from .._memory import format_bytes, get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
 from ..data.scratch import ScratchArrays
-from ..data.sources import BLOCK_SIZE, WAVE_BLOCKS, BlockSource, CodedTokens, PrefixSource, run_block
+from ..data.sources import (
+    BLOCK_SIZE,
+    WAVE_BLOCKS,
+    BlockSource,
+    CodedTokens,
+    PrefixSource,
+    ScaledLabels,
+    first_sequences,
+    held_out_mask,
+    run_block,
+)
 from ..data.token_codes import code_groups
 from .data import boolean_codes, labelled_block
 
@@ -50,26 +60,56 @@ class TeacherSource(BlockSource):
     (:class:`~mhalearn.data.sources.CodedTokens`), coded once where the block is drawn.
     The labels of the first ``kept_blocks`` blocks are kept once computed
     (:meth:`keeping_labels` chooses how many).
+
+    ``scales`` and ``held_out`` (one count per block) with ``split_seed`` make
+    the stream a fit's training split, as :class:`~mhalearn.data.sources.ArraySource`
+    splits arrays in place (:meth:`split`): block b leaves out the rows of
+    ``held_out_mask(size, held_out[b], split_seed, b)``, read where they lie
+    (``rows``), its labels divided by s_Y as they are read.
     """
 
     #: Whether a pass's blocks run as tasks of the active Dask scheduler (:class:`DaskTeacherSource`).
     tasks = False
 
     def __init__(self, teacher, samples: int, length: int, *, seed: int = 0, noise: float = 0.0,
-                 block_size: int = BLOCK_SIZE, kept_blocks: int = 0):
+                 block_size: int = BLOCK_SIZE, kept_blocks: int = 0, scales: tuple[float, float] = (1.0, 1.0),
+                 held_out: list[int] | None = None, split_seed: int = 0):
         self.teacher = teacher
-        self.samples = check_positive_int(samples, "samples")
+        self.generated = check_positive_int(samples, "samples")
         self.length = check_positive_int(length, "length")
         self.dim = teacher.dim
         self.seed = check_positive_int(seed, "seed", minimum=0)
         self.noise = float(noise)
         self.block_size = check_positive_int(block_size, "block_size")
-        self.block_count = -(-self.samples // self.block_size)
+        self.block_count = -(-self.generated // self.block_size)
+        if held_out is not None and len(held_out) != self.block_count:
+            raise ValueError(f"held_out: expected one count per block ({self.block_count}), received "
+                             f"{len(held_out)}")
+        self.scales = tuple(float(scale) for scale in scales)
+        self.held_out, self.split_seed = held_out, split_seed
+        self.samples = self.generated - (0 if held_out is None else sum(held_out))
         self.kept_blocks = min(check_positive_int(kept_blocks, "kept_blocks", minimum=0), self.block_count)
         # Block b's labels once computed, b < kept_blocks (Dask's persisted tasks in a DaskTeacherSource).
         self._kept = [None] * self.kept_blocks
+        # The training rows of the kept blocks, which passes read again (8 bytes a sequence).
+        self._rows = [None] * self.kept_blocks
         self.kept_labels = None
         self._buffers = None  # the pass's (_pass_buffers)
+
+    def _like(self, kept_blocks: int, cls=None, **split) -> "TeacherSource":
+        """The same stream (as ``cls``, by default this class), keeping the labels of ``kept_blocks`` blocks and
+        taking those this one holds; ``split`` replaces its ``scales``, ``held_out`` and ``split_seed``."""
+        split = {"scales": self.scales, "held_out": self.held_out, "split_seed": self.split_seed, **split}
+        stream = (cls or type(self))(self.teacher, self.generated, self.length, seed=self.seed, noise=self.noise,
+                                     block_size=self.block_size, kept_blocks=kept_blocks, **split)
+        shared = min(stream.kept_blocks, self.kept_blocks)
+        stream._kept[:shared] = self._kept[:shared]
+        stream.kept_labels = self.kept_labels if shared == stream.kept_blocks else None
+        return stream
+
+    def split(self, scales: tuple[float, float], held_out: list[int], seed: int) -> "TeacherSource":
+        """The training split of this stream (the class docstring), its kept labels with it."""
+        return self._like(self.kept_blocks, scales=scales, held_out=held_out, split_seed=seed)
 
     def keeping_labels(self, samples: int) -> "TeacherSource":
         """The same stream, keeping the labels of its first blocks that hold ``samples`` sequences once
@@ -82,8 +122,9 @@ class TeacherSource(BlockSource):
         block_bytes = 8 * self.block_size * self.length * self.dim
         budget = get_memory_budget()
         kept = wanted if budget is None else min(wanted, int(KEPT_LABELS_SHARE * budget) // block_bytes)
-        stream = type(self)(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
-                            block_size=self.block_size, kept_blocks=kept)
+        if kept == self.kept_blocks and self.kept_labels is not None:
+            return self
+        stream = self._like(kept)
         share = f"{KEPT_LABELS_SHARE:.0%} of the memory budget, {format_bytes(budget or 0)}"
         stream.kept_labels = (
             f"labels of the first {kept} blocks kept ({format_bytes(kept * block_bytes)}), computed once"
@@ -92,31 +133,70 @@ class TeacherSource(BlockSource):
 
     def __getstate__(self) -> dict:
         # A task receives the labels it reads as an argument: the source it carries keeps none.
-        return {**self.__dict__, "_kept": [], "kept_blocks": 0, "_buffers": None}
+        return {**self.__dict__, "_kept": [], "_rows": [], "kept_blocks": 0, "_buffers": None}
 
     def fingerprint(self) -> str:
-        """A hash of what the blocks are drawn from: the teacher, the sizes, the seed and the noise."""
+        """A hash of what the blocks are drawn from: the teacher, the sizes, the seed and the noise (and the
+        split, for a split stream)."""
         from dask.base import tokenize
 
-        return tokenize(self.teacher.thetas, self.teacher.ws, self.samples, self.length, self.seed, self.noise,
-                        self.block_size)
+        split = () if self.held_out is None and self.scales == (1.0, 1.0) else (
+            self.scales, self.held_out, self.split_seed)
+        return tokenize(self.teacher.thetas, self.teacher.ws, self.generated, self.length, self.seed, self.noise,
+                        self.block_size, *split)
+
+    def _size(self, index: int) -> int:
+        """The sequences drawn for block ``index`` (the stream's and those held out)."""
+        return min(self.block_size, self.generated - index * self.block_size)
 
     def block_samples(self, index: int) -> int:
-        return min(self.block_size, self.samples - index * self.block_size)
+        return self._size(index) - (0 if self.held_out is None else self.held_out[index])
 
-    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
+    def _held_out(self, index: int) -> np.ndarray:
+        return held_out_mask(self._size(index), self.held_out[index], self.split_seed, index)
+
+    def _training_rows(self, index: int) -> np.ndarray | None:
+        """The sorted indices of block ``index``'s training sequences (None: every one), kept for kept blocks."""
+        if self.held_out is None:
+            return None
+        rows = self._rows[index] if index < self.kept_blocks else None
+        if rows is None:
+            rows = np.flatnonzero(~self._held_out(index))
+            if index < self.kept_blocks:
+                self._rows[index] = rows
+        return rows
+
+    def _viewed(self, index: int, X: CodedTokens, Y: np.ndarray) -> tuple[CodedTokens, np.ndarray, np.ndarray | None]:
+        """Block ``index`` as the stream reads it: its training ``rows``, its labels divided by s_Y as read."""
+        y_scale = self.scales[1]
+        return X, (Y if y_scale == 1.0 else ScaledLabels(Y, y_scale)), self._training_rows(index)
+
+    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, np.ndarray | None]:
         kept = index < self.kept_blocks
-        X, Y, rows = self._drawn_block(index, self._kept[index] if kept else None)
+        X, Y, _ = self._drawn_block(index, self._kept[index] if kept else None)
         if kept and self._kept[index] is None:
             self._kept[index] = Y  # new arrays hold the labels apart from the tokens: keeping them keeps no X
-        return X, Y, rows
+        return self._viewed(index, X, Y)
+
+    def held_out_head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``samples`` held-out sequences of a split stream, in block order, in memory (as
+        :meth:`~mhalearn.data.sources.ArraySource.held_out_head`)."""
+        if self.held_out is None:
+            raise ValueError("held_out_head: this stream holds nothing out")
+        return first_sequences(self._held_out_parts(), samples)
+
+    def _held_out_parts(self):
+        for index in range(self.block_count):
+            X, Y, _ = self._viewed(index, *self._drawn_block(index, None)[:2])
+            mask = self._held_out(index)
+            yield X[mask], Y[mask]
 
     def _drawn_block(self, index: int, labels: np.ndarray | None,
                      buffers: BlockBuffers | None = None) -> tuple[CodedTokens, np.ndarray, None]:
         """Block ``index`` drawn, labelled unless its ``labels`` are given (then its tokens' codes only), into
         ``buffers`` (:meth:`BlockBuffers.lent`) when given, else into new arrays, the tokens and the labels
         each in an array of its own."""
-        size = self.block_samples(index)
+        size = self._size(index)
         if buffers is None:
             shape = (size, self.length, self.dim)
             pairs = None if labels is not None else (np.empty(shape), np.empty(shape))
@@ -167,17 +247,18 @@ class TeacherSource(BlockSource):
                 self._kept[index], result = self._labelled_to_keep(func, args, index, indexed, buffers)
                 return result
             labels = self._kept[index]
-        with buffers.lent(self.block_samples(index)) as lent:
-            return run_block(func, *self._drawn_block(index, labels, lent), args, index if indexed else None)
+        with buffers.lent(self._size(index)) as lent:
+            X, Y, _ = self._drawn_block(index, labels, lent)
+            return run_block(func, *self._viewed(index, X, Y), args, index if indexed else None)
 
     def _labelled_to_keep(self, func, args: tuple, index: int, indexed: bool, buffers: BlockBuffers) -> tuple:
         """(the labels of block ``index``, ``func`` on the block): the tokens drawn into arrays lent by
         ``buffers``, the labels into an array of their own, to be kept (one array with the tokens would keep
         them alive too)."""
-        with buffers.lent(self.block_samples(index)) as lent:
+        with buffers.lent(self._size(index)) as lent:
             (tokens, _), codes = lent
-            X, Y, rows = self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
-            return Y, run_block(func, X, Y, rows, args, index if indexed else None)
+            X, Y, _ = self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
+            return Y, run_block(func, *self._viewed(index, X, Y), args, index if indexed else None)
 
     def __dask_tokenize__(self):
         return self.fingerprint()
@@ -185,8 +266,7 @@ class TeacherSource(BlockSource):
     def as_dask(self) -> "DaskTeacherSource":
         """The same stream, each block of a pass one task of the active Dask scheduler
         (:class:`DaskTeacherSource`): a pass's blocks spread over a cluster's workers."""
-        return DaskTeacherSource(self.teacher, self.samples, self.length, seed=self.seed, noise=self.noise,
-                                 block_size=self.block_size, kept_blocks=self.kept_blocks)
+        return self._like(self.kept_blocks, cls=DaskTeacherSource)
 
 
 class DaskTeacherSource(TeacherSource):
@@ -238,9 +318,9 @@ class DaskTeacherSource(TeacherSource):
                 for index in selected]
             return list(dask.compute(*tasks))
 
-    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, None]:
+    def _block(self, index: int) -> tuple[CodedTokens, np.ndarray, np.ndarray | None]:
         # Read on the caller (a head of the stream): drawn and labelled there, what is kept left to the tasks.
-        return self._drawn_block(index, None)
+        return self._viewed(index, *self._drawn_block(index, None)[:2])
 
 
 def _label_to_keep_and_run(source: TeacherSource, func, args: tuple, index: int, indexed: bool,

@@ -15,7 +15,11 @@ Nothing of size n is gathered:
   rows drawn from ``default_rng([seed, b])`` (one seed from the learner's
   generator) instead of a global permutation of n, and standardises
   lazily (X / s_X block by block);
-- :func:`prepare_dask_data` chains them for a fit;
+- :func:`prepare_dask_data` chains them for a fit; on arrays that
+  ``make_dataset`` drew from a teacher (:func:`register_stream`) it reads
+  the stream they were drawn from instead, to the same bits: the statistics
+  pass keeps the labels of the blocks phases 1–3 read again, and no pass
+  computes an array task;
 - phases 1–4 stream over the training blocks through a
   :class:`DaskSource`, and phases 5–6 (net
   search, least squares, selection, polish) run on the first
@@ -26,6 +30,7 @@ Nothing of size n is gathered:
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,30 +66,39 @@ class DaskStatistics:
     content: str
 
 
-def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=True") -> DaskStatistics:
+def dask_statistics(X, Y, *, boolean: bool, opt_in: str = "allow_non_boolean=True",
+                    digest: bool = True) -> DaskStatistics:
     """One pass over the blocks of X, Y: check the values and measure the units.
 
     Raises ValueError naming X or Y for non-finite entries, and naming X for
     entries other than ±1 when ``boolean`` (the message names ``opt_in``).
+    ``digest`` False takes no hash of the blocks (``content`` None: a
+    checkpoint's key then takes its own pass).
     """
-    summaries = DaskSource(X, Y).map_blocks(_statistics_block, boolean)
+    summaries = DaskSource(X, Y).map_blocks(_statistics_block, boolean, digest)
+    content = content_digest([summary[0]["digest"] for summary in summaries], X.chunks[0]) if digest else None
+    return _reduced_statistics(summaries, boolean, opt_in, content)
+
+
+def _reduced_statistics(summaries: list, boolean: bool, opt_in: str, content: str | None) -> DaskStatistics:
+    """The blocks' figures (:func:`_statistics_block`) reduced in block order, the values checked."""
     for position, name in enumerate("XY"):
         bad = sum(summary[position]["nonfinite"] for summary in summaries)
         if bad:
             raise ValueError(f"{name}: expected finite values, received {bad} non-finite entries")
     if boolean:
-        examples = [value for summary in summaries for value in summary[0]["non_boolean"]][:3]
+        examples = [value for summary in summaries for value in summary[0].get("non_boolean", ())][:3]
         if examples:
             raise ValueError(f"X: expected Boolean entries in {{-1, +1}}, received values such as {examples} "
                              f"(pass {opt_in} to opt in)")
     (x_scale, token_norm), (y_scale, label_norm) = (
         _combined_scale([summary[position] for summary in summaries]) for position in range(2))
-    content = content_digest([summary[0]["digest"] for summary in summaries], X.chunks[0])
     return DaskStatistics(x_scale=x_scale, y_scale=y_scale, token_norm=token_norm, label_norm=label_norm,
                           content=content)
 
 
-def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator):
+def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator,
+                      kept_samples: int | None = None, digest: bool = True):
     """Checked Dask arrays X, Y (:func:`~mhalearn.data.fit_data.check_dask_pair`) measured and split:
     ``(statistics, split)``.
 
@@ -97,11 +111,18 @@ def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.rando
     in the fit's units: the first :data:`SAMPLE_TRAINING` training and
     :data:`SAMPLE_VALIDATION` held-out sequences in memory
     (:func:`in_memory_sample`) and every training sequence as a
-    :class:`DaskSource`, whose fingerprint follows from the pass's hash.
+    :class:`DaskSource`, whose fingerprint follows from the pass's hash
+    (taken when ``digest``).  Arrays drawn from a teacher's stream
+    (:func:`register_stream`) are read as that stream, split alike
+    (:func:`_prepare_stream`), its first blocks holding ``kept_samples``
+    training sequences keeping their labels from the statistics pass on.
     """
     from dask.base import tokenize
 
-    statistics = dask_statistics(X, Y, boolean=boolean)
+    stream = stream_of(X, Y)
+    if stream is not None:
+        return _prepare_stream(stream, boolean=boolean, held_out=held_out, rng=rng, kept_samples=kept_samples)
+    statistics = dask_statistics(X, Y, boolean=boolean, digest=digest)
     x_scale, y_scale = statistics.x_scale, statistics.y_scale
     check_representable_units(x_scale, y_scale)
     if y_scale == 0.0:
@@ -109,29 +130,68 @@ def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.rando
     seed = draw_seed(rng)
     X_train, Y_train, X_val, Y_val = split_blocks(X / x_scale, Y / y_scale, held_out, seed)
     # The training stream's values follow from the data's (hashed in the statistics pass) and the split.
-    content = tokenize(statistics.content, x_scale, y_scale, held_out, seed)
+    content = None if statistics.content is None else tokenize(statistics.content, x_scale, y_scale, held_out, seed)
     return statistics, (*in_memory_sample(X_train, Y_train, X_val, Y_val),
                         DaskSource(X_train, Y_train, content=content))
 
 
-def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool) -> tuple[dict, dict]:
+def _prepare_stream(stream, *, boolean: bool, held_out: list[int], rng: np.random.Generator,
+                    kept_samples: int | None):
+    """:func:`prepare_dask_data` on the stream that drew the arrays: the same figures, split and bits.
+
+    The statistics pass reads the stream's blocks (the tokens are ±1 by
+    construction: their figures are exact without reading them) and keeps
+    the labels of its first blocks holding ``kept_samples`` training
+    sequences; the split stream shares them (``stream.split``).
+    """
+    sizes = [stream.block_samples(index) for index in range(stream.block_count)]
+    kept, training = 0, 0
+    while kept_samples and training < kept_samples and kept < len(sizes):
+        training += sizes[kept] - held_out[kept]
+        kept += 1
+    labelled = stream.keeping_labels(sum(sizes[:kept])) if kept else stream
+    statistics = _reduced_statistics(labelled.map_blocks(_stream_statistics_block), boolean, "", labelled.fingerprint())
+    check_representable_units(statistics.x_scale, statistics.y_scale)
+    if statistics.y_scale == 0.0:
+        return statistics, None
+    split = labelled.split((statistics.x_scale, statistics.y_scale), held_out, draw_seed(rng))
+    training, validation = min(SAMPLE_TRAINING, split.samples), min(SAMPLE_VALIDATION, sum(held_out))
+    check_sample_memory(training, validation, split.length, split.dim)
+    return statistics, (*split.head(training), *split.held_out_head(validation), split)
+
+
+def _array_figures(array: np.ndarray, norm_axes: tuple) -> dict:
+    """The figures :func:`_statistics_block` gives an array: non-finite entries, the peak |entry| p, Σ (entry/p)²,
+    the size, and the largest norm over ``norm_axes`` (each computed once, on the scaled entries' squares)."""
+    peak = float(np.max(np.abs(array))) if array.size else 0.0
+    # A non-finite entry makes the peak non-finite; only then are they counted.
+    nonfinite = 0 if np.isfinite(peak) else int(array.size - np.count_nonzero(np.isfinite(array)))
+    if nonfinite:
+        peak = 0.0
+    squares = (array / peak if peak > 0.0 else np.zeros_like(array)) ** 2
+    return {"nonfinite": nonfinite, "peak": peak, "squares": float(np.sum(squares)), "size": array.size,
+            "norm": peak * float(np.sqrt(np.max(np.sum(squares, axis=norm_axes), initial=0.0)))}
+
+
+def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool, digest: bool = True) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
     (scaled by the peak, as :func:`~mhalearn.data.fit_data.root_mean_square`, so nothing overflows);
-    and the block's :func:`~mhalearn.data.dask_data.block_digest`, which the checkpoint's key reads."""
-    figures = []
-    for array, norm_axes in ((X, (2,)), (Y, (1, 2))):
-        finite = np.isfinite(array)
-        nonfinite = int(array.size - np.count_nonzero(finite))
-        peak = float(np.max(np.abs(array))) if array.size and not nonfinite else 0.0
-        scaled = array / peak if peak > 0.0 else np.zeros_like(array)
-        figures.append({"nonfinite": nonfinite, "peak": peak, "squares": float(np.sum(scaled ** 2)),
-                        "size": array.size,
-                        "norm": peak * float(np.sqrt(np.max(np.sum(scaled ** 2, axis=norm_axes), initial=0.0)))})
+    and, when ``digest``, the block's :func:`~mhalearn.data.dask_data.block_digest`, which the checkpoint's key reads."""
+    figures = [_array_figures(X, (2,)), _array_figures(Y, (1, 2))]
     if boolean:
         figures[0]["non_boolean"] = X[np.abs(X) != 1.0][:3].tolist()
-    figures[0]["digest"] = block_digest(X, Y)
+    if digest:
+        figures[0]["digest"] = block_digest(X, Y)
     return figures[0], figures[1]
+
+
+def _stream_statistics_block(X, Y: np.ndarray, rows: None) -> tuple[dict, dict]:
+    """:func:`_statistics_block` of a generated stream's block: X's tokens are ±1 by construction, so their
+    figures are those of a block of ones (exact: sums of ones below 2⁵³), and only Y is read."""
+    size = X.shape[0] * X.shape[1] * X.shape[2]
+    ones = {"nonfinite": 0, "peak": 1.0, "squares": float(size), "size": size, "norm": float(np.sqrt(float(X.shape[2])))}
+    return ones, _array_figures(np.asarray(Y), (1, 2))
 
 
 def _combined_scale(figures: list[dict]) -> tuple[float, float]:
@@ -183,11 +243,38 @@ def in_memory_sample(X_train, Y_train, X_val, Y_val, training: int = SAMPLE_TRAI
     import dask
 
     training, validation = min(training, X_train.shape[0]), min(validation, X_val.shape[0])
-    _, k, d = X_train.shape
-    check_memory(2 * 8 * (training + validation) * k * d, "X",
-                 f"an in-memory sample of {training} + {validation} sequences of {k} × {d} entries for the "
-                 f"net search and the selection")
+    check_sample_memory(training, validation, *X_train.shape[1:])
     return dask.compute(X_train[:training], Y_train[:training], X_val[:validation], Y_val[:validation])
+
+
+def check_sample_memory(training: int, validation: int, length: int, dim: int) -> None:
+    """Raise ``MemoryError`` naming X when the in-memory sample exceeds the memory budget."""
+    check_memory(2 * 8 * (training + validation) * length * dim, "X",
+                 f"an in-memory sample of {training} + {validation} sequences of {length} × {dim} entries for the "
+                 f"net search and the selection")
+
+
+#: The streams Dask arrays were drawn from, by the arrays' names (:func:`register_stream`): the last few.
+_STREAMS: OrderedDict = OrderedDict()
+_STREAMS_KEPT = 16
+
+
+def register_stream(X, Y, stream) -> None:
+    """Record that Dask arrays X, Y are the blocks of ``stream`` (``make_dataset(..., chunks=...)``): a fit on
+    them reads the stream (same bits, labels kept across passes) instead of computing array tasks.
+
+    ``stream`` is a generated source with ``keeping_labels``, ``split`` and ``held_out_head``
+    (:class:`~mhalearn.attention.teacher_source.DaskTeacherSource`).  Arrays derived from X, Y have
+    other names and are read as arrays.
+    """
+    _STREAMS[(X.name, Y.name)] = stream
+    while len(_STREAMS) > _STREAMS_KEPT:
+        _STREAMS.popitem(last=False)
+
+
+def stream_of(X, Y):
+    """The stream Dask arrays X, Y were drawn from (:func:`register_stream`), or None."""
+    return _STREAMS.get((X.name, Y.name))
 
 
 class DaskSource(BlockSource):

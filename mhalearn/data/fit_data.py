@@ -35,7 +35,7 @@ from threadpoolctl import ThreadpoolController
 
 from .._validation import check_pair
 from ..seeding import draw_seed
-from .dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION, DaskStatistics, prepare_dask_data
+from .dask_data import SAMPLE_TRAINING, SAMPLE_VALIDATION, DaskSource, DaskStatistics, prepare_dask_data
 from .sources import BLOCK_SIZE, MIN_BLOCK_SEQUENCES, Source, held_out_counts, split_in_place, warn_small_blocks
 from .units import Units, check_representable_units
 
@@ -79,6 +79,8 @@ class FitData:
     Y_val: np.ndarray
     examples: Examples
     source: Source | None = None
+    #: What the examples were read as, for the fit's report.
+    read_as: str = ""
 
     @property
     def units(self) -> Units:
@@ -138,7 +140,7 @@ def check_dask_pair(X, Y):
 
 
 def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validation_fraction: float,
-                     stream: bool) -> FitData:
+                     stream: bool, kept_samples: int | None = None, digest: bool = False) -> FitData:
     """The checked examples (:func:`check_examples`) measured and split: what a learner's ``_fit`` receives.
 
     Measures the units, refused when float64 cannot carry them
@@ -153,19 +155,27 @@ def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validatio
     (``stream``: :func:`~mhalearn.data.sources.split_in_place`), and
     otherwise by ``rng.permutation(n)``, the first sequences of which are
     held out.  Labels all zero are not split (see :class:`FitData`).
+    On Dask arrays, ``digest`` hashes every block in the same pass (what a
+    checkpoint's key reads; otherwise it takes a pass of its own when asked),
+    and ``kept_samples`` is how many training sequences the learner reads
+    again (a generated stream keeps their labels:
+    :func:`~mhalearn.data.dask_data.prepare_dask_data`).
     """
     samples, length, dim = X.shape
     held_out = validation_size(samples, validation_fraction)
     if is_dask_array(X):
         statistics, split = prepare_dask_data(X, Y, boolean=boolean, held_out=held_out_counts(X.chunks[0], held_out),
-                                              rng=rng)
+                                              rng=rng, kept_samples=kept_samples, digest=digest)
         units = Units(samples=samples, length=length, dim=dim, x_scale=statistics.x_scale,
                       y_scale=statistics.y_scale)
         examples = Examples(X, Y, units, boolean, statistics)
         if split is None:
             return _unsplit(examples)
         X_train, Y_train, X_val, Y_val, source = split
-        return FitData(X_train, Y_train, X_val, Y_val, examples, source=source)
+        read_as = ("Dask arrays, measured in one pass over their blocks" if isinstance(source, DaskSource) else
+                   "the teacher's stream that drew the Dask arrays, measured in one pass over it"
+                   + ("" if source.kept_labels is None else f" ({source.kept_labels})"))
+        return FitData(X_train, Y_train, X_val, Y_val, examples, source=source, read_as=read_as)
     # Entries ±1 (checked) have a root mean square of exactly 1: no pass needed.
     y_scale, x_scale = root_mean_square(Y), 1.0 if boolean else root_mean_square(X)
     check_representable_units(x_scale, y_scale)
@@ -180,11 +190,12 @@ def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validatio
         X_train, Y_train, X_val, Y_val, source = split_in_place(
             X, Y, scales=(x_scale, y_scale), held_out=held_out_counts(block_sizes(samples), held_out),
             seed=draw_seed(rng), boolean=boolean, training=SAMPLE_TRAINING, validation=SAMPLE_VALIDATION)
-        return FitData(X_train, Y_train, X_val, Y_val, examples, source=source)
+        return FitData(X_train, Y_train, X_val, Y_val, examples, source=source, read_as="NumPy arrays, split in place")
     order = rng.permutation(samples)
     val, train = order[:held_out], order[held_out:]
     return FitData(standardised_rows(X, train, x_scale), standardised_rows(Y, train, y_scale),
-                   standardised_rows(X, val, x_scale), standardised_rows(Y, val, y_scale), examples)
+                   standardised_rows(X, val, x_scale), standardised_rows(Y, val, y_scale), examples,
+                   read_as="NumPy arrays, permuted and copied")
 
 
 def _unsplit(examples: Examples) -> FitData:

@@ -14,7 +14,7 @@ from .._estimator import Estimator, SequenceRegressorMixin, check_fitted, pooled
 from .._validation import as_generator, check_enough_samples, check_pair, check_sample_weight
 from ..attention.model import MultiHeadAttention, check_attention_memory
 from ..data.fit_data import FitData, check_examples, prepare_fit_data, validation_size
-from .report import FitStart, Notifier, Phase, ZeroLabelsReport
+from .report import FitStart, FitStep, Notifier, Phase, ZeroLabelsReport
 
 
 @dataclass(frozen=True)
@@ -86,21 +86,22 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         -------
         self
         """
+        start = time.perf_counter()
         self._check_params()
         notify = Notifier(callback)
         boolean = self.requires_boolean and not getattr(self, "allow_non_boolean", False)
         X, Y = check_examples(X, Y, boolean=boolean, streams_dask=self.streams_dask, learner=type(self).__name__)
         self._check_shape(*X.shape)
-        start = time.perf_counter()
         rng = as_generator(self.random_state)
         data = prepare_fit_data(X, Y, boolean=boolean, rng=rng, validation_fraction=self.validation_fraction,
-                                stream=self.streams_dask)
+                                stream=self.streams_dask, **self._data_options(*X.shape))
         units = data.examples.units
+        prepared = FitStep(seconds=time.perf_counter() - start, name="data", read_as=data.read_as)
         if units.y_scale == 0.0:
             zero = {name: MultiHeadAttention(np.zeros((self.heads, units.dim, units.dim)),
                                              np.zeros((self.heads, units.dim, units.dim))) for name in self._layers}
             self._store(zero, ZeroLabelsReport(total_seconds=time.perf_counter() - start, x_scale=units.x_scale,
-                                               y_scale=units.y_scale), units.dim)
+                                               y_scale=units.y_scale, steps=(prepared,)), units.dim)
             return self
         notify(Phase.START, FitStart(seconds=0.0, heads=self.heads, **dataclasses.asdict(units)))
         # The Numba kernels own the cores.  OpenBLAS threads spin after each
@@ -111,10 +112,18 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         if set(fitted.layers) != set(self._layers):
             raise TypeError(f"{type(self).__name__}._fit returned the layers {sorted(fitted.layers)}, expected "
                             f"{sorted(self._layers)}")
+        fields = dict(fitted.report)
+        steps = (prepared, *fields.pop("steps", ()))
         report = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,
-                                    x_scale=units.x_scale, y_scale=units.y_scale, **fitted.report)
+                                    x_scale=units.x_scale, y_scale=units.y_scale, steps=steps,
+                                    observer_seconds=notify.seconds, **fields)
         self._store({name: units.to_data_units(layer) for name, layer in fitted.layers.items()}, report, units.dim)
         return self
+
+    def _data_options(self, samples: int, length: int, dim: int) -> dict:
+        """What :func:`~mhalearn.data.fit_data.prepare_fit_data` is told of the passes to come (its
+        ``kept_samples`` and ``digest``): nothing, unless the learner streams its examples."""
+        return {}
 
     def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
         """Fit the layer to ``data`` (in the fit's units), drawing from ``rng`` and telling ``notify``

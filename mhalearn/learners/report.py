@@ -367,24 +367,53 @@ def certificate_line(certificate: dict) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FitStep(PhaseResult):
+    """A step of a fit outside its phases (the data's checks, units pass and split: ``"data"``), timed alike.
+
+    ``read_as`` says what the step read or made, for the table.
+    """
+
+    name: str
+    read_as: str | None = None
+
+    columns = ("read_as",)
+
+
+@dataclass(frozen=True, kw_only=True)
 class LearnerReport:
-    """What every learner's ``report_`` has: the fit's time (observers excluded) and units."""
+    """What every learner's ``report_`` has: the fit's time (observers excluded) and units.
+
+    ``steps`` are the fit's steps outside its phases (:class:`FitStep`), so
+    that the steps' and the phases' seconds add up to ``total_seconds``
+    (:meth:`attributed_seconds`); ``observer_seconds`` is the time spent in
+    the observers, apart: the fit's wall time is the sum of both totals.
+    """
 
     total_seconds: float
     x_scale: float
     y_scale: float
+    steps: tuple = ()
+    observer_seconds: float = 0.0
 
     def phases(self) -> list[tuple[str, PhaseResult | None]]:
         """``(name, result)`` for every phase, in the order they ran (None: not run)."""
         return []
 
+    def attributed_seconds(self) -> float:
+        """The seconds of the steps and the phases that ran (each phase result's own)."""
+        return sum(result.seconds for _, result in [*self._step_rows(), *self.phases()] if result is not None)
+
     def footer(self) -> list[str]:
         return []
 
+    def _step_rows(self) -> list[tuple[str, PhaseResult]]:
+        return [(step.name, step) for step in self.steps]
+
     def table(self) -> str:
-        """Each phase's seconds and figures, one line each (plus detail lines), then the total."""
-        footer = [*self.footer(), f"total {self.total_seconds:.2f} s"]
-        return phase_table(self.phases(), footer)
+        """Each step's and phase's seconds and figures, one line each (plus detail lines), then the total."""
+        footer = [*self.footer(), f"total {self.total_seconds:.2f} s ({self.attributed_seconds():.2f} s in the steps "
+                                  f"and phases above); observers {self.observer_seconds:.2f} s apart"]
+        return phase_table([*self._step_rows(), *self.phases()], footer)
 
     def as_dict(self) -> dict:
         """The report's fields as nested plain dicts and lists (data fields left out)."""
@@ -403,5 +432,5 @@ class ZeroLabelsReport(LearnerReport):
         return self.zero_labels
 
 
-__all__ = ["FitStart", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseFile", "PhaseResult",
+__all__ = ["FitStart", "FitStep", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseFile", "PhaseResult",
            "Route", "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]

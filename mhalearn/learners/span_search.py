@@ -12,6 +12,8 @@ Reference: Chen, S. & Li, Y., *Provably learning a multi-head attention layer*.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from .._memory import check_memory
@@ -24,7 +26,7 @@ from .chen_li.phase5_net import check_net
 from .chen_li.phase6_select import certificate_bounds
 from .chen_li.settings import NORM_BOUND, SearchSettings
 from .least_squares import projections_memory
-from .report import Notifier
+from .report import FitStep, Notifier
 
 #: Phases 5–6's default settings, the span-search learners' default ``search``.
 SEARCH = SearchSettings()
@@ -80,9 +82,13 @@ class SpanSearchLearner(AttentionLearner):
         return self.search.replace(norm_bound=self.norm_bound)
 
     def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:
-        fit = self._span_and_select(data, rng, notify, **certificate_assumptions(data.examples))
+        start = time.perf_counter()
+        bounds = certificate_assumptions(data.examples)
+        step = FitStep(seconds=time.perf_counter() - start, name="bounds",
+                       read_as="the certificate's largest label and token norms")
+        fit = self._span_and_select(data, rng, notify, **bounds)
         return FitResult({"model": fit.selection.model, "least_squares_model": fit.selection.least_squares_model},
-                         fit.report_fields())
+                         {**fit.report_fields(), "steps": (step,)})
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
                          token_norm: float) -> SpanSearchFit:
