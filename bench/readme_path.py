@@ -46,9 +46,10 @@ def digest(array: np.ndarray) -> str:
 
 
 def phase_sum(report) -> float:
-    """The seconds of every phase the report lists, its steps outside the phases included where it has them."""
-    total = sum(result.seconds for _, result in report.phases() if result is not None)
-    return total + sum(step.seconds for step in getattr(report, "fit_steps", ()) or ())
+    """The seconds of every phase the report lists, and of its steps outside the phases where it has them."""
+    if hasattr(report, "attributed_seconds"):
+        return report.attributed_seconds()
+    return sum(result.seconds for _, result in report.phases() if result is not None)
 
 
 def main():
@@ -94,7 +95,8 @@ def main():
           f"{digest(learner.least_squares_model_.ws)} {digest(learner.least_squares_model_.thetas)}")
     X_test = mhalearn.boolean_inputs(20_000, LENGTH, DIM, rng=seeded_rng(args.teacher, "test"))
     error = mhalearn.relative_error(learner.least_squares_model_, teacher, X_test)
-    print(f"test relative error {error:.6g}; span distance {mhalearn.evaluation.span_distance(span.basis, teacher) if span.basis is not None else None}")
+    distance = None if span.basis is None else mhalearn.evaluation.span_distance(span.basis, teacher)
+    print(f"test relative error {error:.6g}; span distance {distance}")
     if profile is not None:
         profile.dump_stats(args.profile)
         pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)

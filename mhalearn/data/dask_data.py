@@ -173,11 +173,12 @@ def _array_figures(array: np.ndarray, norm_axes: tuple) -> dict:
             "norm": peak * float(np.sqrt(np.max(np.sum(squares, axis=norm_axes), initial=0.0)))}
 
 
-def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool, digest: bool = True) -> tuple[dict, dict]:
+def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool,
+                      digest: bool = True) -> tuple[dict, dict]:
     """One block's figures for :func:`dask_statistics`: for X the largest token norm, for Y the largest
     label norm of a sequence; for both the non-finite count, the peak |entry| p and Σ (entry/p)²
     (scaled by the peak, as :func:`~mhalearn.data.fit_data.root_mean_square`, so nothing overflows);
-    and, when ``digest``, the block's :func:`~mhalearn.data.dask_data.block_digest`, which the checkpoint's key reads."""
+    and, when ``digest``, the block's :func:`block_digest`, which the checkpoint's key reads."""
     figures = [_array_figures(X, (2,)), _array_figures(Y, (1, 2))]
     if boolean:
         figures[0]["non_boolean"] = X[np.abs(X) != 1.0][:3].tolist()
@@ -190,7 +191,8 @@ def _stream_statistics_block(X, Y: np.ndarray, rows: None) -> tuple[dict, dict]:
     """:func:`_statistics_block` of a generated stream's block: X's tokens are ±1 by construction, so their
     figures are those of a block of ones (exact: sums of ones below 2⁵³), and only Y is read."""
     size = X.shape[0] * X.shape[1] * X.shape[2]
-    ones = {"nonfinite": 0, "peak": 1.0, "squares": float(size), "size": size, "norm": float(np.sqrt(float(X.shape[2])))}
+    ones = {"nonfinite": 0, "peak": 1.0, "squares": float(size), "size": size,
+            "norm": float(np.sqrt(float(X.shape[2])))}
     return ones, _array_figures(np.asarray(Y), (1, 2))
 
 

@@ -432,5 +432,5 @@ class ZeroLabelsReport(LearnerReport):
         return self.zero_labels
 
 
-__all__ = ["FitStart", "FitStep", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseFile", "PhaseResult",
-           "Route", "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]
+__all__ = ["FitStart", "FitStep", "LearnerReport", "Notifier", "Observers", "PassPosition", "Phase", "PhaseFile",
+           "PhaseResult", "Route", "Rule", "StreamProgress", "ZeroLabelsReport", "data_field", "phase_table"]
