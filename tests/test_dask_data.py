@@ -499,3 +499,30 @@ def test_lazy_datasets_of_two_teachers_and_one_seed_have_keys_of_their_own(teach
     other = mhalearn.sample_teacher(HEADS + 1, DIM, rng=11)
     names = [mhalearn.make_dataset(planted, 100, LENGTH, rng=0, chunks=50)[0].name for planted in (teacher, other)]
     assert names[0] != names[1]
+
+
+def test_a_fit_on_make_dataset_arrays_reads_their_stream_to_the_same_bits(one_head_data):
+    # make_dataset's arrays are read as the teacher's stream that drew them (its labels kept over the passes that
+    # read the prefix again); the same values under another name (X * 1.0) are read as Dask arrays.  The fits are
+    # the same to the bit, the prefix shorter than the stream so that a candidate pass reads it all.
+    _, X, Y = one_head_data
+
+    def fit(X, Y):
+        learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine="none", max_candidates=2000,
+                                         prefix_samples=1500)
+        with dask.config.set(scheduler="threads"):
+            learner.fit(X, Y)
+        return learner
+
+    stream, arrays = fit(X, Y), fit(X * 1.0, Y * 1.0)
+    assert "teacher's stream" in stream.report_.steps[0].read_as and "2 blocks kept" in stream.report_.steps[0].read_as
+    assert arrays.report_.steps[0].read_as.startswith("Dask arrays")
+    assert stream.report_.refined_sum.prefix_labels is not None and arrays.report_.refined_sum.prefix_labels is None
+    passes = [step for step in stream.report_.refined_sum.steps if step.name.startswith("whole-stream")]
+    assert passes and passes[0].passes >= 1
+    figures = [{"x_scale": np.array(learner.report_.x_scale), "y_scale": np.array(learner.report_.y_scale),
+                "basis": learner.report_.span.basis, "w_sum": learner.report_.refined_sum.w_sum,
+                "rows": learner.report_.sculpt[-1].rows.label, "thetas": learner.model_.thetas,
+                "ws": learner.model_.ws, "least_squares": learner.least_squares_model_.ws}
+               for learner in (stream, arrays)]
+    _assert_same_bits(*figures)
