@@ -136,7 +136,7 @@ def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_work(data, tmp_p
 
 CELL = {"heads": 2, "dim": 8, "length": 3, "samples": 8000, "seed": 1}
 # Figures a rerun measures afresh (times, the process's memory); every other figure must be the same.
-TIMED = {"body_seconds", "kept_seconds", "net_seconds", "peak_memory_mb"}
+TIMED = {"body_seconds", "kept_seconds", "net_seconds", "peak_memory_mb", "phase_seconds"}
 
 
 def test_an_interrupted_sculpt_vs_m_cell_resumes_to_the_same_row(tmp_path, monkeypatch):

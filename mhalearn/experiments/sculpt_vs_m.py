@@ -201,6 +201,8 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
         "spectral_gap": span.spectral_gap,
         # A resumed cell's phases loaded from its checkpoint count with the seconds they took when computed.
         "body_seconds": phases.seconds,
+        # Each phase's seconds, the whole-stream refit apart from phase 3's prefix part (JSON).
+        "phase_seconds": json.dumps(_phase_seconds(phases)),
         "resumed": ", ".join(checkpoint.resumed),
         "kept_seconds": checkpoint.kept_seconds,
         "candidates": None, "net_seconds": None, "test_error": None,
@@ -222,6 +224,16 @@ def _run_cell(cell: dict, checkpoint_dir=None, workers: int = 1) -> dict:
     # Undefined figures (no agreement row, no long direction at m = 1) are stored as None.
     return {key: None if isinstance(value, float) and not math.isfinite(value) else value
             for key, value in metrics.items()}
+
+
+def _phase_seconds(phases) -> dict:
+    """Phases 1–4's seconds by name, phase 3 split into its prefix part and the whole-stream refit."""
+    seconds = {"crude_sum": None if phases.crude_sum is None else phases.crude_sum.seconds,
+               "sculpt": [body.seconds for body in phases.sculpt], "span": phases.span.seconds}
+    if phases.refined_sum is not None:
+        stream = sum(step.seconds for step in phases.refined_sum.steps if isinstance(step, StreamRefit))
+        seconds.update(refined_sum=phases.refined_sum.seconds - stream, stream_refit=stream)
+    return seconds
 
 
 def _cell_teacher(cell: dict):
