@@ -28,7 +28,7 @@ import numpy as np
 from .._memory import format_bytes, get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
-from ..data.scratch import ScratchArrays
+from ..data.scratch import ScratchArrays, kept_array
 from ..data.sources import (
     BLOCK_SIZE,
     WAVE_BLOCKS,
@@ -257,7 +257,7 @@ class TeacherSource(BlockSource):
         them alive too)."""
         with buffers.lent(self._size(index)) as lent:
             (tokens, _), codes = lent
-            X, Y, _ = self._drawn_block(index, None, ((tokens, np.empty(tokens.shape)), codes))
+            X, Y, _ = self._drawn_block(index, None, ((tokens, kept_array(tokens.shape)), codes))
             return Y, run_block(func, *self._viewed(index, X, Y), args, index if indexed else None)
 
     def __dask_tokenize__(self):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy as np
 from .._memory import check_memory
 from .._numba import one_thread
 from ..seeding import draw_seed
+from .scratch import ScratchArrays
 from .sources import WAVE_BLOCKS, BlockSource, held_out_mask, run_block
 from .units import check_representable_units
 
@@ -150,7 +152,8 @@ def _prepare_stream(stream, *, boolean: bool, held_out: list[int], rng: np.rando
         training += sizes[kept] - held_out[kept]
         kept += 1
     labelled = stream.keeping_labels(sum(sizes[:kept])) if kept else stream
-    statistics = _reduced_statistics(labelled.map_blocks(_stream_statistics_block), boolean, "", labelled.fingerprint())
+    summaries = labelled.map_blocks(_stream_statistics_block, ScratchArrays())
+    statistics = _reduced_statistics(summaries, boolean, "", labelled.fingerprint())
     check_representable_units(statistics.x_scale, statistics.y_scale)
     if statistics.y_scale == 0.0:
         return statistics, None
@@ -160,17 +163,24 @@ def _prepare_stream(stream, *, boolean: bool, held_out: list[int], rng: np.rando
     return statistics, (*split.head(training), *split.held_out_head(validation), split)
 
 
-def _array_figures(array: np.ndarray, norm_axes: tuple) -> dict:
+def _array_figures(array: np.ndarray, norm_axes: tuple, scratch: ScratchArrays | None = None) -> dict:
     """The figures :func:`_statistics_block` gives an array: non-finite entries, the peak |entry| p, Σ (entry/p)²,
-    the size, and the largest norm over ``norm_axes`` (each computed once, on the scaled entries' squares)."""
-    peak = float(np.max(np.abs(array))) if array.size else 0.0
-    # A non-finite entry makes the peak non-finite; only then are they counted.
+    the size, and the largest norm over ``norm_axes`` (the scaled entries' squares computed once, into an array
+    ``scratch`` lends when given)."""
+    # max |entry| without |array|'s copy (abs: no -0.0); a non-finite entry makes it non-finite, and only then
+    # are they counted.
+    peak = abs(float(max(np.max(array), -np.min(array)))) if array.size else 0.0
     nonfinite = 0 if np.isfinite(peak) else int(array.size - np.count_nonzero(np.isfinite(array)))
     if nonfinite:
         peak = 0.0
-    squares = (array / peak if peak > 0.0 else np.zeros_like(array)) ** 2
-    return {"nonfinite": nonfinite, "peak": peak, "squares": float(np.sum(squares)), "size": array.size,
-            "norm": peak * float(np.sqrt(np.max(np.sum(squares, axis=norm_axes), initial=0.0)))}
+    with (nullcontext((np.empty(array.shape),)) if scratch is None else scratch.lent(array.shape)) as (squares,):
+        if peak > 0.0:
+            np.divide(array, peak, out=squares)
+            np.multiply(squares, squares, out=squares)  # the bits of (array / peak) ** 2
+        else:
+            squares.fill(0.0)
+        return {"nonfinite": nonfinite, "peak": peak, "squares": float(np.sum(squares)), "size": array.size,
+                "norm": peak * float(np.sqrt(np.max(np.sum(squares, axis=norm_axes), initial=0.0)))}
 
 
 def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool,
@@ -187,13 +197,14 @@ def _statistics_block(X: np.ndarray, Y: np.ndarray, rows: None, boolean: bool,
     return figures[0], figures[1]
 
 
-def _stream_statistics_block(X, Y: np.ndarray, rows: None) -> tuple[dict, dict]:
+def _stream_statistics_block(X, Y: np.ndarray, rows: None, scratch: ScratchArrays) -> tuple[dict, dict]:
     """:func:`_statistics_block` of a generated stream's block: X's tokens are ±1 by construction, so their
-    figures are those of a block of ones (exact: sums of ones below 2⁵³), and only Y is read."""
+    figures are those of a block of ones (exact: sums of ones below 2⁵³), and only Y is read, its squares
+    into an array ``scratch`` lends."""
     size = X.shape[0] * X.shape[1] * X.shape[2]
     ones = {"nonfinite": 0, "peak": 1.0, "squares": float(size), "size": size,
             "norm": float(np.sqrt(float(X.shape[2])))}
-    return ones, _array_figures(np.asarray(Y), (1, 2))
+    return ones, _array_figures(np.asarray(Y), (1, 2), scratch)
 
 
 def _combined_scale(figures: list[dict]) -> tuple[float, float]:
