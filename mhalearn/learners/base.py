@@ -109,11 +109,16 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         # on a loaded 2-core machine), and the learners' BLAS calls are small.
         with threadpool_limits(limits=1, user_api="blas"):
             fitted = self._fit(data, rng, notify)
+        # The examples go now, timed: a stream's kept labels (GiBs at 10⁷ sequences) take a second to unmap.
+        released = time.perf_counter()
+        del data
+        release = FitStep(seconds=time.perf_counter() - released, name="release",
+                          read_as="the examples' stream and what it kept, freed")
         if set(fitted.layers) != set(self._layers):
             raise TypeError(f"{type(self).__name__}._fit returned the layers {sorted(fitted.layers)}, expected "
                             f"{sorted(self._layers)}")
         fields = dict(fitted.report)
-        steps = (prepared, *fields.pop("steps", ()))
+        steps = (prepared, *fields.pop("steps", ()), release)
         report = self._report_class(total_seconds=time.perf_counter() - start - notify.seconds,
                                     x_scale=units.x_scale, y_scale=units.y_scale, steps=steps,
                                     observer_seconds=notify.seconds, **fields)
