@@ -503,8 +503,9 @@ def test_lazy_datasets_of_two_teachers_and_one_seed_have_keys_of_their_own(teach
 
 def test_a_fit_on_make_dataset_arrays_reads_their_stream_to_the_same_bits(one_head_data):
     # make_dataset's arrays are read as the teacher's stream that drew them (its labels kept over the passes that
-    # read the prefix again); the same values under another name (X * 1.0) are read as Dask arrays.  The fits are
-    # the same to the bit, the prefix shorter than the stream so that a candidate pass reads it all.
+    # read the prefix again and the candidate pass); the same values under another name (X * 1.0) are read as Dask
+    # arrays.  The fits are the same to the bit, the prefix shorter than the stream so that a candidate pass reads
+    # it all.
     _, X, Y = one_head_data
 
     def fit(X, Y):
@@ -515,7 +516,7 @@ def test_a_fit_on_make_dataset_arrays_reads_their_stream_to_the_same_bits(one_he
         return learner
 
     stream, arrays = fit(X, Y), fit(X * 1.0, Y * 1.0)
-    assert "teacher's stream" in stream.report_.steps[0].read_as and "2 blocks kept" in stream.report_.steps[0].read_as
+    assert "teacher's stream" in stream.report_.steps[0].read_as and "4 blocks kept" in stream.report_.steps[0].read_as
     assert arrays.report_.steps[0].read_as.startswith("Dask arrays")
     assert stream.report_.refined_sum.prefix_labels is not None and arrays.report_.refined_sum.prefix_labels is None
     passes = [step for step in stream.report_.refined_sum.steps if step.name.startswith("whole-stream")]

@@ -113,7 +113,8 @@ class TeacherSource(BlockSource):
 
     def keeping_labels(self, samples: int) -> "TeacherSource":
         """The same stream, keeping the labels of its first blocks that hold ``samples`` sequences once
-        computed, as many of those blocks as ``KEPT_LABELS_SHARE`` of the memory budget holds.
+        computed, as many of those blocks as ``KEPT_LABELS_SHARE`` of the memory budget holds (and those this
+        stream keeps already).
 
         Reads of the blocks kept then cost drawing their signs (their codes with them) instead of
         labelling them: the same bits.  ``kept_labels`` says what was kept, for the fit's report.
@@ -122,13 +123,14 @@ class TeacherSource(BlockSource):
         block_bytes = 8 * self.block_size * self.length * self.dim
         budget = get_memory_budget()
         kept = wanted if budget is None else min(wanted, int(KEPT_LABELS_SHARE * budget) // block_bytes)
+        kept = max(kept, self.kept_blocks)  # labels already kept stay: they are paid for
         if kept == self.kept_blocks and self.kept_labels is not None:
             return self
         stream = self._like(kept)
         share = f"{KEPT_LABELS_SHARE:.0%} of the memory budget, {format_bytes(budget or 0)}"
         stream.kept_labels = (
             f"labels of the first {kept} blocks kept ({format_bytes(kept * block_bytes)}), computed once"
-            + ("" if kept == wanted else f"; {wanted - kept} more would pass {share}: computed on every read"))
+            + ("" if kept >= wanted else f"; {wanted - kept} more would pass {share}: computed on every read"))
         return stream
 
     def __getstate__(self) -> dict:

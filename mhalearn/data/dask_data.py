@@ -116,7 +116,7 @@ def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.rando
     :class:`DaskSource`, whose fingerprint follows from the pass's hash
     (taken when ``digest``).  Arrays drawn from a teacher's stream
     (:func:`register_stream`) are read as that stream, split alike
-    (:func:`_prepare_stream`), its first blocks holding ``kept_samples``
+    (the same figures, split and bits), its first blocks holding ``kept_samples``
     training sequences keeping their labels from the statistics pass on.
     """
     from dask.base import tokenize

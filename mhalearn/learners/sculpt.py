@@ -168,11 +168,11 @@ class SculptLearner(SpanSearchLearner):
             check_output_directory(self.checkpoint, "checkpoint")
 
     def _data_options(self, samples: int, length: int, dim: int) -> dict:
-        # Phases 1–3 read their prefix about six times: a generated stream keeps its labels from the units' pass
+        # Phases 1–3 read their prefix about six times and the candidate pass the rest once more: a generated
+        # stream keeps the labels of as many blocks as its share of the memory budget holds from the units' pass
         # on; a checkpoint's key hashes the blocks in that pass.
-        prefix = None if self.span_route == "moment" else (
-            settings_from(BodySettings, self).prefix_for(self.heads, length) or samples)
-        return {"kept_samples": prefix, "digest": self.checkpoint is not None}
+        return {"kept_samples": None if self.span_route == "moment" else samples,
+                "digest": self.checkpoint is not None}
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
                          token_norm: float) -> SpanSearchFit:
