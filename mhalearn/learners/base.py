@@ -113,7 +113,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         released = time.perf_counter()
         del data
         release = FitStep(seconds=time.perf_counter() - released, name="release",
-                          read_as="the examples' stream and what it kept, freed")
+                          read_as="the examples' stream and what it kept, freed", after_phases=True)
         if set(fitted.layers) != set(self._layers):
             raise TypeError(f"{type(self).__name__}._fit returned the layers {sorted(fitted.layers)}, expected "
                             f"{sorted(self._layers)}")

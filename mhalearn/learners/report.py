@@ -375,6 +375,8 @@ class FitStep(PhaseResult):
 
     name: str
     read_as: str | None = None
+    #: Whether the step comes after the phases (the table lists it there).
+    after_phases: bool = data_field(False)
 
     columns = ("read_as",)
 
@@ -406,14 +408,14 @@ class LearnerReport:
     def footer(self) -> list[str]:
         return []
 
-    def _step_rows(self) -> list[tuple[str, PhaseResult]]:
-        return [(step.name, step) for step in self.steps]
+    def _step_rows(self, after_phases: bool | None = None) -> list[tuple[str, PhaseResult]]:
+        return [(step.name, step) for step in self.steps if after_phases in (None, step.after_phases)]
 
     def table(self) -> str:
         """Each step's and phase's seconds and figures, one line each (plus detail lines), then the total."""
         footer = [*self.footer(), f"total {self.total_seconds:.2f} s ({self.attributed_seconds():.2f} s in the steps "
                                   f"and phases above); observers {self.observer_seconds:.2f} s apart"]
-        return phase_table([*self._step_rows(), *self.phases()], footer)
+        return phase_table([*self._step_rows(False), *self.phases(), *self._step_rows(True)], footer)
 
     def as_dict(self) -> dict:
         """The report's fields as nested plain dicts and lists (data fields left out)."""
