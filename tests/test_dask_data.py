@@ -509,8 +509,9 @@ def test_a_fit_on_make_dataset_arrays_reads_their_stream_to_the_same_bits(one_he
     _, X, Y = one_head_data
 
     def fit(X, Y):
-        learner = mhalearn.SculptLearner(1, random_state=0, refit_iterations=8, refine="none", max_candidates=2000,
-                                         prefix_samples=1500)
+        learner = mhalearn.SculptLearner(1, body=BodySettings(refit_iterations=8, prefix_samples=1500),
+                                         search=mhalearn.SearchSettings(refine="none", max_candidates=2000),
+                                         random_state=0)
         with dask.config.set(scheduler="threads"):
             learner.fit(X, Y)
         return learner

@@ -253,7 +253,7 @@ def test_the_steps_and_phases_of_a_fit_add_up_to_its_wall_time(monkeypatch, chun
 
     teacher = mhalearn.sample_teacher(1, 6, rng=21)
     X, Y = mhalearn.make_dataset(teacher, 4000, 3, rng=22, chunks=chunks)
-    learner = SculptLearner(1, refine="none", max_candidates=2000, random_state=0)
+    learner = SculptLearner(1, search=SearchSettings(refine="none", max_candidates=2000), random_state=0)
     with dask.config.set(scheduler="threads"):
         start = time.perf_counter()
         learner.fit(X, Y, callback=slow_observer)
