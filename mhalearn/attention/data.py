@@ -275,12 +275,11 @@ def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, se
     X, Y = (da.blockwise(_member, "nkd", pairs, "pnkd", which, None, concatenate=False, dtype=np.float64,
                          meta=np.empty((0, 0, 0))) for which in (0, 1))
     if law == "boolean":
-        from ..data.dask_data import register_stream
-        from .teacher_source import TeacherSource
+        from ..data.dask_data import register_generated
 
-        # A fit reads the stream these blocks are: the same bits, its labels kept across passes.
-        register_stream(X, Y, TeacherSource(teacher, samples, length, seed=seed, noise=noise,
-                                            block_size=chunk).as_dask())
+        # A fit reads the stream these blocks are (TeacherSource.of_arrays): the same bits, its labels kept.
+        register_generated(X, Y, {"teacher": teacher, "samples": samples, "length": length, "seed": seed,
+                                  "noise": noise, "block_size": chunk})
     return X, Y
 
 

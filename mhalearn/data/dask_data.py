@@ -15,10 +15,10 @@ Nothing of size n is gathered:
   rows drawn from ``default_rng([seed, b])`` (one seed from the learner's
   generator) instead of a global permutation of n, and standardises
   lazily (X / s_X block by block);
-- :func:`prepare_dask_data` chains them for a fit; on arrays that
-  ``make_dataset`` drew from a teacher (:func:`register_stream`) it reads
-  the stream they were drawn from instead, to the same bits: the statistics
-  pass keeps the labels of the blocks phases 1–3 read again, and no pass
+- :func:`prepare_dask_data` chains them for a fit; given the stream that
+  drew the arrays (``make_dataset`` records how: :func:`register_generated`)
+  it reads that stream instead, to the same bits: the statistics pass
+  keeps the labels of the blocks the phases read again, and no pass
   computes an array task;
 - phases 1–4 stream over the training blocks through a
   :class:`DaskSource`, and phases 5–6 (net
@@ -100,7 +100,7 @@ def _reduced_statistics(summaries: list, boolean: bool, opt_in: str, content: st
 
 
 def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator,
-                      kept_samples: int | None = None, digest: bool = True):
+                      kept_samples: int | None = None, digest: bool = True, generated=None):
     """Checked Dask arrays X, Y (:func:`~mhalearn.data.fit_data.check_dask_pair`) measured and split:
     ``(statistics, split)``.
 
@@ -114,16 +114,16 @@ def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.rando
     :data:`SAMPLE_VALIDATION` held-out sequences in memory
     (:func:`in_memory_sample`) and every training sequence as a
     :class:`DaskSource`, whose fingerprint follows from the pass's hash
-    (taken when ``digest``).  Arrays drawn from a teacher's stream
-    (:func:`register_stream`) are read as that stream, split alike
-    (the same figures, split and bits), its first blocks holding ``kept_samples``
-    training sequences keeping their labels from the statistics pass on.
+    (taken when ``digest``).  ``generated``, the stream that drew X and Y
+    (:meth:`~mhalearn.attention.teacher_source.TeacherSource.of_arrays`), is
+    read instead, split alike (the same figures, split and bits), its first
+    blocks holding ``kept_samples`` training sequences keeping their labels
+    from the statistics pass on.
     """
     from dask.base import tokenize
 
-    stream = stream_of(X, Y)
-    if stream is not None:
-        return _prepare_stream(stream, boolean=boolean, held_out=held_out, rng=rng, kept_samples=kept_samples)
+    if generated is not None:
+        return _prepare_stream(generated, boolean=boolean, held_out=held_out, rng=rng, kept_samples=kept_samples)
     statistics = dask_statistics(X, Y, boolean=boolean, digest=digest)
     x_scale, y_scale = statistics.x_scale, statistics.y_scale
     check_representable_units(x_scale, y_scale)
@@ -267,27 +267,24 @@ def check_sample_memory(training: int, validation: int, length: int, dim: int) -
                  f"net search and the selection")
 
 
-#: The streams Dask arrays were drawn from, by the arrays' names (:func:`register_stream`): the last few.
-_STREAMS: OrderedDict = OrderedDict()
-_STREAMS_KEPT = 16
+#: How Dask arrays were drawn, by the arrays' names (:func:`register_generated`): the last few.
+_GENERATED: OrderedDict = OrderedDict()
+_GENERATED_KEPT = 16
 
 
-def register_stream(X, Y, stream) -> None:
-    """Record that Dask arrays X, Y are the blocks of ``stream`` (``make_dataset(..., chunks=...)``): a fit on
-    them reads the stream (same bits, labels kept across passes) instead of computing array tasks.
-
-    ``stream`` is a generated source with ``keeping_labels``, ``split`` and ``held_out_head``
-    (:class:`~mhalearn.attention.teacher_source.DaskTeacherSource`).  Arrays derived from X, Y have
-    other names and are read as arrays.
-    """
-    _STREAMS[(X.name, Y.name)] = stream
-    while len(_STREAMS) > _STREAMS_KEPT:
-        _STREAMS.popitem(last=False)
+def register_generated(X, Y, description: dict) -> None:
+    """Record how Dask arrays X, Y were drawn (``make_dataset(..., chunks=...)``: the teacher, sizes, seed and
+    noise), so that a fit can read the stream that draws them
+    (:meth:`~mhalearn.attention.teacher_source.TeacherSource.of_arrays`).  Arrays derived from X, Y have other
+    names and are read as arrays."""
+    _GENERATED[(X.name, Y.name)] = description
+    while len(_GENERATED) > _GENERATED_KEPT:
+        _GENERATED.popitem(last=False)
 
 
-def stream_of(X, Y):
-    """The stream Dask arrays X, Y were drawn from (:func:`register_stream`), or None."""
-    return _STREAMS.get((X.name, Y.name))
+def generated_description(X, Y) -> dict | None:
+    """How Dask arrays X, Y were drawn (:func:`register_generated`), or None."""
+    return _GENERATED.get((X.name, Y.name))
 
 
 class DaskSource(BlockSource):

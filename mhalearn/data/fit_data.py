@@ -140,7 +140,8 @@ def check_dask_pair(X, Y):
 
 
 def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validation_fraction: float,
-                     stream: bool, kept_samples: int | None = None, digest: bool = False) -> FitData:
+                     stream: bool, kept_samples: int | None = None, digest: bool = False,
+                     generated=None) -> FitData:
     """The checked examples (:func:`check_examples`) measured and split: what a learner's ``_fit`` receives.
 
     Measures the units, refused when float64 cannot carry them
@@ -157,15 +158,17 @@ def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validatio
     held out.  Labels all zero are not split (see :class:`FitData`).
     On Dask arrays, ``digest`` hashes every block in the same pass (what a
     checkpoint's key reads; otherwise it takes a pass of its own when asked),
-    and ``kept_samples`` is how many training sequences the learner reads
-    again (a generated stream keeps their labels:
+    ``generated`` the stream that drew them, read instead, and
+    ``kept_samples`` how many training sequences the learner reads again
+    (the stream keeps their labels:
     :func:`~mhalearn.data.dask_data.prepare_dask_data`).
     """
     samples, length, dim = X.shape
     held_out = validation_size(samples, validation_fraction)
     if is_dask_array(X):
         statistics, split = prepare_dask_data(X, Y, boolean=boolean, held_out=held_out_counts(X.chunks[0], held_out),
-                                              rng=rng, kept_samples=kept_samples, digest=digest)
+                                              rng=rng, kept_samples=kept_samples, digest=digest,
+                                              generated=generated)
         units = Units(samples=samples, length=length, dim=dim, x_scale=statistics.x_scale,
                       y_scale=statistics.y_scale)
         examples = Examples(X, Y, units, boolean, statistics)
