@@ -517,7 +517,7 @@ def test_a_fit_on_make_dataset_arrays_reads_their_stream_to_the_same_bits(one_he
         return learner
 
     stream, arrays = fit(X, Y), fit(X * 1.0, Y * 1.0)
-    assert "teacher's stream" in stream.report_.steps[0].read_as and "4 blocks kept" in stream.report_.steps[0].read_as
+    assert "generated stream" in stream.report_.steps[0].read_as and "4 blocks kept" in stream.report_.steps[0].read_as
     assert arrays.report_.steps[0].read_as.startswith("Dask arrays")
     assert stream.report_.refined_sum.prefix_labels is not None and arrays.report_.refined_sum.prefix_labels is None
     passes = [step for step in stream.report_.refined_sum.steps if step.name.startswith("whole-stream")]

@@ -16,7 +16,10 @@ F(X) = Σ_i softmax(X Θ_i Xᵀ) X W_i, the object every learner of
 * :mod:`~mhalearn.attention.interop` — PyTorch and JAX conversion (optional extras).
 """
 
-from . import hard_teachers  # noqa: E402,F401  registers the hard teacher families
+from . import (
+    hard_teachers,  # noqa: E402,F401  registers the hard teacher families
+    teacher_source,  # noqa: F401  registers the stream make_dataset's Dask arrays are read as
+)
 from .data import add_label_noise, boolean_inputs, draw_inputs, gaussian_inputs, load_dataset, make_dataset
 from .model import MultiHeadAttention, head_collapse, match_heads, parameter_error, relative_error
 from .teachers import (

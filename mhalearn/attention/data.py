@@ -277,9 +277,9 @@ def _lazy_dataset(teacher, samples: int, length: int, law: str, noise: float, se
     if law == "boolean":
         from ..data.dask_data import register_generated
 
-        # A fit reads the stream these blocks are (TeacherSource.of_arrays): the same bits, its labels kept.
-        register_generated(X, Y, {"teacher": teacher, "samples": samples, "length": length, "seed": seed,
-                                  "noise": noise, "block_size": chunk})
+        # A fit reads the stream these blocks are (a DaskTeacherSource): the same bits, its labels kept.
+        register_generated(X, Y, "labelled-blocks", {"teacher": teacher, "samples": samples, "length": length,
+                                                     "seed": seed, "noise": noise, "block_size": chunk})
     return X, Y
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from .._memory import format_bytes, get_memory_budget
 from .._numba import one_thread
 from .._validation import check_positive_int
-from ..data.dask_data import generated_description
+from ..data.dask_data import register_stream_kind
 from ..data.scratch import ScratchArrays, kept_array
 from ..data.sources import (
     BLOCK_SIZE,
@@ -107,13 +107,6 @@ class TeacherSource(BlockSource):
         stream._kept[:shared] = self._kept[:shared]
         stream.kept_labels = self.kept_labels if shared == stream.kept_blocks else None
         return stream
-
-    @staticmethod
-    def of_arrays(X, Y) -> "DaskTeacherSource | None":
-        """The stream that drew Dask arrays X, Y (``make_dataset(..., chunks=...)``, Boolean law), each block of
-        a pass a task of the active scheduler; None for other arrays."""
-        description = generated_description(X, Y)
-        return None if description is None else DaskTeacherSource(**description)
 
     def split(self, scales: tuple[float, float], held_out: list[int], seed: int) -> "TeacherSource":
         """The training split of this stream (the class docstring), its kept labels with it."""
@@ -426,3 +419,7 @@ def _drop_process_buffers(key: str) -> None:
 
 
 __all__ = ["DaskTeacherSource", "TeacherSource"]
+
+
+# make_dataset's Dask arrays (Boolean law) are these streams' blocks: a fit reads the stream instead.
+register_stream_kind("labelled-blocks", DaskTeacherSource)

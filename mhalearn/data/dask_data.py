@@ -15,9 +15,9 @@ Nothing of size n is gathered:
   rows drawn from ``default_rng([seed, b])`` (one seed from the learner's
   generator) instead of a global permutation of n, and standardises
   lazily (X / s_X block by block);
-- :func:`prepare_dask_data` chains them for a fit; given the stream that
-  drew the arrays (``make_dataset`` records how: :func:`register_generated`)
-  it reads that stream instead, to the same bits: the statistics pass
+- :func:`prepare_dask_data` chains them for a fit; on arrays a generator
+  recorded (``make_dataset``: :func:`register_generated`) it reads the
+  stream that draws them instead, to the same bits: the statistics pass
   keeps the labels of the blocks the phases read again, and no pass
   computes an array task;
 - phases 1–4 stream over the training blocks through a
@@ -100,7 +100,7 @@ def _reduced_statistics(summaries: list, boolean: bool, opt_in: str, content: st
 
 
 def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.random.Generator,
-                      kept_samples: int | None = None, digest: bool = True, generated=None):
+                      kept_samples: int | None = None, digest: bool = True):
     """Checked Dask arrays X, Y (:func:`~mhalearn.data.fit_data.check_dask_pair`) measured and split:
     ``(statistics, split)``.
 
@@ -114,14 +114,14 @@ def prepare_dask_data(X, Y, *, boolean: bool, held_out: list[int], rng: np.rando
     :data:`SAMPLE_VALIDATION` held-out sequences in memory
     (:func:`in_memory_sample`) and every training sequence as a
     :class:`DaskSource`, whose fingerprint follows from the pass's hash
-    (taken when ``digest``).  ``generated``, the stream that drew X and Y
-    (:meth:`~mhalearn.attention.teacher_source.TeacherSource.of_arrays`), is
-    read instead, split alike (the same figures, split and bits), its first
-    blocks holding ``kept_samples`` training sequences keeping their labels
-    from the statistics pass on.
+    (taken when ``digest``).  The stream that drew X and Y, when a generator
+    recorded it (:func:`generated_stream`), is read instead, split alike (the
+    same figures, split and bits), its first blocks holding ``kept_samples``
+    training sequences keeping their labels from the statistics pass on.
     """
     from dask.base import tokenize
 
+    generated = generated_stream(X, Y)
     if generated is not None:
         return _prepare_stream(generated, boolean=boolean, held_out=held_out, rng=rng, kept_samples=kept_samples)
     statistics = dask_statistics(X, Y, boolean=boolean, digest=digest)
@@ -270,22 +270,29 @@ def check_sample_memory(training: int, validation: int, length: int, dim: int) -
 #: How Dask arrays were drawn, by the arrays' names (:func:`register_generated`): the last few.
 _GENERATED: OrderedDict = OrderedDict()
 _GENERATED_KEPT = 16
+#: The streams that draw generated arrays again, by kind (:func:`register_stream_kind`).
+_STREAM_KINDS: dict = {}
 
 
-def register_generated(X, Y, description: dict) -> None:
-    """Record how Dask arrays X, Y were drawn (``make_dataset(..., chunks=...)``: the teacher, sizes, seed and
-    noise), so that a fit can read the stream that draws them
-    (:meth:`~mhalearn.attention.teacher_source.TeacherSource.of_arrays`).  Arrays derived from X, Y have other
-    names and are read as arrays."""
-    _GENERATED[(X.name, Y.name)] = description
+def register_generated(X, Y, kind: str, description: dict) -> None:
+    """Record that Dask arrays X, Y are the blocks of a generated stream of ``kind``, built from
+    ``description`` (``make_dataset(..., chunks=...)``), so that a fit reads that stream instead
+    (:func:`generated_stream`).  Arrays derived from X, Y have other names and are read as arrays."""
+    _GENERATED[(X.name, Y.name)] = (kind, description)
     while len(_GENERATED) > _GENERATED_KEPT:
         _GENERATED.popitem(last=False)
 
 
-def generated_description(X, Y) -> dict | None:
-    """How Dask arrays X, Y were drawn (:func:`register_generated`), or None."""
-    return _GENERATED.get((X.name, Y.name))
+def register_stream_kind(kind: str, build) -> None:
+    """``build(**description)`` makes the stream of ``kind`` (:func:`register_generated`)."""
+    _STREAM_KINDS[kind] = build
 
+
+def generated_stream(X, Y):
+    """The stream that draws Dask arrays X, Y (:func:`register_generated`), or None."""
+    kind, description = _GENERATED.get((X.name, Y.name), (None, None))
+    build = _STREAM_KINDS.get(kind)
+    return None if build is None else build(**description)
 
 class DaskSource(BlockSource):
     """Dask arrays ``X``, ``Y`` of shape (n, k, d); each block along n is a task of the active scheduler.

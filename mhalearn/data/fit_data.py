@@ -140,8 +140,7 @@ def check_dask_pair(X, Y):
 
 
 def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validation_fraction: float,
-                     stream: bool, kept_samples: int | None = None, digest: bool = False,
-                     generated=None) -> FitData:
+                     stream: bool, kept_samples: int | None = None, digest: bool = False) -> FitData:
     """The checked examples (:func:`check_examples`) measured and split: what a learner's ``_fit`` receives.
 
     Measures the units, refused when float64 cannot carry them
@@ -158,17 +157,15 @@ def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validatio
     held out.  Labels all zero are not split (see :class:`FitData`).
     On Dask arrays, ``digest`` hashes every block in the same pass (what a
     checkpoint's key reads; otherwise it takes a pass of its own when asked),
-    ``generated`` the stream that drew them, read instead, and
-    ``kept_samples`` how many training sequences the learner reads again
-    (the stream keeps their labels:
-    :func:`~mhalearn.data.dask_data.prepare_dask_data`).
+    ``kept_samples`` how many training sequences the learner reads again (a
+    generated stream, read instead of the arrays it draws, keeps their
+    labels: :func:`~mhalearn.data.dask_data.prepare_dask_data`).
     """
     samples, length, dim = X.shape
     held_out = validation_size(samples, validation_fraction)
     if is_dask_array(X):
         statistics, split = prepare_dask_data(X, Y, boolean=boolean, held_out=held_out_counts(X.chunks[0], held_out),
-                                              rng=rng, kept_samples=kept_samples, digest=digest,
-                                              generated=generated)
+                                              rng=rng, kept_samples=kept_samples, digest=digest)
         units = Units(samples=samples, length=length, dim=dim, x_scale=statistics.x_scale,
                       y_scale=statistics.y_scale)
         examples = Examples(X, Y, units, boolean, statistics)
@@ -176,7 +173,7 @@ def prepare_fit_data(X, Y, *, boolean: bool, rng: np.random.Generator, validatio
             return _unsplit(examples)
         X_train, Y_train, X_val, Y_val, source = split
         read_as = ("Dask arrays, measured in one pass over their blocks" if isinstance(source, DaskSource) else
-                   "the teacher's stream that drew the Dask arrays, measured in one pass over it"
+                   "the generated stream that drew the Dask arrays, measured in one pass over it"
                    + ("" if source.kept_labels is None else f" ({source.kept_labels})"))
         return FitData(X_train, Y_train, X_val, Y_val, examples, source=source, read_as=read_as)
     # Entries ±1 (checked) have a root mean square of exactly 1: no pass needed.

@@ -94,7 +94,7 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         self._check_shape(*X.shape)
         rng = as_generator(self.random_state)
         data = prepare_fit_data(X, Y, boolean=boolean, rng=rng, validation_fraction=self.validation_fraction,
-                                stream=self.streams_dask, **self._data_options(X, Y))
+                                stream=self.streams_dask, **self._data_options(X.shape[0]))
         units = data.examples.units
         prepared = FitStep(seconds=time.perf_counter() - start, name="data", read_as=data.read_as)
         if units.y_scale == 0.0:
@@ -125,9 +125,9 @@ class AttentionLearner(SequenceRegressorMixin, Estimator):
         self._store({name: units.to_data_units(layer) for name, layer in fitted.layers.items()}, report, units.dim)
         return self
 
-    def _data_options(self, X, Y) -> dict:
-        """What :func:`~mhalearn.data.fit_data.prepare_fit_data` is told of the passes to come (its
-        ``kept_samples``, ``digest`` and ``generated``): nothing, unless the learner streams its examples."""
+    def _data_options(self, samples: int) -> dict:
+        """What :func:`~mhalearn.data.fit_data.prepare_fit_data` is told of the passes to come over ``samples``
+        sequences (its ``kept_samples`` and ``digest``): nothing, unless the learner streams its examples."""
         return {}
 
     def _fit(self, data: FitData, rng: np.random.Generator, notify: Notifier) -> FitResult:

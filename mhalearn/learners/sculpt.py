@@ -42,8 +42,7 @@ import numpy as np
 
 from .._estimator import store_parameters
 from .._validation import Instance, Options, PathLike, check_output_directory
-from ..attention.teacher_source import TeacherSource
-from ..data.fit_data import FitData, is_dask_array
+from ..data.fit_data import FitData
 from .chen_li.fit import SpanSearchFit, sculpt_fit
 from .chen_li.settings import NORM_BOUND, BodySettings, SearchSettings
 from .moment_route import check_moment_memory
@@ -168,13 +167,12 @@ class SculptLearner(SpanSearchLearner):
         if self.checkpoint is not None:
             check_output_directory(self.checkpoint, "checkpoint")
 
-    def _data_options(self, X, Y) -> dict:
-        # make_dataset's arrays are read as the stream that drew them.  Phases 1–3 read their prefix about six
-        # times and the candidate pass the rest once more: the stream keeps the labels of as many blocks as its
-        # share of the memory budget holds from the units' pass on; a checkpoint's key hashes the blocks there.
-        return {"kept_samples": None if self.span_route == "moment" else X.shape[0],
-                "digest": self.checkpoint is not None,
-                "generated": TeacherSource.of_arrays(X, Y) if is_dask_array(X) else None}
+    def _data_options(self, samples: int) -> dict:
+        # Phases 1–3 read their prefix about six times and the candidate pass the rest once more: a generated
+        # stream (make_dataset's arrays are read as theirs) keeps the labels of as many blocks as its share of the
+        # memory budget holds from the units' pass on; a checkpoint's key hashes the blocks in that pass.
+        return {"kept_samples": None if self.span_route == "moment" else samples,
+                "digest": self.checkpoint is not None}
 
     def _span_and_select(self, data: FitData, rng: np.random.Generator, notify: Notifier, *, label_bound: float,
                          token_norm: float) -> SpanSearchFit:
