@@ -4,5 +4,5 @@
 # Usage: sh runs/fit-speed/readme_path_before_after.sh /work/main /work/wt72
 for checkout in "$@"; do
     echo "== $checkout ($(git -C "$checkout" log --oneline -1)) $(uptime)"
-    PYTHONPATH="$checkout" python3 "$2/runs/fit-speed/readme_path.py" --samples 3e7 --teacher 7 --seed 0
+    PYTHONPATH="$checkout" python3 "$2/runs/fit-speed/readme_path.py" --samples ${SAMPLES:-3e7} --teacher 7 --seed 0
 done
