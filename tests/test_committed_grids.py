@@ -25,7 +25,8 @@ RUNS = sorted((ROOT / "runs").rglob("*.toml"))
 #: sweeps the body alone and every learner's n*).
 RUNS_EXPERIMENTS = {"samples-to-eps": "samples-to-eps", "agreement-rate-fresh": "agreement-rate",
                     "span-shapes": "sculpt-vs-m", "cell-on-cluster": "sculpt-vs-m", "sculpt-vs-m": "sculpt-vs-m",
-                    "queries-to-eps": "queries-to-eps", "guarantee-dial": None, "fit-speed": "sculpt-vs-m"}
+                    "queries-to-eps": "queries-to-eps", "guarantee-dial": None, "fit-speed": "sculpt-vs-m",
+                    "body-m4-testbed": "sculpt-vs-m"}
 
 
 #: Grids the experiment refuses, on main as well: written when samples-to-eps clipped the first probe start·m
