@@ -115,22 +115,15 @@ def _internal(name: str) -> bool:
     function behind them stays unlinked, as a private name's does.  A name that does not exist (a typo, a
     renamed function) is no internal: its reference still fails the build.
     """
-    import importlib
+    import pkgutil
 
-    parts = name.split(".")
-    if parts[0] != "mhalearn":
+    if name.split(".")[0] != "mhalearn":
         return False
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            if not hasattr(obj, attr):
-                return False
-            obj = getattr(obj, attr)
-        return True
-    return False
+    try:
+        pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return True
 
 
 def _resolve_reexported(app, env, node, contnode):

@@ -9,6 +9,7 @@ seed papers' figures at small scale), as a user would, within five minutes.
 
 import importlib.util
 import os
+import pkgutil
 import re
 import shutil
 import subprocess
@@ -65,22 +66,6 @@ PUBLIC_PACKAGES = ["mhalearn", "mhalearn.attention", "mhalearn.learners", "mhale
                    "mhalearn.experiments", "mhalearn.kernels"]
 
 
-def _resolved(path: str):
-    """The object a dotted path names: its longest importable module, then attributes."""
-    import importlib
-
-    parts = path.split(".")
-    for split in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for attr in parts[split:]:
-            obj = getattr(obj, attr)
-        return obj
-    raise ImportError(path)
-
-
 def test_the_api_reference_lists_each_public_name_once_and_no_internal():
     import importlib
 
@@ -92,7 +77,7 @@ def test_the_api_reference_lists_each_public_name_once_and_no_internal():
         module = importlib.import_module(package)
         for name in module.__all__:
             public.setdefault(id(getattr(module, name)), f"{package}.{name}")
-    documented = {id(_resolved(path)): path for path in entries}
+    documented = {id(pkgutil.resolve_name(path)): path for path in entries}
     assert len(documented) == len(entries), "two entries document one object"
     assert sorted(public[key] for key in set(public) - set(documented)) == []  # every public name has an entry
     assert sorted(documented[key] for key in set(documented) - set(public)) == []  # and nothing else has
