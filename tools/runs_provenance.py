@@ -39,8 +39,10 @@ def file_commits(path: Path) -> str:
     """The commits that added or changed ``path``, oldest first (git's view: the rows name no code)."""
     # --follow: rows moved beside the script that wrote them keep the commits that wrote them; the move
     # itself (a rename, not A or M) wrote none.
-    command = ["git", "log", "--follow", "--diff-filter=AM", "--format=%h", "--", str(path.relative_to(ROOT))]
-    log = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    # %H cut to 7: git's own abbreviation grows with the repository and differs between clones.
+    command = ["git", "log", "--follow", "--diff-filter=AM", "--format=%H", "--", str(path.relative_to(ROOT))]
+    log = [commit[:7] for commit in
+           subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()]
     return ", ".join(reversed(log)) or "not committed"
 
 
