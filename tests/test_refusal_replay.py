@@ -24,12 +24,17 @@ DUMPS = sorted(glob.glob(str(RUNS / "span-shapes" / "*-slabs" / "*.npz")))
 SETTINGS = BodySettings()
 
 
-def committed_bodies() -> list[dict]:
+#: Every other results file of runs/ that holds sculpt-vs-m rows: the hard teachers of runs/guarantee-dial among them.
+OTHER_DATABASES = sorted(set(glob.glob(str(RUNS / "*" / "*.db"))) - set(DATABASES))
+
+
+def committed_bodies(databases=DATABASES) -> list[dict]:
     """Every committed body of m ≥ 2 with a span read: its cell, span distance, refusal and spectral gap."""
     bodies = []
-    for database in DATABASES:
+    for database in databases:
         with sqlite3.connect(database) as connection:
-            for params, metrics in connection.execute("SELECT params, metrics FROM results WHERE status = 'ok'"):
+            for params, metrics in connection.execute("SELECT params, metrics FROM results WHERE status = 'ok' "
+                                                      "AND experiment = 'sculpt-vs-m'"):
                 params, metrics = json.loads(params), json.loads(metrics)
                 if params["heads"] >= 2 and metrics.get("span_distance") is not None:
                     bodies.append({"database": Path(database).name, **params, **metrics})
@@ -55,6 +60,18 @@ def test_no_committed_body_more_than_0_15_off_passes_the_gap():
     assert len(accepted_far) >= 3 and {body["heads"] for body in accepted_far} == {4}
     assert not [body for body in bodies if not refused_with_the_gap(body)
                 and body["span_distance"] > SETTINGS.max_span_error]
+
+
+@pytest.mark.xfail(strict=True, reason="the gap refusal does not see the hard teachers' wrong bodies: at m = 3, "
+                   "3·10⁷, a saturated teacher inside the conditions (0.998 off, gap 10⁶) and cancelling ones "
+                   "outside them (0.99 off, gaps 1.9–3.0); runs/guarantee-dial/README.md")
+def test_no_body_of_any_committed_study_more_than_0_15_off_passes_the_gap():
+    # Every sculpt-vs-m row of runs/, the recheck of the hard teachers with the body as it is now included;
+    # an infinite gap (the long directions' singular values at 0) is stored as null and passes.
+    bodies = committed_bodies(DATABASES + OTHER_DATABASES)
+    assert {body["database"] for body in bodies} >= {"recheck-body.db", "body2.db"}
+    assert not [body for body in bodies if not body["refused"] and body["span_distance"] > SETTINGS.max_span_error
+                and (body["spectral_gap"] is None or body["spectral_gap"] >= SETTINGS.min_gap)]
 
 
 def test_the_m3_bodies_accepted_today_stay_accepted():

@@ -31,18 +31,19 @@ def rows(name: str, experiment: str) -> list[dict]:
         return store.rows(experiment)
 
 
-def body_table(body: list[dict]) -> None:
-    print("\nThe body (sculpt-vs-m) along the dial: per teacher, span distance (1 when refused), the paper's "
+def body_table(body: list[dict], title: str = "The body (sculpt-vs-m) along the dial") -> None:
+    print(f"\n{title}: per teacher, span distance (1 when refused), K*'s spectral gap, the paper's "
           "test error (no polish), agreement rows, whether the teacher is inside the conditions\n")
-    print("| family | m | hardness | n | seed | inside | Gram ratio | span distance | refused | test error |"
+    print("| family | m | hardness | n | seed | inside | Gram ratio | span distance | refused | gap | test error |"
           " agreement rows | body seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in sorted(body, key=lambda r: (r["family"], r["heads"], r["hardness"], r["samples"], r["seed"])):
         span = span_or_one(row)
         error = "–" if row.get("test_error") is None else f"{row['test_error']:.3g}"
+        gap = "–" if row.get("spectral_gap") is None else f"{row['spectral_gap']:.2f}"
         print(f"| {row['family']} | {row['heads']} | {row['hardness']:g} | {row['samples']:.0e} | {row['seed']} | "
               f"{row['inside_conditions']} | {row['gram_ratio']:.3f} | {span:.3f} | {row.get('refused') or ''} | "
-              f"{error} | {row['agreement_rows']} | {row['body_seconds']:.0f} |")
+              f"{gap} | {error} | {row['agreement_rows']} | {row['body_seconds']:.0f} |")
     print("\nmedian span distance over teachers (a refusal counts as 1)\n")
     print("| family | m | hardness | n | teachers | inside | median span distance |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -100,6 +101,10 @@ def main() -> None:
     guide_table(searches, body)
     if body:
         body_table(body)
+    recheck = rows("recheck-body.db", "sculpt-vs-m")
+    if recheck:
+        body_table(recheck, "The body as it is now (K* on all its rows, the spectral-gap refusal) on the cells "
+                   "where an earlier body accepted a span more than 0.15 off")
     for found in sorted(HERE.glob("hard-search-*.jsonl")):
         rescored = HERE / found.name.replace("hard-search", "hard-rescored")
         print(f"\nThe search for hard teachers inside the conditions, {found.name} (hard_search.py report)\n",
