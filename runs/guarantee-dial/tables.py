@@ -57,7 +57,7 @@ def body_table(body: list[dict], title: str = "The body (sculpt-vs-m) along the 
               f"| {statistics.median(spans):.3f} |")
 
 
-GUIDE_COLUMNS = (("gradient", 2), ("gradient", 3), ("gradient", 4), ("moment", 3), ("moment", 4), ("sculpt", 3))
+GUIDE_COLUMNS = tuple((learner, heads) for learner in ("gradient", "moment", "sculpt") for heads in (2, 3, 4))
 GUIDE_BODY = ((2, 100_000), (3, 30_000_000))
 
 
