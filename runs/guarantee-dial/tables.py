@@ -67,7 +67,7 @@ def _body_cell(row: dict) -> tuple:
 
 
 GUIDE_COLUMNS = tuple((learner, heads) for learner in ("gradient", "moment", "sculpt") for heads in (2, 3, 4))
-GUIDE_BODY = ((2, 100_000), (3, 30_000_000))
+GUIDE_BODY = ((2, 100_000), (3, 30_000_000), (3, 100_000_000))
 
 
 def guide_table(searches: list[dict], body: list[dict]) -> None:
