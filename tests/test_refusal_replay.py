@@ -6,13 +6,12 @@ slab dumps of runs/span-shapes hold K* itself, so there phase 4 is read again wh
 """
 
 import glob
-import json
-import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mhalearn.experiments.store import ResultStore
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.settings import BodySettings
 from mhalearn.learners.chen_li.slabs import SlabSystem
@@ -24,20 +23,17 @@ DUMPS = sorted(glob.glob(str(RUNS / "span-shapes" / "*-slabs" / "*.npz")))
 SETTINGS = BodySettings()
 
 
-#: Every other results file of runs/ that holds sculpt-vs-m rows: the hard teachers of runs/guarantee-dial among them.
-OTHER_DATABASES = sorted(set(glob.glob(str(RUNS / "*" / "*.db"))) - set(DATABASES))
+#: Every results file of runs/, the hard teachers of runs/guarantee-dial among them.
+EVERY_DATABASE = sorted(glob.glob(str(RUNS / "*" / "*.db")))
 
 
 def committed_bodies(databases=DATABASES) -> list[dict]:
     """Every committed body of m ≥ 2 with a span read: its cell, span distance, refusal and spectral gap."""
     bodies = []
     for database in databases:
-        with sqlite3.connect(database) as connection:
-            for params, metrics in connection.execute("SELECT params, metrics FROM results WHERE status = 'ok' "
-                                                      "AND experiment = 'sculpt-vs-m'"):
-                params, metrics = json.loads(params), json.loads(metrics)
-                if params["heads"] >= 2 and metrics.get("span_distance") is not None:
-                    bodies.append({"database": Path(database).name, **params, **metrics})
+        with ResultStore(database, readonly=True) as store:
+            bodies += [{"database": Path(database).name, **row} for row in store.rows("sculpt-vs-m")
+                       if row["heads"] >= 2 and row.get("span_distance") is not None]
     return bodies
 
 
@@ -68,7 +64,7 @@ def test_no_committed_body_more_than_0_15_off_passes_the_gap():
 def test_no_body_of_any_committed_study_more_than_0_15_off_passes_the_gap():
     # Every sculpt-vs-m row of runs/, the recheck of the hard teachers with the body as it is now included;
     # an infinite gap (the long directions' singular values at 0) is stored as null and passes.
-    bodies = committed_bodies(DATABASES + OTHER_DATABASES)
+    bodies = committed_bodies(EVERY_DATABASE)
     assert {body["database"] for body in bodies} >= {"recheck-body.db", "body2.db"}
     assert not [body for body in bodies if not body["refused"] and body["span_distance"] > SETTINGS.max_span_error
                 and (body["spectral_gap"] is None or body["spectral_gap"] >= SETTINGS.min_gap)]
