@@ -16,15 +16,20 @@ are refused before anything is allocated, against the memory budget of
 block (:mod:`mhalearn._memory`).
 
 Names are imported when first used (PEP 562), so ``import mhalearn`` and
-``mhalearn --version`` cost no NumPy, Numba or scikit-learn import; a
-name's module is imported whole on its first access.
+``mhalearn --version`` cost no NumPy, Numba or scikit-learn import (only
+llvmlite's, to read the host's vector width: :mod:`mhalearn._vector_width`);
+a name's module is imported whole on its first access.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from ._vector_width import prefer_full_vector_width
 from ._version import __version__  # noqa: F401  (mhalearn.__version__)
+
+# Before any kernel is compiled: on a core with AVX-512, vectors of its full width (mhalearn/_vector_width.py).
+prefer_full_vector_width()
 
 #: The public names, by the module that defines them.
 _EXPORTS = {
