@@ -23,9 +23,21 @@ from mhalearn.experiments.store import ResultStore
 HERE = Path(__file__).resolve().parent
 
 
-#: Rows another file holds again, computed whole at one code version: m2.db's moment route (three cells of
-#: teacher 7100, its grid stopped for time) by moment-m2.db (the grid whole).
-SUPERSEDED = {("m2.db", "moment")}
+#: Cells another file holds again, computed at one code version: (file, learner) -> that file.  m2.db's moment
+#: route (three cells of teacher 7100, its grid stopped for time) by moment-m2.db (the grid whole);
+#: gradient.db's m = 3 cells at h = 0.9 and 1 (censored teachers probed to 10⁴) by gradient-1e5.db (to 10⁵).
+RERUN = {("m2.db", "moment"): "moment-m2.db", ("gradient.db", "gradient"): "gradient-1e5.db"}
+
+
+def _search_cell(row: dict) -> tuple:
+    return (row["family"], row["learner"], row["dim"], row["length"], row["heads"], row["hardness"], row["seed"])
+
+
+def search_rows() -> list[dict]:
+    """The samples-to-eps rows of every .db here, a cell held again by its RERUN file taken from that file."""
+    held_again = {key: {_search_cell(row) for row in rows(again, "samples-to-eps")} for key, again in RERUN.items()}
+    return [row for path in sorted(HERE.glob("*.db")) for row in rows(path.name, "samples-to-eps")
+            if _search_cell(row) not in held_again.get((path.name, row["learner"]), set())]
 
 
 def rows(name: str, experiment: str) -> list[dict]:
@@ -96,8 +108,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("docs/figures"))
     args = parser.parse_args()
-    searches = [row for path in sorted(HERE.glob("*.db")) for row in rows(path.name, "samples-to-eps")
-                if (path.name, row["learner"]) not in SUPERSEDED]
+    searches = search_rows()
     # Body files hold sculpt-vs-m rows only; the glob reads each file for samples-to-eps rows and finds none there.
     if searches:
         print("n* along the dials (the samples-to-eps rows of every .db here)\n")
