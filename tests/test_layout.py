@@ -72,18 +72,31 @@ def _private_names(path: Path) -> list[str]:
     return private
 
 
+def _private_attributes(path: Path) -> list[str]:
+    """The private attributes a script reads of an object not its own (``source._block``; ``self._x`` is its
+    own)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))]
+
+
 def test_the_runs_scripts_import_public_names_only(tmp_path):
     # A study's script reads the package as a user would: what it needs is exported, so that a change of
     # the package's internals cannot break the scripts that regenerate the committed rows.
     scripts = sorted((ROOT / "runs").rglob("*.py"))
     assert len(scripts) > 30
     assert {str(path.relative_to(ROOT)): names for path in scripts if (names := _private_names(path))} == {}
+    assert {str(path.relative_to(ROOT)): names for path in scripts if (names := _private_attributes(path))} == {}
     planted = tmp_path / "probe.py"
     planted.write_text("import mhalearn._numba\nfrom mhalearn import _memory\n"
                        "from mhalearn.evaluation.planted import _streams, plant_instance\n"
                        "from mhalearn.kernels import one_thread\nmhalearn._validation.check\n")
     assert _private_names(planted) == ["mhalearn._numba", "mhalearn._memory", "mhalearn.evaluation.planted._streams",
                                        "mhalearn._validation.check"]
+    planted.write_text("source = TeacherSource(teacher, 10, 4)\nX = source._block(0)\nself._cache = 1\n"
+                       "print(source.__class__)\n")
+    assert _private_attributes(planted) == ["source._block"]
 
 
 

@@ -487,3 +487,15 @@ def test_the_workers_of_a_cluster_reuse_a_passes_arrays_and_drop_them_when_it_en
             Client(cluster) as client:
         assert source.as_dask().map_blocks(arrays_made) == [1] * 6
         assert list(client.run(lambda: len(teacher_source._PROCESS_BUFFERS)).values()) == [0]
+
+
+def test_a_block_read_alone_is_the_block_a_pass_hands_its_function():
+    teacher = mhalearn.sample_teacher(2, 6, rng=3)
+    source = TeacherSource(teacher, 3000, 4, block_size=1000, seed=5).split((1.0, 2.0), [100, 100, 100], seed=1)
+    X, Y, rows = source.block(2)
+    (X_pass, Y_pass, rows_pass), = source.map_blocks(lambda *block: tuple(np.array(part) for part in block),
+                                                     blocks=[2])
+    assert np.array_equal(np.asarray(X), X_pass) and np.array_equal(np.asarray(Y), Y_pass)
+    assert np.array_equal(rows, rows_pass) and len(rows) == 900
+    with pytest.raises(IndexError, match="block 3 of a source of 3 blocks"):
+        source.block(3)

@@ -106,6 +106,9 @@ class Source(Protocol):
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The blocks' sequences ``(X, Y)`` in order."""
 
+    def block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Block ``index`` as a pass hands it to ``map_blocks``' function: ``(X, Y, rows)``."""
+
     def head(self, samples: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``samples`` sequences, in memory."""
 
@@ -142,6 +145,13 @@ class BlockSource:
     def fingerprint(self) -> str:
         """A hash of what the blocks are drawn from, which names a checkpoint's key."""
         raise NotImplementedError
+
+    def block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Block ``index`` as a pass hands it to ``map_blocks``' function: ``(X, Y, rows)``, X coded where the
+        source codes its tokens, ``rows`` the training sequences when some are held out (None: every one)."""
+        if not 0 <= index < self.block_count:
+            raise IndexError(f"block {index} of a source of {self.block_count} blocks")
+        return self._block(index)
 
     def blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """The blocks' sequences ``(X, Y)`` in order, the same on every pass (gathered when ``rows`` is set)."""

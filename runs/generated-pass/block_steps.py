@@ -36,7 +36,7 @@ def main():
     settings = BodySettings()
     w_sum = teacher.ws.sum(axis=0)
     radius = settings.candidate_radius * np.linalg.norm(w_sum, 2)
-    X, Y, _ = source._block(1)
+    X, Y, _ = source.block(1)
     tokens, labels = np.empty((BLOCK, 4, 12)), np.empty((BLOCK, 4, 12))
     codes = np.empty((BLOCK, 4, code_groups(12)), np.uint8)
     reused = np.empty((2, BLOCK, 4, 12))
@@ -47,7 +47,7 @@ def main():
     steps = {
         "signs and codes": lambda: boolean_block(12_345, 1, BLOCK, 4, 12, out=tokens, codes=codes),
         "forward kernel": lambda: forward_into(tokens, teacher.thetas, teacher.ws, labels),
-        "block drawn, labelled": lambda: source._block(1),
+        "block drawn, labelled": lambda: source.block(1),
         "decoder residuals": lambda: decoding_residuals(X, Y, w_sum),
         "candidate step": lambda: reachable_block(X, Y, None, w_sum, settings.residual_tol, radius, radius,
                                                    settings.simplex_tol),

@@ -87,7 +87,7 @@ def main():
     numba.set_num_threads(1)
     threadpool_limits(limits=1, user_api="blas")
     teacher = sample_teacher(args.heads, 12, rng=np.random.default_rng(5))
-    X, Y, _ = TeacherSource(teacher, 65_536, 4, seed=3)._block(0)
+    X, Y, _ = TeacherSource(teacher, 65_536, 4, seed=3).block(0)
     w_sum = teacher.projection_sum
     # A crude Ŵ_Σ (3 % off in norm), as a pool's: most rows are far from agreement under it.
     w_sum = w_sum + 0.03 * np.linalg.norm(w_sum, 2) * np.random.default_rng(1).standard_normal(w_sum.shape) / 12

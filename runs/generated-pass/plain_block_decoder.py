@@ -28,7 +28,7 @@ BLOCK = 1 << 16
 
 def main():
     teacher = sample_teacher(4, 12, rng=seeded_rng(20_251, 4, 0))
-    coded, Y, _ = TeacherSource(teacher, 2 * BLOCK, 4, seed=12_345)._block(1)
+    coded, Y, _ = TeacherSource(teacher, 2 * BLOCK, 4, seed=12_345).block(1)
     plain = np.array(coded.tokens)  # the same tokens, as a Dask array task delivers them
     w_sum = teacher.ws.sum(axis=0)
     with one_thread():
