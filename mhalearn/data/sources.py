@@ -147,8 +147,7 @@ class BlockSource:
         raise NotImplementedError
 
     def block(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Block ``index`` as a pass hands it to ``map_blocks``' function: ``(X, Y, rows)``, X coded where the
-        source codes its tokens, ``rows`` the training sequences when some are held out (None: every one)."""
+        """Block ``index`` as ``map_blocks`` hands it to its function: ``(X, Y, rows)``, ``rows`` None: all."""
         if not 0 <= index < self.block_count:
             raise IndexError(f"block {index} of a source of {self.block_count} blocks")
         return self._block(index)
@@ -162,8 +161,7 @@ class BlockSource:
     def map_blocks(self, func, *args, indexed: bool = False, blocks=None) -> list:
         """``[func(X, Y, rows, *args) for every block]`` in block order (``index`` last if ``indexed``).
 
-        ``blocks`` (an iterable of block indices, default all) restricts the
-        map to those blocks, in that order.
+        ``blocks`` (an iterable of block indices, default all) restricts the map to those blocks, in that order.
         """
         selected = range(self.block_count) if blocks is None else blocks
         return [run_block(func, *self._block(index), args, index if indexed else None) for index in selected]
