@@ -5,8 +5,8 @@ LLVM compiles for an Intel core with AVX-512 as if it preferred 256-bit vectors 
 instructions), so Numba's kernels use half the width the core has while NumPy's dgemm,
 the yardstick of ``bench/kernels.py``, uses all of it.  The forward kernel keeps eight
 float64 sequences side by side (``LANES``): exactly one 512-bit register.  On the 2-core
-Rocket Lake VM of ``runs/fit-speed/`` dropping the tuning took the forward kernel from 27 %
-to 48 % of one core's dgemm at k = d = 16 and from 27 % to 39 % at the labelling shape.
+Rocket Lake VM of ``runs/fit-speed/`` dropping the tuning took the forward kernel from 28 %
+to 48 % of one core's dgemm at k = d = 16 and from 27 % to 38–43 % at the labelling shape.
 
 The kernels are compiled without reassociation (:data:`mhalearn._numba.FASTMATH`), so the
 width changes how many lanes an instruction carries, never the order of a sum: the bits
