@@ -60,7 +60,7 @@ def test_no_committed_body_more_than_0_15_off_passes_the_gap():
 
 @pytest.mark.xfail(strict=True, reason="the gap refusal does not see the hard teachers' wrong bodies: at m = 3, "
                    "3·10⁷, a saturated teacher inside the conditions (0.998 off, gap 10⁶) and cancelling ones "
-                   "outside them (0.99 off, gaps 1.9–3.0); runs/guarantee-dial/README.md")
+                   "outside them (0.99 off, gaps 2.1–3.0); runs/guarantee-dial/README.md")
 def test_no_body_of_any_committed_study_more_than_0_15_off_passes_the_gap():
     # Every sculpt-vs-m row of runs/, the recheck of the hard teachers with the body as it is now included;
     # an infinite gap (the long directions' singular values at 0) is stored as null and passes.

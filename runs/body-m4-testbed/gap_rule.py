@@ -3,23 +3,31 @@
 Readings: phase 4 (``read_span``, the body's defaults but ``min_gap`` off) on the committed slab dumps of
 ``runs/span-shapes/*-slabs/`` (m = 2), and on test bed stores (``testbed.py``): K* from the first
 ``max_rows`` rows found (the body before this change) and from all of them.  Cost of a rule, as
-runs/span-shapes/refusal_rule.py counts it: a refused span ≤ 0.15 costs 1, an accepted span > 0.2 costs 3;
-a rule refuses when the median rule (``max_span_error``) or the bound (``max_span_bound``) does, or when the
-gap is below ``min_gap``.
+runs/span-shapes/refusal_rule.py counts it: a refused span ≤ 0.15 costs 1, an accepted span > 0.2 costs 3
+(``--strict``: an accepted span > 0.15 costs 3, the line issue 75 draws); a rule refuses when the median rule
+(``max_span_error``) or the bound (``max_span_bound``) does, or when the gap is below ``min_gap``.
+``--bodies`` reads the committed ``sculpt-vs-m`` rows of result databases as readings (their stored gap,
+span, median and bound, the median and bound rules applied with the body's defaults); ``--report`` with
+several files reads them as one set and prints the interval of ``min_gap`` of least cost and its geometric
+midpoint.
 
     python runs/body-m4-testbed/gap_rule.py --dumps 'runs/span-shapes/dev*-slabs/*.npz' \\
         --stores /work/testbed/m4-seed2-1e9.npz --out runs/body-m4-testbed/gap-dev.jsonl
     python runs/body-m4-testbed/gap_rule.py --report runs/body-m4-testbed/gap-dev.jsonl
+    python runs/body-m4-testbed/gap_rule.py --bodies runs/sculpt-vs-m/*.db --out FILE
+    python runs/body-m4-testbed/gap_rule.py --strict --report FILE ...
 """
 
 import argparse
 import glob
 import json
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from mhalearn.experiments.store import ResultStore
 from mhalearn.learners.chen_li import BodySettings
 from mhalearn.learners.chen_li.phase4_span import read_span
 from mhalearn.learners.chen_li.slabs import SlabSystem, kstar_slab_rule, slab_constraints
@@ -30,7 +38,7 @@ from stored_rows import load  # noqa: E402
 
 #: ``min_gap`` off: the readings' own gaps are recorded, the rule applied by ``--report``.
 NO_GAP = BodySettings(min_gap=1.0)
-GAPS = (1.0, 1.5, 1.75, 2.0, 2.25, 2.5)
+GAPS = (1.0, 1.5, 1.75, 1.96, 2.0, 2.25, 2.5)
 
 
 def reading_row(name: str, slabs: SlabSystem, thetas: np.ndarray, rows: int | None = None) -> dict:
@@ -63,8 +71,57 @@ def store_rows(path: str, settings=BodySettings()):
         yield reading_row(f"{name} {label}", slabs, thetas, len(rows))
 
 
-def report(path: str) -> None:
-    rows = [json.loads(line) for line in open(path)]
+def body_rows(path: str, settings=BodySettings()):
+    """The committed ``sculpt-vs-m`` bodies of m ≥ 2 with a span and a gap read, as readings.
+
+    A body is refused without the gap when its row says a rule other than the gap refused it (rows that
+    predate ``refused_by`` name no rule: their refusal is kept), or when its stored median or bound is past
+    the body's thresholds today.
+    """
+    with ResultStore(path, readonly=True) as store:
+        rows = [row for row in store.rows("sculpt-vs-m")
+                if row["heads"] >= 2 and row.get("span_distance") is not None and row.get("spectral_gap")]
+    for row in rows:
+        by_other_rule = bool(row["refused"]) and row.get("refused_by") != "gap"
+        past = [f"{name} {row[field]:.3f} > {limit}" for name, field, limit in (
+            ("median", "median_error", settings.max_span_error), ("bound", "estimated_error", settings.max_span_bound))
+            if row.get(field) is not None and row[field] > limit]
+        refused = (row["refused"] if by_other_rule else None) or ("; ".join(past) or None)
+        name = (f"{Path(path).name} m{row['heads']} ({row['dim']}, {row['length']}) seed {row['seed']} "
+                f"n {row['samples']:.0e}")
+        yield {"reading": name, "heads": row["heads"], "rows": row.get("agreement_rows"),
+               "equalities": None, "span_distance": row["span_distance"], "median_error": row.get("median_error"),
+               "estimated_error": row.get("estimated_error"), "spectral_gap": row["spectral_gap"],
+               "refused_without_gap": refused}
+
+
+def refused_at(reading: dict, gap: float) -> bool:
+    return bool(reading["refused_without_gap"]) or (reading["heads"] > 1 and reading["spectral_gap"] < gap)
+
+
+def cost(readings: list[dict], gap: float, far: float) -> tuple[int, int, int]:
+    """False refusals (span ≤ 0.15), false acceptances (span > ``far``) and the rule's cost at ``gap``."""
+    false_refusals = sum(refused_at(r, gap) and r["span_distance"] <= 0.15 for r in readings)
+    false_acceptances = sum(not refused_at(r, gap) and r["span_distance"] > far for r in readings)
+    return false_refusals, false_acceptances, false_refusals + 3 * false_acceptances
+
+
+def least_cost_interval(readings: list[dict], far: float) -> tuple[float, float, int]:
+    """The interval (low, high] of ``min_gap`` whose cost is least: the cost only changes at a reading's gap."""
+    gaps = sorted({r["spectral_gap"] for r in readings if r["heads"] > 1})
+    edges = [0.0, *gaps, math.inf]
+    # A threshold in (edges[i], edges[i + 1]] refuses exactly the readings with a gap ≤ edges[i].
+    costs = [cost(readings, edges[i + 1], far)[2] for i in range(len(edges) - 1)]
+    best = min(costs)
+    first = costs.index(best)
+    last = first
+    while last + 1 < len(costs) and costs[last + 1] == best:
+        last += 1
+    return edges[first], edges[last + 1], best
+
+
+def report(paths: list[str], strict: bool = False) -> None:
+    rows = [json.loads(line) for path in paths for line in open(path)]
     print("| reading | m | rows | span | median | gap | refused without the gap |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -73,33 +130,35 @@ def report(path: str) -> None:
         gap = "—" if r["spectral_gap"] is None else f"{r['spectral_gap']:.2f}"
         print(f"| {r['reading']} | {r['heads']} | {r['rows'] or '—'} | {span} | {median} | {gap} | "
               f"{'yes' if r['refused_without_gap'] else 'no'} |")
-    print("\n| min_gap | false refusals (≤ 0.15) | false acceptances (> 0.2) | accepted in (0.15, 0.2] | cost |\n"
+    read = [r for r in rows if r["span_distance"] is not None and r["spectral_gap"] is not None]
+    far = 0.15 if strict else 0.2
+    print(f"\n| min_gap | false refusals (≤ 0.15) | false acceptances (> {far}) | accepted in (0.15, 0.2] | cost |\n"
           "| --- | --- | --- | --- | --- |")
     for gap in GAPS:
-        false_refusals = false_acceptances = middle = 0
-        for r in rows:
-            if r["span_distance"] is None:
-                continue
-            refused = bool(r["refused_without_gap"]) or (r["heads"] > 1 and r["spectral_gap"] < gap)
-            false_refusals += refused and r["span_distance"] <= 0.15
-            false_acceptances += (not refused) and r["span_distance"] > 0.2
-            middle += (not refused) and 0.15 < r["span_distance"] <= 0.2
-        cost = false_refusals + 3 * false_acceptances
-        print(f"| {gap} | {false_refusals} | {false_acceptances} | {middle} | {cost} |")
+        false_refusals, false_acceptances, total = cost(read, gap, far)
+        middle = sum(not refused_at(r, gap) and 0.15 < r["span_distance"] <= 0.2 for r in read)
+        print(f"| {gap} | {false_refusals} | {false_acceptances} | {middle} | {total} |")
+    if strict:
+        low, high, least = least_cost_interval(read, far)
+        print(f"\nleast cost {least} for min_gap in ({low:.3f}, {high:.3f}]: geometric midpoint "
+              f"{math.sqrt(low * high):.3f}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dumps", nargs="*", default=[], help="glob patterns of span-shapes slab dumps")
     parser.add_argument("--stores", nargs="*", default=[], help="test bed stores (testbed.py)")
+    parser.add_argument("--bodies", nargs="*", default=[], help="result databases of sculpt-vs-m rows")
     parser.add_argument("--out", help="append one JSON line per reading here")
-    parser.add_argument("--report", help="print the tables of a jsonl written with --out")
+    parser.add_argument("--report", nargs="+", help="print the tables of the jsonl files written with --out")
+    parser.add_argument("--strict", action="store_true", help="an accepted span > 0.15 costs 3 (not > 0.2)")
     args = parser.parse_args()
     if args.report:
-        report(args.report)
+        report(args.report, args.strict)
         return
     with open(args.out, "a") as out:
-        for row in [*(r for p in args.dumps for r in dump_rows(p)), *(r for p in args.stores for r in store_rows(p))]:
+        for row in [*(r for p in args.dumps for r in dump_rows(p)), *(r for p in args.stores for r in store_rows(p)),
+                    *(r for p in args.bodies for r in body_rows(p))]:
             print(json.dumps(row), file=out, flush=True)
             print(row["reading"], row["span_distance"], row["spectral_gap"], file=sys.stderr)
 

@@ -197,8 +197,10 @@ class BodySettings(Settings):
         ones by this ratio of singular values, or the body refuses.  Rows
         that are not agreement rows cut across aff{Θ_i} and close the gap
         in a way every subsample shares, which the span error's estimate
-        cannot see: the committed m = 4 bodies 0.19–0.25 off had gaps of
-        1.36–1.59, every m = 2 and m = 3 body accepted 2.02 or more.
+        cannot see: the committed m = 4 bodies 0.165–0.25 off had gaps of
+        1.36–1.86, every m = 2 and m = 3 body accepted 2.02 or more.  1.96
+        is the geometric midpoint of the least-cost interval (1.908, 2.013]
+        on every committed reading (runs/body-m4-testbed/README.md).
     hull_trim : float
         The affine hull is read again without the rows whose slabs disagree
         with it by more than this multiple of the median row's (a trimmed,
@@ -271,7 +273,7 @@ class BodySettings(Settings):
     candidate_radius: float = 0.02
     max_candidate_rows: int = 2_000_000
     min_equalities: int | None = None
-    min_gap: float = 1.75
+    min_gap: float = 1.96
     hull_trim: float = 3.0
     hull_core: float = 1.0
     max_span_error: float = 0.15
