@@ -47,7 +47,7 @@ def test_the_committed_rows_hold_what_the_replay_reads():
     bodies = committed_bodies()
     assert len(bodies) >= 60 and {body["heads"] for body in bodies} == {2, 3, 4}
     # Every body records its gap but two, both refused: one (0.999 off) whose row predates the field, and
-    # held-out m = 3 teacher 58 at 3·10⁶ (1.0 off), whose infinite gap is stored as null.
+    # held-out m = 3 teacher 58 at 3·10⁶ (1.0 off), whose gap is stored as null.
     unread = [body for body in bodies if body["spectral_gap"] is None]
     assert len(unread) <= 2 and all(body["refused"] for body in unread)
 
