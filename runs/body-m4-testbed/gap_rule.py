@@ -34,7 +34,7 @@ from mhalearn.learners.chen_li.slabs import SlabSystem, kstar_slab_rule, slab_co
 from mhalearn.learners.moment_route import sine_distance
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stored_rows import load  # noqa: E402
+from stored_rows import load, reading_cells  # noqa: E402
 
 #: ``min_gap`` off: the readings' own gaps are recorded, the rule applied by ``--report``.
 NO_GAP = BodySettings(min_gap=1.0)
@@ -125,10 +125,7 @@ def report(paths: list[str], strict: bool = False) -> None:
     print("| reading | m | rows | span | median | gap | refused without the gap |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        span = "—" if r["span_distance"] is None else f"{r['span_distance']:.3f}"
-        median = "—" if r["median_error"] is None else f"{r['median_error']:.3f}"
-        gap = "—" if r["spectral_gap"] is None else f"{r['spectral_gap']:.2f}"
-        print(f"| {r['reading']} | {r['heads']} | {r['rows'] or '—'} | {span} | {median} | {gap} | "
+        print(f"| {r['reading']} | {r['heads']} | {r['rows'] or '—'} | {reading_cells(r)} | "
               f"{'yes' if r['refused_without_gap'] else 'no'} |")
     read = [r for r in rows if r["span_distance"] is not None and r["spectral_gap"] is not None]
     far = 0.15 if strict else 0.2

@@ -20,7 +20,6 @@ rules, the gap's among them).  Rows:
     python runs/body-m4-testbed/row_selectors.py --report runs/body-m4-testbed/row_selectors.jsonl
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from mhalearn.learners.chen_li.phase4_span import read_affine_hull
 from mhalearn.learners.chen_li.slabs import kstar_slab_rule, slab_constraints, top_differences
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stored_rows import load, span_reading  # noqa: E402
+from stored_rows import load, reading_cells, span_reading, store_script  # noqa: E402
 
 SHARES = (0.05, 0.1, 0.2, 0.4)
 
@@ -97,29 +96,14 @@ def report(path: str) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for line in open(path):
         r = json.loads(line)
-        span = "—" if r["span_distance"] is None else f"{r['span_distance']:.3f}"
-        median = "—" if r["median_error"] is None else f"{r['median_error']:.3f}"
-        gap = "—" if r["spectral_gap"] is None else f"{r['spectral_gap']:.2f}"
         print(f"| {r['store']} | {r['selector']} | {r['share'] or '—'} | {r['rows']} | {r['precision']:.3f} | "
-              f"{r['recall']:.3f} | {r['slab_rows']} | {r['w_min']:.3f} | {span} | {median} | {gap} | "
+              f"{r['recall']:.3f} | {r['slab_rows']} | {r['w_min']:.3f} | {reading_cells(r)} | "
               f"{'yes' if r['refused'] else 'no'} |")
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stores", nargs="*")
-    parser.add_argument("--out")
-    parser.add_argument("--report")
-    args = parser.parse_args()
-    if args.report:
-        report(args.report)
-        return
-    with open(args.out, "a") as out:
-        for path in args.stores:
-            for row in selector_rows(path):
-                print(json.dumps(row), file=out, flush=True)
-                print(row["store"], row["selector"], row["share"], row["precision"], row["span_distance"],
-                      file=sys.stderr)
+    store_script(__doc__.splitlines()[0], selector_rows, report,
+                 ("store", "selector", "share", "precision", "span_distance"))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@ The learner's side (``learner_rows``) and the oracle's (``Oracle``) are returned
 the first alone, and the second only scores what it kept.
 """
 
+import argparse
+import json
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,3 +64,29 @@ def span_reading(rows: AgreementRows, heads: int, oracle: Oracle, settings: Body
     return {"rows": len(rows), "w_min": rule["w_min"], "equalities": int(slabs.equalities),
             "span_distance": distance, "median": reading.median_error, "estimate": reading.estimated_error,
             "refused": reading.refused, "reading": reading}
+
+
+def reading_cells(reading: dict) -> str:
+    """The span distance, median estimate and gap of a reading as table cells ("—" for one not read)."""
+    span = "—" if reading["span_distance"] is None else f"{reading['span_distance']:.3f}"
+    median = "—" if reading["median_error"] is None else f"{reading['median_error']:.3f}"
+    gap = "—" if reading["spectral_gap"] is None else f"{reading['spectral_gap']:.2f}"
+    return f"{span} | {median} | {gap}"
+
+
+def store_script(description: str, rows_of, report, progress: tuple[str, ...]) -> None:
+    """The command line of a script over stores: ``STORE ... --out FILE`` appends ``rows_of(store)``'s rows as
+    JSON lines (``progress``: the fields echoed on stderr), ``--report FILE`` prints their tables."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("stores", nargs="*")
+    parser.add_argument("--out")
+    parser.add_argument("--report")
+    args = parser.parse_args()
+    if args.report:
+        report(args.report)
+        return
+    with open(args.out, "a") as out:
+        for path in args.stores:
+            for row in rows_of(path):
+                print(json.dumps(row), file=out, flush=True)
+                print(*(row.get(field) for field in progress), file=sys.stderr)

@@ -17,18 +17,17 @@ exact residual with the heads' largest pairwise ℓ1 disagreement.
     python runs/body-m4-testbed/true_w_sum_residual.py --report runs/body-m4-testbed/true_w_sum_residual.jsonl
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score
 
 from mhalearn.learners.chen_li import BodySettings
 
 sys.path.insert(0, str(Path(__file__).parent))
-from stored_rows import load, span_reading  # noqa: E402
+from stored_rows import load, reading_cells, span_reading, store_script  # noqa: E402
 from testbed import testbed_teacher  # noqa: E402
 
 SHARES = (0.05, 0.1, 0.2, 0.4)
@@ -44,10 +43,8 @@ def reading(store: str, ranking: str, patterns: str, share, rows, kept, agreemen
 
 
 def auc(score: np.ndarray, positive: np.ndarray) -> float:
-    """P(an agreement row scores lower than a look-alike): the Mann–Whitney statistic, ties halved."""
-    ranks = rankdata(score)
-    negatives = int(np.sum(~positive))
-    return float((np.sum(ranks[~positive]) - negatives * (negatives + 1) / 2) / (np.sum(positive) * negatives))
+    """P(an agreement row scores lower than a look-alike), ties halved: the ROC AUC of the score for look-alikes."""
+    return float(roc_auc_score(~positive, score))
 
 
 def look_alike_row(name: str, rows, true_rows, teacher, agreement) -> dict:
@@ -91,11 +88,8 @@ def report(path: str) -> None:
     for r in rows:
         if r.get("kind") == "look-alikes":
             continue
-        span = "—" if r["span_distance"] is None else f"{r['span_distance']:.3f}"
-        median = "—" if r["median_error"] is None else f"{r['median_error']:.3f}"
-        gap = "—" if r["spectral_gap"] is None else f"{r['spectral_gap']:.2f}"
         print(f"| {r['store']} | {r['ranking']} | {r['patterns']} | {r['share']} | {r['rows']} | "
-              f"{r['precision']:.3f} | {r['recall']:.3f} | {span} | {median} | {gap} | "
+              f"{r['precision']:.3f} | {r['recall']:.3f} | {reading_cells(r)} | "
               f"{'yes' if r['refused'] else 'no'} |")
     print("\n| store | AUC: learner's Ŵ_Σ | AUC: true W_Σ | look-alikes in the best 5 % | their ℓ1: 10 % | 50 % "
           "| 90 % | log correlation with the heads' disagreement |")
@@ -108,20 +102,8 @@ def report(path: str) -> None:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stores", nargs="*")
-    parser.add_argument("--out")
-    parser.add_argument("--report")
-    args = parser.parse_args()
-    if args.report:
-        report(args.report)
-        return
-    with open(args.out, "a") as out:
-        for path in args.stores:
-            for row in store_rows(path):
-                print(json.dumps(row), file=out, flush=True)
-                print(row["store"], row.get("ranking"), row.get("share"), row.get("precision"),
-                      row.get("span_distance"), file=sys.stderr)
+    store_script(__doc__.splitlines()[0], store_rows, report,
+                 ("store", "ranking", "share", "precision", "span_distance"))
 
 
 if __name__ == "__main__":
