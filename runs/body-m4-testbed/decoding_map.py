@@ -41,7 +41,7 @@ def decoding_map(tokens: np.ndarray, ws: np.ndarray, heads_basis: np.ndarray, to
 def map_rows(path: str):
     stored, oracle = load(path)
     rows, agreement = stored.rows, oracle.agreement
-    teacher = testbed_teacher(stored.heads, stored.seed)
+    teacher = testbed_teacher(stored.heads, stored.seed, stored.dim)
     heads, length = stored.heads, rows.tokens.shape[1]
     heads_basis, tokens_basis = null_space(np.ones((1, heads))).T, null_space(np.ones((1, length))).T
     rng = np.random.default_rng(0)
@@ -59,7 +59,7 @@ def map_rows(path: str):
     conditioning, visible, random_share = map(np.array, (conditioning, visible, random_share))
     look_alike = ~agreement[sample]
     dim = rows.tokens.shape[2]
-    yield {"store": f"m{heads}-seed{stored.seed}-n{stored.samples:.0e}",
+    yield {"store": stored.label,
            "map": [(heads - 1) * (length - 1), dim - length + 1],
            "rows": int(len(sample)), "look_alikes": int(look_alike.sum()),
            "conditioning_median": float(np.median(conditioning)),

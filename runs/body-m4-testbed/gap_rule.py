@@ -62,7 +62,7 @@ def dump_rows(pattern: str):
 def store_rows(path: str, settings=BodySettings()):
     stored, oracle = load(path)
     thetas = oracle.teacher.thetas
-    name = f"m{stored.heads}-seed{stored.seed}-n{stored.samples:.0e}"
+    name = stored.label
     subsets = {"first max_rows": np.arange(min(len(stored.rows), settings.max_rows)),
                "all": np.arange(len(stored.rows))}
     for label, index in subsets.items():

@@ -57,7 +57,7 @@ def reading(name: str, share, kept: np.ndarray, stored, oracle, settings, slab_k
     rows = stored.rows.subset(kept)
     result = span_reading(rows, stored.heads, oracle, settings, slab_rows=slab_kept)
     span = result["reading"]
-    return {"store": f"m{stored.heads}-seed{stored.seed}-n{stored.samples:.0e}", "selector": name, "share": share,
+    return {"store": stored.label, "selector": name, "share": share,
             "rows": int(len(kept)), "precision": float(agreement[kept].mean()),
             "recall": float(agreement[kept].sum() / agreement.sum()),
             "slab_rows": int(len(np.unique(span.slabs.slab_row))) if span.slabs is not None else None,

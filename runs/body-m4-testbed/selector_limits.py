@@ -180,7 +180,7 @@ def selection_rows(path: str, settings=BodySettings()):
     np.minimum.at(row_angle, slabs.slab_row, 0.0)
     np.maximum.at(row_angle, slabs.slab_row, angle)
     oracle_slabs = {"valid": valid, "agreement": agreement[slabs.slab_row]}
-    yield {"kind": "summary", "store": f"m{heads}-seed{stored.seed}-n{stored.samples:.0e}", "rows": len(rows),
+    yield {"kind": "summary", "store": stored.label, "rows": len(rows),
            "slab_rows": int(len(slab_rows)), "slab_precision": float(agreement[slab_rows].mean()),
            "slabs": int(len(slabs.b)), "valid_share": float(valid.mean()),
            "valid_share_agreement": float(valid[oracle_slabs["agreement"]].mean()),

@@ -37,6 +37,16 @@ class StoredRows:
     samples: int
     body: dict
 
+    @property
+    def dim(self) -> int:
+        return self.rows.tokens.shape[2]
+
+    @property
+    def label(self) -> str:
+        """The store's name in tables: m, teacher, n (and d where it is not ``sculpt-vs-m``'s 12)."""
+        shape = "" if self.dim == 12 else f"-d{self.dim}"
+        return f"m{self.heads}-seed{self.seed}-n{self.samples:.0e}{shape}"
+
 
 def load(path) -> tuple[StoredRows, Oracle]:
     """The learner's rows and the oracle's flags of one test bed file."""

@@ -1,8 +1,8 @@
 """Store the rows an m = 4 ``sculpt-vs-m`` cell finds for K*, once, with the oracle's flag beside them.
 
 Runs phases 1–4 of the body (:func:`~mhalearn.learners.chen_li.sculpt_span`, the body's defaults) on the
-``sculpt-vs-m`` teacher ``sample_teacher(m, 12, rng=seeded_rng(20_251, m, seed))``, d = 12, k = 4, over a
-stream of ``--samples`` sequences, and writes (compressed npz):
+``sculpt-vs-m`` teacher ``sample_teacher(m, d, rng=seeded_rng(20_251, m, seed))``, d = 12 (``--dim``), k = 4,
+over a stream of ``--samples`` sequences, and writes (compressed npz):
 
 - every candidate row K*'s tolerance accepts under the refined Ŵ_Σ (all of them, not the first
   ``max_rows``): ``tokens`` (±1 int8), ``query``, ``label``, ``pattern``, ``spread``, ``residual``,
@@ -41,14 +41,15 @@ from mhalearn.seeding import seeded_rng
 DIM, LENGTH = 12, 4
 
 
-def testbed_teacher(heads: int, seed: int):
-    """The ``sculpt-vs-m`` random teacher of (m, seed)."""
-    return sample_teacher(heads, DIM, rng=seeded_rng(20_251, heads, seed))
+def testbed_teacher(heads: int, seed: int, dim: int = DIM):
+    """The ``sculpt-vs-m`` random teacher of (m, seed) (at another d: the same draw at that dimension)."""
+    return sample_teacher(heads, dim, rng=seeded_rng(20_251, heads, seed))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--dim", type=int, default=DIM, help="token dimension d (sculpt-vs-m's: 12)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--samples", type=float)
     parser.add_argument("--checkpoints", help="resumable checkpoint directory")
@@ -62,12 +63,14 @@ def main():
     if args.seed is None or args.samples is None or args.out is None:
         parser.error("--seed, --samples and --out are required to write a store")
     heads, samples = args.heads, int(args.samples)
-    teacher = testbed_teacher(heads, args.seed)
+    if args.dim <= LENGTH:
+        parser.error(f"--dim must exceed the sequence length {LENGTH}: the agreement test needs d > k")
+    teacher = testbed_teacher(heads, args.seed, args.dim)
     source = TeacherSource(teacher, samples, LENGTH, seed=args.seed)
     rng = seeded_rng(args.seed, heads, samples)
     settings = BodySettings()
     passes = StreamProgress(interval=300.0, lines=True,
-                            desc=f"testbed m = {heads}, seed {args.seed}, n = {samples:.0e}: ")
+                            desc=f"testbed m = {heads}, d = {args.dim}, seed {args.seed}, n = {samples:.0e}: ")
     start = time.perf_counter()
     with threadpool_limits(limits=1, user_api="blas"):
         checkpoint = open_checkpoint(args.checkpoints, source, heads, settings, rng)
@@ -94,7 +97,7 @@ def main():
         body_median=np.nan if span.median_error is None else span.median_error,
         body_refused=span.refused or "", oracle_agreement=oracle,
         oracle_thetas=teacher.thetas, oracle_w_sum=teacher.projection_sum)
-    summary = {"heads": heads, "seed": args.seed, "samples": samples, "rows": len(rows),
+    summary = {"heads": heads, "dim": args.dim, "seed": args.seed, "samples": samples, "rows": len(rows),
                "oracle_agreement_rows": int(oracle.sum()), "precision": float(oracle.mean()) if len(rows) else None,
                "tolerance": final.residual_tol, "noise": final.noise, "kstar_rows": final.accepted_rows,
                "body_span_distance": distance, "body_estimate": span.estimated_error, "body_median": span.median_error,
@@ -112,7 +115,9 @@ def report(path) -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for line in open(path):
         r = json.loads(line)
-        print(f"| {r['heads']} | {r['seed']} | {r['samples']:.0e} | {r['rows']} | {r['oracle_agreement_rows']} | "
+        shape = "" if r.get("dim", DIM) == DIM else f" (d = {r['dim']})"
+        print(f"| {r['heads']}{shape} | {r['seed']} | {r['samples']:.0e} | {r['rows']} | "
+              f"{r['oracle_agreement_rows']} | "
               f"{r['precision']:.3f} | {r['tolerance']:.3f} ({r['noise']:.3f}) | {r['body_span_distance']:.3f} | "
               f"{r['body_estimate']:.3f} ({r['body_median']:.3f}) | {'yes' if r['body_refused'] else 'no'} | "
               f"{r['seconds'] / 3600:.2f} |")

@@ -65,10 +65,10 @@ def look_alike_row(name: str, rows, true_rows, teacher, agreement) -> dict:
 
 def store_rows(path: str, settings=BodySettings()):
     stored, oracle = load(path)
-    teacher = testbed_teacher(stored.heads, stored.seed)
+    teacher = testbed_teacher(stored.heads, stored.seed, stored.dim)
     assert np.allclose(teacher.thetas, oracle.teacher.thetas)
     true_rows = stored.rows.redecode(teacher.ws.sum(axis=0))
-    name = f"m{stored.heads}-seed{stored.seed}-n{stored.samples:.0e}"
+    name = stored.label
     agreement = oracle.agreement
     yield look_alike_row(name, stored.rows, true_rows, teacher, agreement)
     for ranking, residual in (("learner's Ŵ_Σ", stored.rows.residual), ("true W_Σ", true_rows.residual)):
