@@ -16,6 +16,7 @@ midpoint.
     python runs/body-m4-testbed/gap_rule.py --report runs/body-m4-testbed/gap-dev.jsonl
     python runs/body-m4-testbed/gap_rule.py --bodies runs/sculpt-vs-m/*.db --out FILE
     python runs/body-m4-testbed/gap_rule.py --strict --report FILE ...
+    python runs/body-m4-testbed/gap_rule.py --excess 0.066 --report FILE ...
 """
 
 import argparse
@@ -120,14 +121,40 @@ def least_cost_interval(readings: list[dict], far: float) -> tuple[float, float,
     return edges[first], edges[last + 1], best
 
 
-def report(paths: list[str], strict: bool = False) -> None:
+def refused_by_excess(reading: dict, scale: float) -> bool:
+    """The post-hoc lead of the m = 4 readings: refuse when median + ``scale``/(gap − 1) exceeds 0.15."""
+    gap, median = reading["spectral_gap"], reading["median_error"]
+    return bool(reading["refused_without_gap"]) or (reading["heads"] > 1 and (
+        gap <= 1.0 or median + scale / (gap - 1.0) > 0.15))
+
+
+def excess_report(readings: list[dict], scale: float, gap: float = BodySettings().min_gap) -> None:
+    """Per m, the errors of the gap rule at ``gap`` beside those of the excess rule at ``scale``, over the
+    readings with a median (the rule reads it)."""
+    readings = [r for r in readings if r["median_error"] is not None]
+    print(f"| m | readings with a median | gap rule ({gap}): false refusals (≤ 0.15) | false acceptances (> 0.15) | "
+          f"median + {scale}/(gap − 1) > 0.15: false refusals | false acceptances |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for heads in sorted({r["heads"] for r in readings}):
+        of_m = [r for r in readings if r["heads"] == heads]
+        gap_errors = cost(of_m, gap, 0.15)[:2]
+        excess = [refused_by_excess(r, scale) for r in of_m]
+        near = [r["span_distance"] <= 0.15 for r in of_m]
+        print(f"| {heads} | {len(of_m)} | {gap_errors[0]} | {gap_errors[1]} | "
+              f"{sum(e and n for e, n in zip(excess, near))} | {sum(not e and not n for e, n in zip(excess, near))} |")
+
+
+def report(paths: list[str], strict: bool = False, excess: float | None = None) -> None:
     rows = [json.loads(line) for path in paths for line in open(path)]
+    read = [r for r in rows if r["span_distance"] is not None and r["spectral_gap"] is not None]
+    if excess is not None:
+        excess_report(read, excess)
+        return
     print("| reading | m | rows | span | median | gap | refused without the gap |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['reading']} | {r['heads']} | {r['rows'] or '—'} | {reading_cells(r)} | "
               f"{'yes' if r['refused_without_gap'] else 'no'} |")
-    read = [r for r in rows if r["span_distance"] is not None and r["spectral_gap"] is not None]
     far = 0.15 if strict else 0.2
     print(f"\n| min_gap | false refusals (≤ 0.15) | false acceptances (> {far}) | accepted in (0.15, 0.2] | cost |\n"
           "| --- | --- | --- | --- | --- |")
@@ -149,9 +176,11 @@ def main():
     parser.add_argument("--out", help="append one JSON line per reading here")
     parser.add_argument("--report", nargs="+", help="print the tables of the jsonl files written with --out")
     parser.add_argument("--strict", action="store_true", help="an accepted span > 0.15 costs 3 (not > 0.2)")
+    parser.add_argument("--excess", type=float, help="with --report: the errors of the rule that refuses when "
+                        "median + EXCESS/(gap − 1) > 0.15, per m, beside the gap rule's")
     args = parser.parse_args()
     if args.report:
-        report(args.report, args.strict)
+        report(args.report, args.strict, args.excess)
         return
     with open(args.out, "a") as out:
         for row in [*(r for p in args.dumps for r in dump_rows(p)), *(r for p in args.stores for r in store_rows(p)),
