@@ -11,10 +11,15 @@ estimate sees the error; well below 1: a bias every subsample shares, which no r
 
 import argparse
 import json
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).parent))
+from testbed import LENGTH  # noqa: E402
 
 COVERAGE = 0.9
 
@@ -44,8 +49,7 @@ def report(paths: list[str]) -> None:
         span = np.array([r["body_span_distance"] for r in rows])
         ratio = np.array([r["body_median"] / r["body_span_distance"] for r in rows])
         low, high, coverage = median_interval(span)
-        length = 4  # the test bed's k
-        residual = f"{(heads - 1) * (length - 1)} → {dim - length + 1}"
+        residual = f"{(heads - 1) * (LENGTH - 1)} → {dim - LENGTH + 1}"
         teachers = ", ".join(str(seed) for seed in sorted(r["seed"] for r in rows))
         print(f"| {heads} | {dim} | {residual} | {teachers} | {np.median(span):.3f} | "
               f"[{low:.3f}, {high:.3f}] ({coverage:.2f}) | {span.min():.3f}–{span.max():.3f} | "
